@@ -1,0 +1,27 @@
+"""dptree_opt: differentially private CDFs, prefix sums and range queries with tree mechanisms.
+
+Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), a strategy A
+(``dptree_opt.strategies``) released with calibrated noise (``Mechanism``), a linear estimator
+(``blue``, ``covering_cdf``) and an exact error (``expected_error``). See DESIGN.md/MATH.md.
+"""
+
+from . import closed_forms, strategies, workloads
+from .error import MonteCarloResult, expected_error, monte_carlo_error
+from .estimation import blue, blue_covariance, covering_cdf, covering_variances
+from .mechanism import Mechanism
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Mechanism",
+    "MonteCarloResult",
+    "blue",
+    "blue_covariance",
+    "closed_forms",
+    "covering_cdf",
+    "covering_variances",
+    "expected_error",
+    "monte_carlo_error",
+    "strategies",
+    "workloads",
+]

@@ -1,0 +1,286 @@
+"""A mechanism: a strategy with calibrated noise on every row (y = A x + z)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .privacy import (
+    calibrate,
+    check_budget,
+    check_noise,
+    loss_from_sensitivity,
+    norm_of,
+    split_budget,
+)
+from .strategies import Strategy
+from .strategies.base import check_neighbours
+
+__all__ = ["Mechanism", "check_histogram", "as_generator"]
+
+
+def as_generator(rng) -> np.random.Generator:
+    """A numpy Generator from a Generator, an int seed or None (fresh entropy)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        return np.random.default_rng(rng)
+    raise ValueError(f"rng must be a numpy Generator or an int seed, got {type(rng).__name__}")
+
+
+def check_histogram(histogram, n_bins: int) -> np.ndarray:
+    """Validate a histogram: shape (n_bins,), finite, non-negative integer counts."""
+    try:
+        h = np.asarray(histogram)
+    except Exception:  # noqa: BLE001 - any conversion failure is bad input
+        raise ValueError("histogram must be an array of counts") from None
+    if h.ndim != 1 or h.size != n_bins:
+        raise ValueError(f"histogram must have shape ({n_bins},), got {h.shape}")
+    if h.dtype == bool or not (np.issubdtype(h.dtype, np.integer)
+                               or np.issubdtype(h.dtype, np.floating)):
+        raise ValueError(f"histogram must hold numeric counts, got dtype {h.dtype}")
+    if np.issubdtype(h.dtype, np.floating):
+        if not np.all(np.isfinite(h)):
+            raise ValueError("histogram has NaN or infinite counts")
+        if np.any(h != np.round(h)):
+            raise ValueError("histogram counts must be integers")
+    if np.any(h < 0):
+        raise ValueError("histogram counts must be non-negative")
+    return h.astype(np.int64)
+
+
+class Mechanism:
+    """A strategy released with calibrated Laplace (eps-DP) or Gaussian (rho-zCDP) noise.
+
+    Parameters
+    ----------
+    strategy : Strategy
+        The measured queries A.
+    epsilon / rho : float
+        Total budget: ``epsilon`` for ``noise="laplace"`` (pure eps-DP), ``rho`` for
+        ``noise="gaussian"`` (rho-zCDP).
+    neighbours : "swap" | "add_remove"
+        swap: one record changes value, so the total N is invariant and public; rows at
+        level 0 (total rows) are released exactly and take no budget.
+        add_remove: one record appears or disappears; N is private and the level-0 rows are
+        a noisy level with their own budget, unless ``public_total=True``.
+    public_total : bool, optional
+        Under add_remove, ``True`` declares N public knowledge: level-0 rows are released
+        exactly and **N itself is not protected** (the guarantee holds for everything else,
+        conditionally on N). Under swap N is always public (``False`` is an error).
+        Whenever N is public an exact total row is appended (last row) if the strategy has no
+        level-0 row, so every estimator can use it.
+    level_budgets : sequence of float, optional
+        One absolute budget per noisy level, in increasing level order, summing to the total
+        (a level may get 0: it is then not measured). Default: equal split.
+
+    Noise per level l: scale = Delta_l / budget_l with Delta_l the level's own sensitivity
+    (l1 for Laplace, l2 for Gaussian) under the neighbour model. The loss of the whole
+    mechanism is then recomputed from diag(1/scale) A (MATH.md section 0) and reported as
+    ``.epsilon`` / ``.rho``; it never exceeds the request (a ValueError is raised if it
+    would). Instances are immutable.
+    """
+
+    def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str = "laplace",
+                 neighbours: str = "swap", public_total=None, level_budgets=None):
+        if not isinstance(strategy, Strategy):
+            raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
+        noise = check_noise(noise)
+        neighbours = check_neighbours(neighbours)
+        if noise == "laplace":
+            if rho is not None:
+                raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
+            budget = check_budget(epsilon, "epsilon")
+            budget_name = "epsilon"
+        else:
+            if epsilon is not None:
+                raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
+            budget = check_budget(rho, "rho")
+            budget_name = "rho"
+        if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
+            raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
+        if neighbours == "swap":
+            if public_total is False:
+                raise ValueError("public_total=False is impossible under swap neighbours (N "
+                                 "never changes); use neighbours='add_remove' for a private N")
+            public = True
+        else:
+            public = bool(public_total)
+
+        released = strategy
+        if public and not np.any(strategy.levels == 0):
+            released = strategy.with_total_row()
+        levels = released.levels
+        exact = (levels == 0) if public else np.zeros(levels.size, dtype=bool)
+        noisy_levels = np.unique(levels[~exact])
+        budgets = split_budget(budget, noisy_levels.size, level_budgets, name=budget_name)
+
+        p = norm_of(noise)
+        if neighbours == "swap" and exact.any():
+            if released.sensitivity(exact.astype(float), "swap", p) != 0:
+                raise ValueError("level-0 rows must not change under swap neighbours")
+        scale = np.zeros(levels.size)
+        variance = np.zeros(levels.size)
+        level_scale, level_variance, level_sens = {}, {}, {}
+        for lvl, b in zip(noisy_levels, budgets):  # O(levels) calls, each O(rows)
+            rows = levels == lvl
+            sens = released.sensitivity(rows.astype(float), neighbours, p)
+            s, v = calibrate(sens, float(b), noise)
+            scale[rows], variance[rows] = s, v
+            level_scale[int(lvl)], level_variance[int(lvl)], level_sens[int(lvl)] = s, v, sens
+        if public:
+            level_scale[0], level_variance[0], level_sens[0] = 0.0, 0.0, 0.0
+
+        weights = np.zeros(levels.size)
+        finite = np.isfinite(scale) & (scale > 0)
+        weights[finite] = 1.0 / scale[finite]
+        actual = loss_from_sensitivity(released.sensitivity(weights, neighbours, p), noise)
+        if actual > budget * (1 + 1e-9):
+            raise ValueError(f"calibration error: the mechanism's {budget_name} would be "
+                             f"{actual!r} > requested {budget!r}")
+
+        self._strategy = strategy
+        self._released = released
+        self._noise = noise
+        self._neighbours = neighbours
+        self._public_total = public
+        self._budget_name = budget_name
+        self._requested = budget
+        self._actual = actual
+        self._level_budgets = {int(lv): float(b) for lv, b in zip(noisy_levels, budgets)}
+        self._level_scale = level_scale
+        self._level_variance = level_variance
+        self._level_sensitivity = level_sens
+        for arr in (scale, variance, exact):
+            arr.flags.writeable = False
+        self._scales, self._variances, self._exact = scale, variance, exact
+        self._frozen = True
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_frozen", False):
+            raise AttributeError("Mechanism is immutable")
+        object.__setattr__(self, name, value)
+
+    # ---------------------------------------------------------- properties
+    @property
+    def strategy(self) -> Strategy:
+        """The strategy as given."""
+        return self._strategy
+
+    @property
+    def released(self) -> Strategy:
+        """The rows actually released: the strategy, plus an exact total row if appended."""
+        return self._released
+
+    @property
+    def n_bins(self) -> int:
+        return self._released.n_bins
+
+    @property
+    def noise(self) -> str:
+        return self._noise
+
+    @property
+    def neighbours(self) -> str:
+        return self._neighbours
+
+    @property
+    def public_total(self) -> bool:
+        """Whether N is public (released exactly)."""
+        return self._public_total
+
+    @property
+    def epsilon(self) -> float | None:
+        """The actual pure-DP guarantee (Laplace), recomputed from the scaled matrix."""
+        return self._actual if self._noise == "laplace" else None
+
+    @property
+    def rho(self) -> float | None:
+        """The actual zCDP guarantee (Gaussian), recomputed from the scaled matrix."""
+        return self._actual if self._noise == "gaussian" else None
+
+    @property
+    def requested_budget(self) -> float:
+        """The epsilon or rho asked for."""
+        return self._requested
+
+    @property
+    def level_budgets(self) -> dict[int, float]:
+        """{level: budget} for the noisy levels (absolute eps_l or rho_l)."""
+        return dict(self._level_budgets)
+
+    @property
+    def level_variances(self) -> dict[int, float]:
+        """{level: noise variance of each row of that level} (0 exact, inf not measured)."""
+        return dict(self._level_variance)
+
+    @property
+    def level_scales(self) -> dict[int, float]:
+        """{level: Laplace scale b or Gaussian sigma}."""
+        return dict(self._level_scale)
+
+    @property
+    def level_sensitivities(self) -> dict[int, float]:
+        """{level: that level's own l1 (Laplace) or l2 (Gaussian) sensitivity}."""
+        return dict(self._level_sensitivity)
+
+    @property
+    def scales(self) -> np.ndarray:
+        """Per released row: Laplace scale or Gaussian sigma (0 exact, inf unmeasured)."""
+        return self._scales
+
+    @property
+    def variances(self) -> np.ndarray:
+        """Per released row: noise variance (0 for exact rows, inf for unmeasured ones)."""
+        return self._variances
+
+    @property
+    def exact_rows(self) -> np.ndarray:
+        """Boolean mask of rows released without noise (the public total)."""
+        return self._exact
+
+    # --------------------------------------------------------------- noise
+    def sample_noise(self, rng, size=()) -> np.ndarray:
+        """Simulation noise of shape size + (rows,) (numpy Generator; NOT for releases).
+
+        Exact rows get 0, unmeasured rows NaN."""
+        rng = as_generator(rng)
+        shape = tuple(np.atleast_1d(size)) if size != () else ()
+        s = self._scales
+        finite = np.isfinite(s)
+        safe = np.where(finite, s, 0.0)
+        if self._noise == "laplace":
+            z = rng.laplace(0.0, 1.0, size=shape + (s.size,)) * safe
+        else:
+            z = rng.standard_normal(size=shape + (s.size,)) * safe
+        return np.where(finite, z, np.nan)
+
+    def measure(self, histogram, rng) -> np.ndarray:
+        """Noisy answers y = A h + z for the released rows (simulation noise from ``rng``)."""
+        h = check_histogram(histogram, self.n_bins)
+        return self._released.apply(h) + self.sample_noise(rng)
+
+    # ----------------------------------------------------------- describe
+    def describe(self) -> str:
+        """A human-readable account of the mechanism and its guarantee."""
+        unit = "eps" if self._noise == "laplace" else "rho"
+        guarantee = (f"{self._actual:.6g}-DP (pure)" if self._noise == "laplace"
+                     else f"{self._actual:.6g}-zCDP")
+        lines = [
+            f"{self._released.name}: {self._released.n_rows} rows over {self.n_bins} bins, "
+            f"{self._noise} noise, {self._neighbours} neighbours",
+            f"guarantee: {guarantee} (requested {unit} = {self._requested:.6g})",
+        ]
+        if self._public_total:
+            why = ("invariant under swap" if self._neighbours == "swap"
+                   else "declared public by the caller: N itself is NOT protected")
+            lines.append(f"total N: released exactly ({why})")
+        for lvl, b in self._level_budgets.items():
+            lines.append(f"  level {lvl}: {unit}_l = {b:.6g}, sensitivity "
+                         f"{self._level_sensitivity[lvl]:.6g}, scale {self._level_scale[lvl]:.6g},"
+                         f" variance {self._level_variance[lvl]:.6g}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        budget = f"{self._budget_name}={self._actual:.6g}"
+        return (f"Mechanism({self._released.name}, {self._noise}, {self._neighbours}, {budget}, "
+                f"public_total={self._public_total})")

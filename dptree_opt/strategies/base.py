@@ -1,0 +1,186 @@
+"""The generic strategy: any measurement matrix A with a budget level per row.
+
+Sensitivity (MATH.md section 0, "general rule"): for per-row weights w_r >= 0 (w = 1/scale
+for the released mechanism, w = 1[level == l] for one level at unit scale) the privacy loss is
+
+    add/remove:  max over columns c        of || w * A[:, c] ||_p
+    swap:        max over column pairs a!=b of || w * (A[:, a] - A[:, b]) ||_p
+
+with p = 1 (Laplace, eps-DP) or p = 2 (Gaussian, zCDP). The generic implementation below is
+exact for every matrix; structured subclasses override it with faster exact formulas and the
+tests check both against a brute-force enumeration of neighbouring datasets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+NEIGHBOURS = ("swap", "add_remove")
+
+# Generic swap search: columns per chunk of the pairwise computation.
+_PAIR_CHUNK = 256
+
+
+def check_neighbours(neighbours: str) -> str:
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
+    return neighbours
+
+
+def check_norm(norm) -> int:
+    if norm not in (1, 2):
+        raise ValueError(f"norm must be 1 (Laplace) or 2 (Gaussian), got {norm!r}")
+    return int(norm)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class Strategy:
+    """A strategy matrix A (rows = measured queries, columns = bins) with budget levels.
+
+    Parameters
+    ----------
+    matrix : array-like or scipy.sparse matrix, shape (m, n)
+        The measured linear queries. Stored as CSR float64.
+    levels : array-like of int, shape (m,), optional
+        The budget group of each row. Level 0 is reserved for total rows (all ones): under
+        swap neighbours they are released exactly. Default: every row at level 1.
+    name : str
+        A short label used in printed tables.
+    """
+
+    def __init__(self, matrix, levels=None, *, name: str = "custom"):
+        a = sp.csr_matrix(matrix, dtype=float)
+        a.sum_duplicates()
+        a.eliminate_zeros()
+        if a.shape[0] < 1 or a.shape[1] < 1:
+            raise ValueError(f"matrix must have at least one row and one column, got {a.shape}")
+        if not np.all(np.isfinite(a.data)):
+            raise ValueError("matrix has non-finite entries")
+        self._matrix = a
+        self._n_bins = int(a.shape[1])
+        self._levels = self._check_levels(levels, a.shape[0])
+        self.name = name
+        self._check_level_zero()
+
+    # ------------------------------------------------------------- basics
+    @staticmethod
+    def _check_levels(levels, m: int) -> np.ndarray:
+        if levels is None:
+            return _readonly(np.ones(m, dtype=np.int32))
+        lv = np.asarray(levels)
+        if lv.shape != (m,):
+            raise ValueError(f"levels must have one entry per row ({m}), got shape {lv.shape}")
+        if not np.issubdtype(lv.dtype, np.integer):
+            raise ValueError("levels must be integers")
+        if lv.min() < 0:
+            raise ValueError("levels must be >= 0")
+        return _readonly(lv.astype(np.int32))
+
+    def _check_level_zero(self) -> None:
+        """Level 0 is the root/total level: its rows must be all-ones rows."""
+        zero = np.flatnonzero(self.levels == 0)
+        if zero.size and not np.all(self.total_row_mask()[zero]):
+            raise ValueError(
+                "levels: level 0 is reserved for total rows (all ones over all bins); "
+                f"row {int(zero[~self.total_row_mask()[zero]][0])} is not one"
+            )
+
+    @property
+    def matrix(self) -> sp.csr_matrix:
+        """A as scipy.sparse CSR, shape (n_rows, n_bins)."""
+        return self._matrix
+
+    @property
+    def levels(self) -> np.ndarray:
+        """Budget level of each row (int32, read-only); 0 = the root / total."""
+        return self._levels
+
+    @property
+    def n_bins(self) -> int:
+        return self._n_bins
+
+    @property
+    def n_rows(self) -> int:
+        return int(self._levels.size)
+
+    def __repr__(self) -> str:
+        return f"<Strategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
+
+    def total_row_mask(self) -> np.ndarray:
+        """Boolean mask of rows equal to the all-ones vector (rows measuring the total N)."""
+        a = self.matrix
+        ones = sp.csr_matrix(((a.data == 1.0).astype(float), a.indices, a.indptr), shape=a.shape)
+        return np.asarray(ones.sum(axis=1)).ravel() == self.n_bins
+
+    def apply(self, x) -> np.ndarray:
+        """A @ x for x of shape (n,) or (n, r)."""
+        return self.matrix @ np.asarray(x, dtype=float)
+
+    def with_total_row(self) -> "Strategy":
+        """A copy with an all-ones row appended at level 0 (the last row)."""
+        ones = sp.csr_matrix(np.ones((1, self.n_bins)))
+        return Strategy(sp.vstack([self.matrix, ones], format="csr"),
+                        np.append(self.levels, 0), name=self.name)
+
+    # -------------------------------------------------------- sensitivity
+    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+        """Privacy loss of releasing A x with row weights ``weights`` (>= 0, shape (m,)).
+
+        Returns max over neighbouring histograms x, x' of ||diag(w) A (x - x')||_norm
+        (MATH.md section 0). Exact; subclasses override it with structured formulas.
+        """
+        w = self._check_weights(weights)
+        check_neighbours(neighbours)
+        p = check_norm(norm)
+        if neighbours == "add_remove":
+            return self._add_remove_loss(w, p)
+        if self.n_bins == 1:
+            return 0.0
+        return self._swap_loss(w, p)
+
+    def _check_weights(self, weights) -> np.ndarray:
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (self.n_rows,):
+            raise ValueError(f"weights must have shape ({self.n_rows},), got {w.shape}")
+        if np.any(~np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("weights must be finite and >= 0")
+        return w
+
+    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+        # max_c ||w * A[:, c]||_p, O(nnz)
+        a = abs(self.matrix) if p == 1 else self.matrix.multiply(self.matrix)
+        col = a.T @ (w if p == 1 else w * w)
+        return float(col.max() if p == 1 else np.sqrt(max(col.max(), 0.0)))
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        # max_{a != b} ||w * (A_a - A_b)||_p over column chunks: O(n^2 m / chunk) work,
+        # O(chunk n) memory. For p = 2 (any entries) and p = 1 (0/1 entries) it uses
+        # ||w (A_a - A_b)|| = g_a + g_b - 2 G_ab with G = A' diag(w^p) A (squared for p = 2).
+        a = self.matrix.tocsc()
+        n = self.n_bins
+        binary = bool(np.all(a.data == 1.0))
+        wp = w if p == 1 else w * w
+        best = 0.0
+        if p == 2 or binary:
+            g = np.asarray(a.multiply(a).T @ wp).ravel()
+            aw = sp.diags(wp) @ a
+            for start in range(0, n, _PAIR_CHUNK):
+                stop = min(start + _PAIR_CHUNK, n)
+                gab = (a[:, start:stop].T @ aw).toarray()  # (chunk, n)
+                d = g[start:stop, None] + g[None, :] - 2.0 * gab
+                d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+                best = max(best, float(d.max()))
+        else:
+            dense = a.toarray()
+            for start in range(0, n, _PAIR_CHUNK // 8 or 1):
+                stop = min(start + (_PAIR_CHUNK // 8 or 1), n)
+                diff = np.abs(dense[:, start:stop, None] - dense[:, None, :])  # (m, c, n)
+                d = np.einsum("r,rcn->cn", w, diff)
+                d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+                best = max(best, float(d.max()))
+        return float(np.sqrt(max(best, 0.0))) if p == 2 else best

@@ -1,0 +1,389 @@
+"""Strategies whose rows are bin ranges forming a laminar family: trees, hierarchies,
+the histogram and the prefix sums.
+
+Each row r measures x[lo_r:hi_r].sum(); any two rows are nested or disjoint, so the rows
+form a forest (``parent``, -1 for a forest root, ``depth`` 0 at the roots). ``bin_row[c]`` is
+the smallest row containing bin c (-1 if none). This structure gives, without the matrix:
+
+* add/remove sensitivity: max over bins c of the weight of the rows containing c (a
+  difference array, O(m + n));
+* swap sensitivity: max over bins a != b of the weight of the rows containing exactly one of
+  them. With P(v) = weight of the path from v up to its root, that is
+  P(bin_row[a]) + P(bin_row[b]) - 2 P(lca), maximised by a bottom-up pass over depths that
+  keeps, per row, the two heaviest child branches (O(m) numpy work per pass, one pass per
+  depth level);
+* the [RTS] covering of every prefix (see ``dptree_opt.estimation.covering``).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .base import Strategy, _readonly, check_neighbours, check_norm
+
+
+def interval_matrix(lo: np.ndarray, hi: np.ndarray, n_bins: int) -> sp.csr_matrix:
+    """CSR 0/1 matrix whose row r is the indicator of bins [lo_r, hi_r). O(nnz)."""
+    counts = (hi - lo).astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = np.arange(indptr[-1], dtype=np.int64) - np.repeat(indptr[:-1] - lo, counts)
+    return sp.csr_matrix((np.ones(indptr[-1]), indices, indptr), shape=(lo.size, n_bins))
+
+
+def _top_two(values: np.ndarray, groups: np.ndarray):
+    """Distinct groups and, per group, the largest and second-largest value (-inf if none)."""
+    ids, inv = np.unique(groups, return_inverse=True)
+    b1 = np.full(ids.size, -np.inf)
+    np.maximum.at(b1, inv, values)
+    is_max = values == b1[inv]
+    n_max = np.bincount(inv[is_max], minlength=ids.size)
+    b2 = np.full(ids.size, -np.inf)
+    np.maximum.at(b2, inv[~is_max], values[~is_max])
+    return ids, b1, np.where(n_max >= 2, b1, b2)
+
+
+class IntervalStrategy(Strategy):
+    """A strategy whose rows are the 0/1 indicators of nested-or-disjoint bin ranges."""
+
+    def __init__(self, lo, hi, parent, levels, *, n_bins: int, depth, bin_row, name: str):
+        self._n_bins = int(n_bins)
+        self._lo = _readonly(np.asarray(lo, dtype=np.int64))
+        self._hi = _readonly(np.asarray(hi, dtype=np.int64))
+        self._parent = _readonly(np.asarray(parent, dtype=np.int64))
+        self._depth = _readonly(np.asarray(depth, dtype=np.int64))
+        self._bin_row = _readonly(np.asarray(bin_row, dtype=np.int64))
+        self._levels = self._check_levels(levels, self._lo.size)
+        self.name = name
+        self._check_level_zero()
+
+    # structure (subclasses may compute these lazily)
+    @property
+    def lo(self) -> np.ndarray:
+        """First bin of each row's range."""
+        return self._lo
+
+    @property
+    def hi(self) -> np.ndarray:
+        """One past the last bin of each row's range."""
+        return self._hi
+
+    @property
+    def parent(self) -> np.ndarray:
+        """Index of the smallest row strictly containing each row (-1 for forest roots)."""
+        return self._parent
+
+    @property
+    def depth(self) -> np.ndarray:
+        """Depth of each row in the forest (0 at forest roots)."""
+        return self._depth
+
+    @property
+    def bin_row(self) -> np.ndarray:
+        """For each bin, the smallest row containing it (-1 if no row does)."""
+        return self._bin_row
+
+    @cached_property
+    def matrix(self) -> sp.csr_matrix:
+        """A as CSR, built on first use from the ranges."""
+        return interval_matrix(self.lo, self.hi, self.n_bins)
+
+    def total_row_mask(self) -> np.ndarray:
+        return (self.lo == 0) & (self.hi == self.n_bins)
+
+    def apply(self, x) -> np.ndarray:
+        """A @ x for x of shape (n,) or (n, r) via cumulative sums, O(m + n), no matrix."""
+        x = np.asarray(x, dtype=float)
+        s = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+        return s[self.hi] - s[self.lo]
+
+    def with_total_row(self) -> "IntervalStrategy":
+        """A copy with a total row appended (last row, level 0) as the new forest root."""
+        m = self.n_rows
+        parent = np.where(self.parent < 0, m, self.parent)
+        return IntervalStrategy(
+            np.append(self.lo, 0), np.append(self.hi, self.n_bins), np.append(parent, -1),
+            np.append(self.levels, 0), n_bins=self.n_bins, depth=np.append(self.depth + 1, 0),
+            bin_row=np.where(self.bin_row < 0, m, self.bin_row), name=self.name,
+        )
+
+    # -------------------------------------------------------- sensitivity
+    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+        wp = w if p == 1 else w * w
+        n = self.n_bins
+        # weight of rows containing bin c, via a difference array: O(m + n)
+        cover = np.cumsum(np.bincount(self.lo, wp, n + 1) - np.bincount(self.hi, wp, n + 1))[:n]
+        best = float(cover.max())
+        return best if p == 1 else float(np.sqrt(max(best, 0.0)))
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        wp = w if p == 1 else w * w
+        m = self.n_rows
+        par = np.where(self.parent < 0, m, self.parent)  # m = virtual super-root
+        direct = np.bincount(np.where(self.bin_row < 0, m, self.bin_row), minlength=m + 1)
+        n_child = np.bincount(par, minlength=m + 1)
+        best1 = np.full(m + 1, -np.inf)
+        best2 = np.full(m + 1, -np.inf)
+        depth = self.depth
+        order = np.argsort(depth, kind="stable")
+        bounds = np.searchsorted(depth[order], np.arange(depth.max() + 2))
+        for d in range(int(depth.max()), -1, -1):  # one vectorised pass per depth
+            rows = order[bounds[d]:bounds[d + 1]]
+            # heaviest path from a bin up to (and including) this row
+            floor = np.where(direct[rows] > 0, 0.0, -np.inf)
+            down = wp[rows] + np.maximum(best1[rows], floor)
+            ids, b1, b2 = _top_two(down, par[rows])
+            best1[ids], best2[ids] = b1, b2
+        # a pair of bins whose paths meet at u: two child branches, or one branch and a bin
+        # attached directly to u, or two bins attached to u (loss 0)
+        cand = np.where(n_child >= 2, best1 + best2,
+                        np.where((n_child == 1) & (direct >= 1), best1,
+                                 np.where(direct >= 2, 0.0, -np.inf)))
+        best = float(max(cand.max(), 0.0))
+        return best if p == 1 else float(np.sqrt(best))
+
+
+class PrefixSums(IntervalStrategy):
+    """Rows C_1..C_n (row j = bins [0, j]); the chain's swap loss has a closed form."""
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        # moving a record from bin a to bin b > a changes rows a..b-1; weights are >= 0, so
+        # the worst pair is (0, n-1): all rows but the total.
+        wp = w[:-1] if p == 1 else w[:-1] ** 2
+        s = float(wp.sum())
+        return s if p == 1 else float(np.sqrt(s))
+
+
+class LevelUniformTree(IntervalStrategy):
+    """The level-uniform tree of [RTS] Sec. IV: branching (k_1..k_h), prod k_l = n.
+
+    Level l has m_l = k_1 ... k_l nodes of width w_l = n / m_l; node i of level l covers
+    bins [i w_l, (i+1) w_l); rows are in level order, root first, left to right. The ranges,
+    parents and the sparse matrix are built only when asked for, so huge trees (n = 2^24)
+    cost O(rows) memory for levels and variances only.
+    """
+
+    def __init__(self, n_bins: int, branching: Sequence[int], *, name: str | None = None):
+        self._n_bins = int(n_bins)
+        self.branching = tuple(int(k) for k in branching)
+        self.height = len(self.branching)
+        self.level_sizes = np.concatenate([[1], np.cumprod(self.branching, dtype=np.int64)])
+        self.level_widths = self._n_bins // self.level_sizes
+        self.level_offsets = np.concatenate([[0], np.cumsum(self.level_sizes)])
+        self._levels = _readonly(
+            np.repeat(np.arange(self.height + 1, dtype=np.int32), self.level_sizes))
+        self.name = name or "tree(" + ",".join(map(str, self.branching)) + ")"
+
+    def __repr__(self) -> str:
+        return f"<LevelUniformTree {self.branching}: {self.n_rows} rows x {self.n_bins} bins>"
+
+    def level_slice(self, level: int) -> slice:
+        """Rows of one level."""
+        return slice(int(self.level_offsets[level]), int(self.level_offsets[level + 1]))
+
+    def _node_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(index within level, width) of every row."""
+        idx = np.arange(self.n_rows, dtype=np.int64) - np.repeat(
+            self.level_offsets[:-1], self.level_sizes)
+        return idx, np.repeat(self.level_widths, self.level_sizes)
+
+    @cached_property
+    def lo(self) -> np.ndarray:
+        idx, width = self._node_index()
+        return _readonly(idx * width)
+
+    @cached_property
+    def hi(self) -> np.ndarray:
+        idx, width = self._node_index()
+        return _readonly((idx + 1) * width)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        idx, _ = self._node_index()
+        k = np.repeat(np.concatenate([[1], self.branching]), self.level_sizes)
+        lvl = self.levels.astype(np.int64)
+        off = self.level_offsets[np.maximum(lvl - 1, 0)]
+        return _readonly(np.where(lvl == 0, -1, off + idx // k))
+
+    @property
+    def depth(self) -> np.ndarray:
+        return self.levels.astype(np.int64)
+
+    @cached_property
+    def bin_row(self) -> np.ndarray:
+        return _readonly(np.arange(self.n_bins, dtype=np.int64) + self.level_offsets[-2])
+
+    def level_weights(self, weights: np.ndarray) -> np.ndarray | None:
+        """Per-level weight if ``weights`` is constant on every level, else None."""
+        starts = self.level_offsets[:-1]
+        lo_w = np.minimum.reduceat(weights, starts)
+        hi_w = np.maximum.reduceat(weights, starts)
+        return lo_w if np.array_equal(lo_w, hi_w) else None
+
+    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+        """Exact loss; closed form when weights are constant per level (MATH.md section 1):
+        add/remove: ||(W_0..W_h)||_p (every leaf lies under one node per level);
+        swap: ||(W_{u+1}..W_h)||_p * 2^(1/p), u = the first level with k_{u+1} >= 2 (two
+        leaves split at u differ on every node below it)."""
+        w = self._check_weights(weights)
+        check_neighbours(neighbours)
+        p = check_norm(norm)
+        per_level = self.level_weights(w)
+        if per_level is None:
+            return super().sensitivity(w, neighbours, p)
+        if neighbours == "add_remove":
+            return float(np.linalg.norm(per_level, ord=p))
+        split = [lvl for lvl, k in enumerate(self.branching) if k >= 2]
+        if not split:
+            return 0.0
+        below = per_level[split[0] + 1:]
+        return float(np.linalg.norm(below, ord=p) * 2.0 ** (1.0 / p))
+
+
+# ------------------------------------------------------------------ constructors
+def _check_n(n) -> int:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
+    if n < 1:
+        raise ValueError(f"n (number of bins) must be >= 1, got {n}")
+    return int(n)
+
+
+def histogram(n: int) -> IntervalStrategy:
+    """A = I: each bin measured once (all rows at level 1; no total row)."""
+    n = _check_n(n)
+    idx = np.arange(n)
+    return IntervalStrategy(idx, idx + 1, np.full(n, -1), np.ones(n, dtype=np.int32),
+                            n_bins=n, depth=np.zeros(n), bin_row=idx, name="histogram")
+
+
+def prefix_sums(n: int) -> PrefixSums:
+    """A = the prefix matrix: row j measures C_{j+1} = x_0 + ... + x_j ([RTS] Sec. III-A).
+
+    The last row is the total N (level 0, exact under swap); the others are level 1."""
+    n = _check_n(n)
+    idx = np.arange(n)
+    levels = np.ones(n, dtype=np.int32)
+    levels[-1] = 0
+    parent = np.append(idx[:-1] + 1, -1)
+    return PrefixSums(np.zeros(n), idx + 1, parent, levels, n_bins=n, depth=n - 1 - idx,
+                      bin_row=idx, name="prefix")
+
+
+def resolve_branching(n: int, branching) -> tuple[int, ...]:
+    """The branching list for ``tree(n, branching)``; ValueError if it does not match n."""
+    n = _check_n(n)
+    if isinstance(branching, (int, np.integer)) and not isinstance(branching, bool):
+        k = int(branching)
+        if k < 2:
+            raise ValueError(f"branching k must be >= 2 when given as an int, got {k}")
+        h, size = 0, 1
+        while size < n:
+            size *= k
+            h += 1
+        if size != n:
+            raise ValueError(f"n={n} bins is not a power of branching factor k={k}")
+        return (k,) * h
+    try:
+        ks = [int(k) for k in branching]
+    except (TypeError, ValueError):
+        raise ValueError(f"branching must be an int or a list of ints, got {branching!r}") from None
+    if any(float(k) != float(orig) for k, orig in zip(ks, branching)) or any(k < 1 for k in ks):
+        raise ValueError(f"branching factors must be integers >= 1, got {list(branching)}")
+    prod = int(np.prod(ks, dtype=object)) if ks else 1
+    if prod != n:
+        raise ValueError(
+            f"branching {ks} does not match n={n} bins: the factors multiply to {prod}")
+    return tuple(ks)
+
+
+def tree(n: int, branching) -> LevelUniformTree:
+    """Level-uniform tree over n bins ([RTS] Def. IV.1) with its root row (level 0).
+
+    ``branching``: an int k (n must be a power of k) or a list [k_1..k_h] with product n."""
+    return LevelUniformTree(_check_n(n), resolve_branching(n, branching))
+
+
+def binary_tree(n: int) -> LevelUniformTree:
+    """The binary tree mechanism's strategy ([SU]; n must be a power of 2)."""
+    return tree(n, 2)
+
+
+def hierarchy(graph, root=None) -> IntervalStrategy:
+    """Strategy of an arbitrary rooted tree (networkx): one row per node, bins = leaves.
+
+    ``graph``: a networkx DiGraph arborescence (edges parent -> child; the root is found) or
+    an undirected tree with ``root`` given. Children are taken in the graph's insertion
+    order; the leaves, left to right, are bins 0..n-1. Rows are in level order (levels =
+    depth, root = level 0), left to right; ``.node_labels`` maps rows to graph nodes.
+    """
+    import networkx as nx
+
+    if not isinstance(graph, nx.Graph):
+        raise ValueError(f"graph must be a networkx graph, got {type(graph).__name__}")
+    if graph.number_of_nodes() == 0:
+        raise ValueError("graph has no nodes")
+    if graph.is_directed():
+        if not nx.is_arborescence(graph):
+            raise ValueError("graph must be a rooted tree (an arborescence: edges parent -> child)")
+        roots = [v for v, d in graph.in_degree() if d == 0]
+        if root is not None and root != roots[0]:
+            raise ValueError(f"root={root!r} is not the arborescence's root {roots[0]!r}")
+        root = roots[0]
+
+        def children(v, _parent):
+            return list(graph.successors(v))
+    else:
+        if not nx.is_tree(graph):
+            raise ValueError("graph must be a tree (connected, acyclic)")
+        if root is None or root not in graph:
+            raise ValueError("root: an undirected tree needs root=<a node of the graph>")
+
+        def children(v, parent):
+            return [u for u in graph.neighbors(v) if u != parent]
+
+    # iterative DFS (input conversion: O(nodes) Python, as networkx itself)
+    labels, parent_of, depth, lo = [], [], [], []
+    n_leaves = 0
+    stack = [(root, None, -1, 0)]
+    while stack:
+        v, pv, pidx, d = stack.pop()
+        me = len(labels)
+        labels.append(v)
+        parent_of.append(pidx)
+        depth.append(d)
+        lo.append(n_leaves)
+        kids = children(v, pv)
+        if not kids:
+            n_leaves += 1
+        stack.extend((u, v, me, d + 1) for u in reversed(kids))
+    parent_pre = np.array(parent_of)
+    depth_pre = np.array(depth)
+    lo_pre = np.array(lo)
+    # hi = lo of the next node in preorder that is not a descendant = lo + leaves in subtree
+    leaves = np.zeros(len(labels), dtype=np.int64)
+    is_leaf = np.ones(len(labels), dtype=bool)
+    is_leaf[parent_pre[parent_pre >= 0]] = False
+    leaves[is_leaf] = 1
+    for d in range(int(depth_pre.max()), 0, -1):  # accumulate subtree leaf counts by depth
+        sel = depth_pre == d
+        np.add.at(leaves, parent_pre[sel], leaves[sel])
+    # rows: level order (depth), left to right (preorder within a depth)
+    order = np.lexsort((np.arange(len(labels)), depth_pre))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    par = parent_pre[order]
+    par = np.where(par >= 0, rank[np.maximum(par, 0)], -1)
+    lo_rows = lo_pre[order]
+    hi_rows = lo_rows + leaves[order]
+    n = int(n_leaves)
+    bin_row = np.empty(n, dtype=np.int64)
+    leaf_rows = np.flatnonzero(is_leaf[order])
+    bin_row[lo_rows[leaf_rows]] = leaf_rows
+    strat = IntervalStrategy(lo_rows, hi_rows, par, depth_pre[order].astype(np.int32), n_bins=n,
+                             depth=depth_pre[order], bin_row=bin_row, name="hierarchy")
+    strat.node_labels = [labels[i] for i in order]
+    return strat

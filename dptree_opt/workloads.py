@@ -1,0 +1,251 @@
+"""Workloads W: the linear queries a user wants answered from the histogram.
+
+Every workload here is a set of interval queries over the K bins (a query sums the bins
+a..b, inclusive, 0-based), so each one multiplies with vectors in O(n + q) through cumulative
+sums and knows its own Gram matrix W'W without materialising W:
+
+=============  ===================================  =================================
+workload       queries (order)                       Gram (W'W)_ij
+=============  ===================================  =================================
+prefix(n)      C_t = x_0 + ... + x_{t-1}, t = 1..n   n - max(i, j)
+identity(n)    x_i, i = 0..n-1                       [i == j]
+total(n)       x_0 + ... + x_{n-1}                   1
+all_range(n)   [a, b] for a <= b, lexicographic      (min(i, j) + 1) (n - max(i, j))
+ranges(n, I)   the given inclusive pairs, in order   sum over queries containing i and j
+=============  ===================================  =================================
+
+The error of an unbiased linear estimate with covariance Cov is trace(W Cov W') =
+sum_ij Cov_ij (W'W)_ij; ``total_variance`` and ``query_variances`` compute it (and the
+per-query diagonal) from a dense covariance in O(n^2) without forming W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+__all__ = [
+    "Workload",
+    "prefix",
+    "identity",
+    "total",
+    "all_range",
+    "ranges",
+]
+
+# all_range with more bins than this has more than ~10^8 queries: refuse per-query output.
+_MAX_ALL_RANGE_QUERIES = 10**8
+
+
+def _check_n(n) -> int:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
+    if n < 1:
+        raise ValueError(f"n (number of bins) must be >= 1, got {n}")
+    return int(n)
+
+
+def _double_cumsum(cov: np.ndarray) -> np.ndarray:
+    """S with S[a, b] = sum of cov[:a, :b] (shape (n+1, n+1)); O(n^2)."""
+    n = cov.shape[0]
+    s = np.zeros((n + 1, n + 1))
+    np.cumsum(cov, axis=0, out=s[1:, 1:])
+    np.cumsum(s[1:, 1:], axis=1, out=s[1:, 1:])
+    return s
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """A set of interval queries over ``n_bins`` bins.
+
+    ``lo`` / ``hi`` hold each query's half-open bin range [lo, hi) (query = x[lo:hi].sum()).
+    ``kind`` names the structure ("prefix", "identity", "total", "all_range", "ranges"); the
+    all-range workload stores no interval arrays (it has n(n+1)/2 queries) and generates them
+    only on request.
+    """
+
+    kind: str
+    n_bins: int
+    lo: np.ndarray | None = field(repr=False, default=None)
+    hi: np.ndarray | None = field(repr=False, default=None)
+
+    # ----------------------------------------------------------------- shape
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (rows of W)."""
+        if self.kind == "all_range":
+            return self.n_bins * (self.n_bins + 1) // 2
+        return int(self.lo.size)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_queries, self.n_bins)
+
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) arrays of the half-open query ranges, in query order. O(q)."""
+        if self.kind == "all_range":
+            if self.n_queries > _MAX_ALL_RANGE_QUERIES:
+                raise ValueError(
+                    f"all_range({self.n_bins}) has {self.n_queries} queries; too many to list"
+                )
+            a, b = np.triu_indices(self.n_bins)  # lexicographic (a, b), a <= b
+            return a.astype(np.int64), b.astype(np.int64) + 1
+        return self.lo, self.hi
+
+    # ------------------------------------------------------------ products
+    def matvec(self, x) -> np.ndarray:
+        """W @ x for x of shape (n,) or (n, r). O(n + q) via cumulative sums."""
+        x = np.asarray(x, dtype=float)
+        if x.shape[0] != self.n_bins:
+            raise ValueError(f"x has {x.shape[0]} rows, workload has {self.n_bins} bins")
+        s = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+        lo, hi = self.intervals()
+        return s[hi] - s[lo]
+
+    def rmatvec(self, u) -> np.ndarray:
+        """W' @ u for u of shape (q,) or (q, r). O(n + q) via a difference array."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[0] != self.n_queries:
+            raise ValueError(f"u has {u.shape[0]} rows, workload has {self.n_queries} queries")
+        lo, hi = self.intervals()
+        d = np.zeros((self.n_bins + 1,) + u.shape[1:])
+        np.add.at(d, lo, u)
+        np.subtract.at(d, hi, u)
+        return np.cumsum(d[:-1], axis=0)
+
+    def as_linear_operator(self) -> LinearOperator:
+        """W as a scipy LinearOperator (q x n)."""
+        return LinearOperator(
+            self.shape, matvec=self.matvec, rmatvec=self.rmatvec,
+            matmat=self.matvec, rmatmat=self.rmatvec, dtype=float,
+        )
+
+    def dense(self) -> np.ndarray:
+        """W as a dense (q, n) array: only for small workloads."""
+        lo, hi = self.intervals()
+        cols = np.arange(self.n_bins)
+        return ((cols >= lo[:, None]) & (cols < hi[:, None])).astype(float)
+
+    # ---------------------------------------------------------------- Gram
+    def gram_matvec(self, v) -> np.ndarray:
+        """(W'W) @ v for v of shape (n,) or (n, r), in O(n) (O(n + q) for ``ranges``)."""
+        v = np.asarray(v, dtype=float)
+        n = self.n_bins
+        if v.shape[0] != n:
+            raise ValueError(f"v has {v.shape[0]} rows, workload has {n} bins")
+        ex = (slice(None),) + (None,) * (v.ndim - 1)
+        i = np.arange(n, dtype=float)[ex]
+        if self.kind == "identity":
+            return v.copy()
+        if self.kind == "total":
+            return np.broadcast_to(v.sum(axis=0), v.shape).copy()
+        # G_ij = f(min(i,j)) g(max(i,j)) for prefix (f=1, g=n-j) and all_range
+        # (f=j+1, g=n-j): (G v)_i = g(i) sum_{j<=i} f(j) v_j + f(i) sum_{j>i} g(j) v_j.
+        if self.kind in ("prefix", "all_range"):
+            f = np.ones_like(i) if self.kind == "prefix" else i + 1.0
+            g = n - i
+            low = np.cumsum(f * v, axis=0)
+            high = np.cumsum((g * v)[::-1], axis=0)[::-1]
+            high = np.concatenate([high[1:], np.zeros((1,) + v.shape[1:])])
+            return g * low + f * high
+        return self.rmatvec(self.matvec(v))
+
+    def gram(self) -> LinearOperator:
+        """W'W as a symmetric n x n LinearOperator (never materialised)."""
+        n = self.n_bins
+        return LinearOperator(
+            (n, n), matvec=self.gram_matvec, rmatvec=self.gram_matvec,
+            matmat=self.gram_matvec, rmatmat=self.gram_matvec, dtype=float,
+        )
+
+    def gram_dense(self) -> np.ndarray:
+        """W'W as a dense (n, n) array (closed form where there is one)."""
+        n = self.n_bins
+        i = np.arange(n)
+        mn = np.minimum.outer(i, i)
+        mx = np.maximum.outer(i, i)
+        if self.kind == "prefix":
+            return (n - mx).astype(float)
+        if self.kind == "all_range":
+            return ((mn + 1) * (n - mx)).astype(float)
+        if self.kind == "identity":
+            return np.eye(n)
+        if self.kind == "total":
+            return np.ones((n, n))
+        return self.gram_matvec(np.eye(n))
+
+    # -------------------------------------------------------- error helpers
+    def _check_cov(self, cov) -> np.ndarray:
+        cov = np.asarray(cov, dtype=float)
+        if cov.shape != (self.n_bins, self.n_bins):
+            raise ValueError(
+                f"covariance has shape {cov.shape}, expected ({self.n_bins}, {self.n_bins})"
+            )
+        return cov
+
+    def query_variances(self, cov) -> np.ndarray:
+        """diag(W Cov W') from a dense (n, n) covariance, in query order. O(n^2 + q)."""
+        cov = self._check_cov(cov)
+        if self.kind == "identity":
+            return np.diag(cov).copy()
+        s = _double_cumsum(cov)
+        lo, hi = self.intervals()
+        # var(sum_{lo<=i<hi} x_i) = S[hi,hi] - S[lo,hi] - S[hi,lo] + S[lo,lo]
+        return s[hi, hi] - s[lo, hi] - s[hi, lo] + s[lo, lo]
+
+    def total_variance(self, cov) -> float:
+        """trace(W Cov W') = sum_ij Cov_ij (W'W)_ij from a dense covariance. O(n^2)."""
+        cov = self._check_cov(cov)
+        if self.kind == "identity":
+            return float(np.trace(cov))
+        if self.kind == "all_range":  # n^2/2 queries: use the closed-form Gram instead
+            return float(np.einsum("ij,ij->", cov, self.gram_dense()))
+        return float(self.query_variances(cov).sum())
+
+
+# ---------------------------------------------------------------- constructors
+def prefix(n: int) -> Workload:
+    """The CDF workload: the n cumulative counts C_t = x_0 + ... + x_{t-1}, t = 1..n."""
+    n = _check_n(n)
+    return Workload("prefix", n, np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
+
+
+def identity(n: int) -> Workload:
+    """The histogram itself: query i is bin i."""
+    n = _check_n(n)
+    return Workload("identity", n, np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
+
+
+def total(n: int) -> Workload:
+    """The single query N = x_0 + ... + x_{n-1}."""
+    n = _check_n(n)
+    return Workload("total", n, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64))
+
+
+def all_range(n: int) -> Workload:
+    """All n(n+1)/2 interval queries [a, b], 0 <= a <= b < n, in lexicographic (a, b) order."""
+    return Workload("all_range", _check_n(n))
+
+
+def ranges(n: int, intervals) -> Workload:
+    """Arbitrary interval queries: ``intervals`` is a sequence of inclusive 0-based (a, b) pairs."""
+    n = _check_n(n)
+    iv = np.asarray(intervals)
+    if iv.size == 0:
+        raise ValueError("intervals must contain at least one (a, b) pair")
+    if iv.ndim != 2 or iv.shape[1] != 2:
+        raise ValueError(f"intervals must be a sequence of (a, b) pairs, got shape {iv.shape}")
+    if not np.issubdtype(iv.dtype, np.integer):
+        if not np.all(np.isfinite(iv)) or np.any(iv != np.round(iv)):
+            raise ValueError("intervals must hold integer bin indices")
+        iv = iv.astype(np.int64)
+    a, b = iv[:, 0].astype(np.int64), iv[:, 1].astype(np.int64)
+    bad = (a < 0) | (b >= n) | (a > b)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"intervals[{j}] = ({a[j]}, {b[j]}) is not an inclusive range 0 <= a <= b < n={n}"
+        )
+    return Workload("ranges", n, a, b + 1)
