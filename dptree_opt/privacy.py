@@ -42,11 +42,12 @@ def split_budget(total: float, n_levels: int, level_budgets=None, *, name: str =
     """One budget per noisy level: the equal split by default, else validated user values.
 
     ``level_budgets`` are absolute (they must sum to ``total`` to 1e-9 relative); a level
-    may get 0 (it is then not measured)."""
-    if n_levels < 1:
-        raise ValueError("the strategy has no noisy level to give budget to")
-    if level_budgets is None:
-        return np.full(n_levels, total / n_levels)
+    may get 0 (it is then not measured). With no noisy level (everything public, e.g. one
+    bin under swap) nothing is spent."""
+    if n_levels == 0 and level_budgets is not None and len(level_budgets):
+        raise ValueError("level_budgets: every row is released exactly; there is no noisy level")
+    if level_budgets is None or n_levels == 0:
+        return np.full(n_levels, total / max(n_levels, 1))
     try:
         b = np.asarray(level_budgets, dtype=float)
     except (TypeError, ValueError):

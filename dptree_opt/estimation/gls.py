@@ -39,8 +39,9 @@ __all__ = ["GLS", "gls", "blue", "blue_covariance", "METHODS"]
 METHODS = ("auto", "sparse", "dense")
 # Dense covariance / dense backend only up to this many bins (n^2 float64 = 512 MiB).
 MAX_DENSE_BINS = 8192
-# Pivot ratio below which the sparse KKT matrix is treated as singular.
+# Pivot ratios below which the sparse KKT matrix / the dense Gram is treated as singular.
 _PIVOT_TOL = 1e-13
+_CHOL_TOL = 1e-11
 
 
 def _weighted_gram(a: sp.csr_matrix, w: np.ndarray) -> np.ndarray:
@@ -66,6 +67,19 @@ def _mirror_lower(a: np.ndarray, block: int = 512) -> None:
         a[i:j, i:j][tri] = a[i:j, i:j].T[tri]
 
 
+def _independent_rows(e: sp.csr_matrix) -> np.ndarray:
+    """Mask of a maximal independent subset of the exact rows (pivoted QR of E'); dependent
+    exact rows (e.g. a duplicated total) carry no extra information and would make the
+    constraint system singular."""
+    keep = np.zeros(e.shape[0], dtype=bool)
+    if e.shape[0] == 0:
+        return keep
+    _, r, piv = sla.qr(e.toarray().T, mode="economic", pivoting=True)
+    diag = np.abs(np.diag(r))
+    keep[piv[: int(np.sum(diag > 1e-10 * diag.max()))]] = True
+    return keep
+
+
 _NOT_IDENTIFIED = "the strategy cannot identify the histogram"
 
 
@@ -77,6 +91,7 @@ class GLS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         var = mechanism.variances
         used = np.isfinite(var)
+        used[np.flatnonzero(var == 0)[~_independent_rows(mechanism.released.matrix[var == 0])]] = False
         a = mechanism.released.matrix[used]
         v = var[used]
         n = mechanism.n_bins
@@ -119,9 +134,12 @@ class GLS:
         a, v, c, noisy = self._a, self._v, self._scale, self._noisy
         e = a[~noisy]
         m_tilde = _weighted_gram(a[noisy], c / v[noisy]) + _weighted_gram(e, np.ones(e.shape[0]))
+        diag = np.diag(m_tilde).copy()
         chol, info = lapack.dpotrf(m_tilde, lower=1, overwrite_a=1)
-        if info != 0:
-            raise ValueError(f"{_NOT_IDENTIFIED} (A'V^-1A + E'E is not positive definite)")
+        # a pivot that is tiny relative to its diagonal entry means numerical singularity
+        if info != 0 or np.min(np.diag(chol) ** 2 / diag) < _CHOL_TOL:
+            raise ValueError(f"{_NOT_IDENTIFIED} (A'V^-1A + E'E is singular: A is rank "
+                             "deficient)")
         return chol, e
 
     def _factor_dense(self) -> None:

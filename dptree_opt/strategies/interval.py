@@ -279,7 +279,8 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
     if isinstance(branching, (int, np.integer)) and not isinstance(branching, bool):
         k = int(branching)
         if k < 2:
-            raise ValueError(f"branching k must be >= 2 when given as an int, got {k}")
+            raise ValueError(f"branching k={k} cannot build a tree over n={n} bins: an int "
+                             "branching factor must be >= 2")
         h, size = 0, 1
         while size < n:
             size *= k
