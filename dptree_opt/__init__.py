@@ -7,7 +7,16 @@ Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), 
 
 from . import closed_forms, strategies, workloads
 from .error import MonteCarloResult, expected_error, monte_carlo_error
-from .estimation import blue, blue_covariance, covering_cdf, covering_variances
+from .estimation import (
+    TreeEstimates,
+    blue,
+    blue_covariance,
+    covering_cdf,
+    covering_variances,
+    refined_cdf,
+    refined_variances,
+    tree_estimates,
+)
 from .mechanism import Mechanism
 
 __version__ = "0.1.0"
@@ -15,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Mechanism",
     "MonteCarloResult",
+    "TreeEstimates",
     "blue",
     "blue_covariance",
     "closed_forms",
@@ -22,6 +32,9 @@ __all__ = [
     "covering_variances",
     "expected_error",
     "monte_carlo_error",
+    "refined_cdf",
+    "refined_variances",
     "strategies",
+    "tree_estimates",
     "workloads",
 ]

@@ -65,6 +65,8 @@ def _budget_kwargs(args) -> dict:
 def cmd_error(args) -> int:
     if args.bins < 1:
         raise ValueError(f"--bins must be >= 1, got {args.bins}")
+    if args.records is not None and not (np.isfinite(args.records) and args.records > 0):
+        raise ValueError(f"--records must be a finite number > 0, got {args.records}")
     strat, padded, note = parse_strategy(args.strategy, args.bins)
     mech = Mechanism(strat, noise=args.noise, neighbours=args.neighbours,
                      public_total=True if args.public_total else None, **_budget_kwargs(args))

@@ -1,9 +1,16 @@
 """Exact expected error of a mechanism + estimator on a workload, and its Monte Carlo check.
 
-Both estimators are linear and unbiased, so the expected squared error of the answers is
-their total variance: trace(W Cov W') for the BLUE (MATH.md section 2), the sum of the
-covering rows' variances for the [RTS] covering estimator (Thm IV.1 proof). Values are in
-counts^2 (divide by N^2 for [RTS]'s normalised CDF error).
+Every estimator here is linear and unbiased, so the expected squared error of the answers is
+their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF error):
+
+* "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
+  identity and all-range workloads it comes from the tree's Haar structure
+  (:mod:`dptree_opt.tree_error`, O(h) totals, O(K) per query, no K x K matrix); otherwise
+  from the dense covariance of the generic GLS (K <= 8192).
+* "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
+  proof); prefix workload only.
+* "refined": [RTS] App. B on level-uniform trees; prefix in O(K), other workloads through
+  differences of the refined prefixes, from the estimator's exact linear map (K <= 4096).
 """
 
 from __future__ import annotations
@@ -13,14 +20,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._progress import Progress
+from . import tree_error
+from .estimation.blue import blue, blue_covariance
 from .estimation.covering import covering_cdf, covering_variances
-from .estimation.gls import blue, blue_covariance
+from .estimation.honaker import refined_recursion
+from .estimation.tree import is_tree_mechanism, refined_cdf, refined_variances, tree_parameters
 from .mechanism import Mechanism, as_generator, check_histogram
 from .workloads import Workload
 
 __all__ = ["ESTIMATORS", "expected_error", "monte_carlo_error", "MonteCarloResult"]
 
-ESTIMATORS = ("blue", "covering")
+ESTIMATORS = ("blue", "covering", "refined")
+ERROR_METHODS = ("auto", "dense")
+# The refined estimator's dense linear map is built for at most this many bins.
+MAX_REFINED_DENSE_BINS = 4096
 
 # Monte Carlo: noise draws per chunk (trials x rows floats).
 _MC_CHUNK_FLOATS = 1 << 22
@@ -38,20 +51,62 @@ def _check(workload, mechanism, estimator) -> None:
     if estimator == "covering" and workload.kind != "prefix":
         raise ValueError("the covering estimator is defined for the prefix (CDF) workload only; "
                          f"use estimator='blue' for {workload.kind!r}")
+    if estimator == "refined" and not is_tree_mechanism(mechanism):
+        raise ValueError("the refined estimator ([RTS] App. B) is defined for level-uniform "
+                         f"trees; {mechanism.released.name!r} is not one")
+
+
+def _refined_histogram_covariance(mechanism: Mechanism) -> np.ndarray:
+    """Covariance (K, K) of the histogram implied by the refined prefixes, x_i = C_{i+1} - C_i.
+
+    The refined estimate is C = R'y (linear; the public total enters as a zero-variance row):
+    R is built by feeding unit answer vectors in chunks, Cov_C = sum_r v_r R_r R_r'. O(rows K)
+    work per chunk row; K <= MAX_REFINED_DENSE_BINS."""
+    k = mechanism.n_bins
+    if k > MAX_REFINED_DENSE_BINS:
+        raise ValueError(f"the refined estimator's error for this workload needs its dense "
+                         f"covariance: refused for {k} > {MAX_REFINED_DENSE_BINS} bins")
+    ks, v = tree_parameters(mechanism)
+    var = mechanism.variances
+    rows = np.flatnonzero(np.isfinite(var) & (var > 0))
+    cov_c = np.zeros((k, k))
+    step = max(1, (1 << 22) // max(var.size, 1))
+    for start in range(0, rows.size, step):
+        chunk = rows[start:start + step]
+        unit = np.zeros((chunk.size, var.size))
+        unit[np.arange(chunk.size), chunk] = 1.0
+        coef = refined_recursion(ks, v, unit)[0]  # (chunk, K): d C_t / d y_r
+        cov_c += coef.T @ (coef * var[chunk, None])
+    diff = np.eye(k) - np.eye(k, k=-1)  # x = D C
+    return diff @ cov_c @ diff.T
 
 
 def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
-                   per_query: bool = False):
+                   per_query: bool = False, method: str = "auto"):
     """Exact expected squared error, in counts^2.
 
     Returns sum_q Var(answer_q) (a float) or the per-query variances (shape (q,), in the
-    workload's query order) when ``per_query``. ``estimator``: "blue" (GLS, trace(W Cov W'))
-    or "covering" ([RTS] direct sums; prefix workload only)."""
+    workload's query order) when ``per_query``. ``estimator``: "blue" (GLS / Honaker,
+    trace(W Cov W')), "covering" ([RTS] direct sums; prefix workload only) or "refined"
+    ([RTS] App. B; level-uniform trees). ``method="dense"`` bypasses the structured tree
+    formulas (for checking them against the dense covariance)."""
     _check(workload, mechanism, estimator)
+    if method not in ERROR_METHODS:
+        raise ValueError(f"method must be one of {ERROR_METHODS}, got {method!r}")
+    structured = method == "auto"
     if estimator == "covering":
         var = covering_variances(mechanism)
         return var if per_query else float(var.sum())
-    cov = blue_covariance(mechanism)
+    if estimator == "refined":
+        if workload.kind == "prefix" and structured:
+            var = refined_variances(mechanism)
+            return var if per_query else float(var.sum())
+        cov = _refined_histogram_covariance(mechanism)
+    elif structured and is_tree_mechanism(mechanism) and workload.kind in tree_error.WORKLOADS:
+        ks, v = tree_parameters(mechanism)
+        return tree_error.blue_error(ks, v, workload.kind, per_query=per_query)
+    else:
+        cov = blue_covariance(mechanism)
     return workload.query_variances(cov) if per_query else workload.total_variance(cov)
 
 
@@ -97,6 +152,9 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
         y = exact_answers + mechanism.sample_noise(rng, size=size)  # (size, rows)
         if estimator == "covering":
             answers = covering_cdf(mechanism, y)  # (size, K)
+        elif estimator == "refined":
+            answers = workload.matvec(np.diff(refined_cdf(mechanism, y), axis=1,
+                                              prepend=0.0).T).T
         else:
             answers = workload.matvec(blue(mechanism, y).T).T  # (size, q)
         errors[done:done + size] = np.sum((answers - truth) ** 2, axis=1)

@@ -45,6 +45,8 @@ def check_histogram(histogram, n_bins: int) -> np.ndarray:
             raise ValueError("histogram counts must be integers")
     if np.any(h < 0):
         raise ValueError("histogram counts must be non-negative")
+    if h.size and h.max() >= 2**63:
+        raise ValueError("histogram counts must be below 2^63 (int64 counts)")
     return h.astype(np.int64)
 
 
@@ -71,7 +73,11 @@ class Mechanism:
         level-0 row, so every estimator can use it.
     level_budgets : sequence of float, optional
         One absolute budget per noisy level, in increasing level order, summing to the total
-        (a level may get 0: it is then not measured). Default: equal split.
+        (a level may get 0: it is then not measured). Noisy levels are all levels but the
+        root when N is public. Default: equal split over the levels that depend on the data;
+        a level whose rows cannot change under the neighbour model (sensitivity 0, e.g. a tree
+        level with k_1 = 1 under swap) is released exactly, needs no budget and gets none by
+        default (budget given to it is unused: ``.epsilon`` / ``.rho`` report the loss).
 
     Noise per level l: scale = Delta_l / budget_l with Delta_l the level's own sensitivity
     (l1 for Laplace, l2 for Gaussian) under the neighbour model. The loss of the whole
@@ -99,7 +105,7 @@ class Mechanism:
         if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
             raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
         if neighbours == "swap":
-            if public_total is False:
+            if public_total is not None and not public_total:
                 raise ValueError("public_total=False is impossible under swap neighbours (N "
                                  "never changes); use neighbours='add_remove' for a private N")
             public = True
@@ -110,29 +116,34 @@ class Mechanism:
         if public and not np.any(strategy.levels == 0):
             released = strategy.with_total_row()
         levels = released.levels
-        exact = (levels == 0) if public else np.zeros(levels.size, dtype=bool)
-        noisy_levels = np.unique(levels[~exact])
-        budgets = split_budget(budget, noisy_levels.size, level_budgets, name=budget_name)
-
         p = norm_of(noise)
+        present = np.flatnonzero(np.bincount(levels))  # levels present, O(rows)
+        noisy_levels = present[present != 0] if public else present
+        sens = np.array([released.level_sensitivity(int(lvl), neighbours, p)
+                         for lvl in noisy_levels])
+        if level_budgets is None and noisy_levels.size:
+            # equal split over the levels that depend on the data; a level whose rows cannot
+            # change (sensitivity 0, e.g. k_1 = 1 under swap) is released exactly for free
+            budgets = np.where(sens > 0, budget / max(int(np.sum(sens > 0)), 1), 0.0)
+        else:
+            budgets = split_budget(budget, noisy_levels.size, level_budgets, name=budget_name)
+        exact_levels = ([0] if public else []) + [int(lvl) for lvl, d in zip(noisy_levels, sens)
+                                                   if d == 0]
+        exact = np.isin(levels, exact_levels) if exact_levels else np.zeros(levels.size, bool)
         if neighbours == "swap" and exact.any():
             if released.sensitivity(exact.astype(float), "swap", p) != 0:
                 raise ValueError("level-0 rows must not change under swap neighbours")
-        scale = np.zeros(levels.size)
-        variance = np.zeros(levels.size)
         level_scale, level_variance, level_sens = {}, {}, {}
-        for lvl, b in zip(noisy_levels, budgets):  # O(levels) calls, each O(rows)
-            rows = levels == lvl
-            sens = released.sensitivity(rows.astype(float), neighbours, p)
-            s, v = calibrate(sens, float(b), noise)
-            scale[rows], variance[rows] = s, v
-            level_scale[int(lvl)], level_variance[int(lvl)], level_sens[int(lvl)] = s, v, sens
+        for lvl, b, d in zip(noisy_levels, budgets, sens):
+            s, v = calibrate(float(d), float(b), noise)  # d = 0 -> exact (scale 0)
+            level_scale[int(lvl)], level_variance[int(lvl)], level_sens[int(lvl)] = s, v, float(d)
         if public:
             level_scale[0], level_variance[0], level_sens[0] = 0.0, 0.0, 0.0
+        lookup = np.zeros((3, int(levels.max()) + 1))  # scale, variance, privacy weight
+        for lvl, s in level_scale.items():
+            lookup[:, lvl] = s, level_variance[lvl], (1.0 / s if 0 < s < np.inf else 0.0)
+        scale, variance, weights = (np.take(row, levels) for row in lookup)  # per row, O(rows)
 
-        weights = np.zeros(levels.size)
-        finite = np.isfinite(scale) & (scale > 0)
-        weights[finite] = 1.0 / scale[finite]
         actual = loss_from_sensitivity(released.sensitivity(weights, neighbours, p), noise)
         if actual > budget * (1 + 1e-9):
             raise ValueError(f"calibration error: the mechanism's {budget_name} would be "

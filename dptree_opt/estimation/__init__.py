@@ -1,6 +1,10 @@
-"""Estimators: the generic BLUE (GLS with exact rows as constraints) and the [RTS] covering sums."""
+"""Estimators: the BLUE (Honaker's recursions on trees, generic GLS otherwise), the [RTS]
+covering sums and the [RTS] App. B refined estimator."""
 
+from .blue import blue, blue_covariance
 from .covering import covering_cdf, covering_variances
-from .gls import GLS, blue, blue_covariance, gls
+from .gls import GLS, gls
+from .tree import TreeEstimates, refined_cdf, refined_variances, tree_estimates
 
-__all__ = ["GLS", "gls", "blue", "blue_covariance", "covering_cdf", "covering_variances"]
+__all__ = ["GLS", "gls", "blue", "blue_covariance", "covering_cdf", "covering_variances",
+           "TreeEstimates", "tree_estimates", "refined_cdf", "refined_variances"]

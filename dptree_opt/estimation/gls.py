@@ -34,7 +34,7 @@ from scipy.sparse.linalg import splu
 
 from ..mechanism import Mechanism
 
-__all__ = ["GLS", "gls", "blue", "blue_covariance", "METHODS"]
+__all__ = ["GLS", "gls", "METHODS"]
 
 METHODS = ("auto", "sparse", "dense")
 # Dense covariance / dense backend only up to this many bins (n^2 float64 = 512 MiB).
@@ -215,17 +215,3 @@ def gls(mechanism: Mechanism, method: str = "auto") -> GLS:
     if method not in solvers:
         solvers[method] = GLS(mechanism, method)
     return solvers[method]
-
-
-def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
-    """The BLUE x_hat of the histogram (length n; or (trials, n) for y of shape (trials, m)).
-
-    Generalised least squares with weights 1 / variance, exact rows as equality constraints
-    (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``: "auto", "sparse"
-    (KKT LU) or "dense" (Cholesky); all exact."""
-    return gls(mechanism, method).estimate(y)
-
-
-def blue_covariance(mechanism: Mechanism) -> np.ndarray:
-    """Dense covariance (n, n) of the BLUE; for n up to ``MAX_DENSE_BINS``."""
-    return gls(mechanism).covariance()

@@ -18,8 +18,9 @@ import scipy.sparse as sp
 
 NEIGHBOURS = ("swap", "add_remove")
 
-# Generic swap search: columns per chunk of the pairwise computation.
+# Generic swap search: columns per chunk of the Gram route, floats per chunk of the direct one.
 _PAIR_CHUNK = 256
+_PAIR_FLOATS = 1 << 24
 
 
 def check_neighbours(neighbours: str) -> str:
@@ -143,6 +144,10 @@ class Strategy:
             return 0.0
         return self._swap_loss(w, p)
 
+    def level_sensitivity(self, level: int, neighbours: str, norm: int) -> float:
+        """Sensitivity of the rows of one level at unit scale (the calibration input)."""
+        return self.sensitivity((self.levels == level).astype(float), neighbours, norm)
+
     def _check_weights(self, weights) -> np.ndarray:
         w = np.asarray(weights, dtype=float)
         if w.shape != (self.n_rows,):
@@ -175,10 +180,11 @@ class Strategy:
                 d = g[start:stop, None] + g[None, :] - 2.0 * gab
                 d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
                 best = max(best, float(d.max()))
-        else:
+        else:  # l1 with general entries: direct differences, O(m n^2) work
             dense = a.toarray()
-            for start in range(0, n, _PAIR_CHUNK // 8 or 1):
-                stop = min(start + (_PAIR_CHUNK // 8 or 1), n)
+            step = max(1, _PAIR_FLOATS // (dense.shape[0] * n))
+            for start in range(0, n, step):
+                stop = min(start + step, n)
                 diff = np.abs(dense[:, start:stop, None] - dense[:, None, :])  # (m, c, n)
                 d = np.einsum("r,rcn->cn", w, diff)
                 d[np.arange(stop - start), np.arange(start, stop)] = -np.inf

@@ -223,6 +223,19 @@ class LevelUniformTree(IntervalStrategy):
         hi_w = np.maximum.reduceat(weights, starts)
         return lo_w if np.array_equal(lo_w, hi_w) else None
 
+    def level_sensitivity(self, level: int, neighbours: str, norm: int) -> float:
+        """One level at unit scale, O(1): every leaf lies under exactly one node of the level
+        (add/remove: 1); a swap changes two nodes of the level by 1 if the level lies below
+        the first split, else none (2^(1/p) or 0)."""
+        check_neighbours(neighbours)
+        p = check_norm(norm)
+        if not 0 <= level <= self.height:
+            return 0.0
+        if neighbours == "add_remove":
+            return 1.0
+        split = [lvl for lvl, k in enumerate(self.branching) if k >= 2]
+        return 2.0 ** (1.0 / p) if split and level > split[0] else 0.0
+
     def sensitivity(self, weights, neighbours: str, norm: int) -> float:
         """Exact loss; closed form when weights are constant per level (MATH.md section 1):
         add/remove: ||(W_0..W_h)||_p (every leaf lies under one node per level);
@@ -288,6 +301,8 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
         if size != n:
             raise ValueError(f"n={n} bins is not a power of branching factor k={k}")
         return (k,) * h
+    if isinstance(branching, (str, bytes)):
+        raise ValueError(f"branching must be an int or a list of ints, got {branching!r}")
     try:
         ks = [int(k) for k in branching]
     except (TypeError, ValueError):

@@ -1,0 +1,38 @@
+"""The BLUE of the histogram: one entry point, exact on every path.
+
+On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*);
+otherwise the generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
+to rounding (tests pin it)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..mechanism import Mechanism
+from .gls import gls
+from .tree import is_tree_mechanism, tree_blue
+
+__all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
+
+BLUE_METHODS = ("auto", "tree", "generic", "sparse", "dense")
+
+
+def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
+    """The BLUE x_hat of the histogram: shape (n,), or (trials, n) for y of shape (trials, m).
+
+    Generalised least squares with weights 1 / variance and exact rows as equality
+    constraints (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``:
+    "auto" (tree recursions on level-uniform trees, else generic), "tree", "generic"
+    (the GLS solver's own choice), "sparse" (KKT LU) or "dense" (Cholesky)."""
+    if method not in BLUE_METHODS:
+        raise ValueError(f"method must be one of {BLUE_METHODS}, got {method!r}")
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    if method == "tree" or (method == "auto" and is_tree_mechanism(mechanism)):
+        return tree_blue(mechanism, y)
+    return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
+
+
+def blue_covariance(mechanism: Mechanism) -> np.ndarray:
+    """Dense covariance (n, n) of the BLUE (generic solver; n up to gls.MAX_DENSE_BINS)."""
+    return gls(mechanism).covariance()
