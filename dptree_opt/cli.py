@@ -81,12 +81,12 @@ def cmd_error(args) -> int:
     if args.records:
         header += f" {'total / N^2':>12}"
     print(header)
-    for est in ("covering", "blue"):
+    for est in ("covering", "refined", "blue"):
         t0 = time.perf_counter()
         try:
             var = expected_error(cdf, mech, est, per_query=True)[: args.bins]
         except ValueError as exc:
-            print(f"{est:<10} not available: {exc}")
+            print(f"{est:<10} not available: {str(exc).split(';')[0]}")
             continue
         dt = time.perf_counter() - t0
         row = f"{est:<10} {var.sum():>14.6g} {var.mean():>12.6g} {var.max():>12.6g} {dt:>8.2f}"
@@ -103,10 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "comparisons and optimal trees.")
     sub = parser.add_subparsers(dest="command", required=True)
     err = sub.add_parser(
-        "error", help="exact CDF error of one mechanism under the covering and BLUE estimators",
+        "error", help="exact CDF error of one mechanism under the covering, refined and BLUE "
+                      "estimators",
         description="Print the exact expected squared error (counts^2) of the CDF workload for "
-                    "one strategy with calibrated noise, under the [RTS] covering estimator and "
-                    "the BLUE (Honaker's efficient estimator on trees).",
+                    "one strategy with calibrated noise, under the [RTS] covering estimator, the "
+                    "[RTS] App. B refined estimator (trees) and the BLUE (Honaker's efficient "
+                    "estimator on trees).",
         epilog="example: dptree-opt error --bins 1024 --strategy tree:4,8,32 --epsilon 1")
     err.add_argument("--bins", type=int, required=True, help="number of bins K")
     err.add_argument("--strategy", required=True, help=STRATEGY_HELP)

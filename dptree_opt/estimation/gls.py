@@ -110,7 +110,7 @@ class GLS:
         if method == "dense" and n > MAX_DENSE_BINS:
             raise ValueError(f"method='dense' refused for {n} > {MAX_DENSE_BINS} bins")
         self.method = method
-        self._lu = self._chol = None
+        self._lu = self._chol = self._cov = None
         if method == "sparse":
             self._factor_kkt()
         else:
@@ -189,7 +189,14 @@ class GLS:
         return self._scale * self._dense_solve(b, None)
 
     def covariance(self) -> np.ndarray:
-        """The dense (n, n) covariance of the BLUE: Cholesky inverse of M~, O(n^3)."""
+        """The dense (n, n) covariance of the BLUE (read-only, computed once per solver)."""
+        if self._cov is None:
+            self._cov = self._dense_covariance()
+            self._cov.flags.writeable = False
+        return self._cov
+
+    def _dense_covariance(self) -> np.ndarray:
+        """Cholesky inverse of M~ and the constraint correction, O(n^3)."""
         if self.n_bins > MAX_DENSE_BINS:
             raise ValueError(f"dense covariance refused for {self.n_bins} > {MAX_DENSE_BINS} bins")
         chol, e = (self._chol, self._e) if self._chol is not None else self._m_tilde_factor()
