@@ -23,6 +23,7 @@ from scipy import stats
 
 from dptree_opt import Mechanism, strategies
 from dptree_opt.strategies import Strategy
+from oracles import tree_matrix
 
 REL = 1e-9
 HYP = settings(max_examples=60, deadline=None,
@@ -79,23 +80,6 @@ def brute_loss(a_dense: np.ndarray, weights, model: str, p: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # Dense matrices built here, from the definitions (not from the library)
 # ---------------------------------------------------------------------------------------------
-def tree_matrix(branching):
-    """Level-uniform tree ([RTS] Def. IV.1): level order, root first, left to right."""
-    n = math.prod(branching)
-    rows, levels = [], []
-    m = 1
-    for lvl in range(len(branching) + 1):
-        if lvl:
-            m *= branching[lvl - 1]
-        w = n // m
-        for i in range(m):
-            r = np.zeros(n)
-            r[i * w:(i + 1) * w] = 1
-            rows.append(r)
-            levels.append(lvl)
-    return np.array(rows), np.array(levels)
-
-
 def dyadic_matrix(d: int) -> np.ndarray:
     """All 2D - 1 dyadic counts of the binary tree over D bins ([SU])."""
     rows = []

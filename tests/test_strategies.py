@@ -5,20 +5,7 @@ import numpy as np
 import pytest
 
 from dptree_opt import strategies as S
-
-
-def tree_rows_by_definition(ks):
-    """Dense rows of the level-uniform tree from [RTS] Def. IV.1: level order, root first."""
-    n = int(np.prod(ks))
-    rows, levels, width = [np.ones(n)], [0], n
-    for lvl, k in enumerate(ks, start=1):
-        width //= k
-        for i in range(n // width):
-            r = np.zeros(n)
-            r[i * width:(i + 1) * width] = 1
-            rows.append(r)
-            levels.append(lvl)
-    return np.array(rows), np.array(levels)
+from oracles import tree_matrix as tree_rows_by_definition
 
 
 @pytest.mark.parametrize("ks", [(2, 2, 2), (3, 5, 2), (4, 1, 3), (7,), ()])

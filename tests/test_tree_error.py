@@ -15,6 +15,7 @@ from dptree_opt.tree_error import (
     blue_error,
     blue_haar_variances,
 )
+from oracles import tree_matrix as dense_strategy
 
 WORKLOADS = ("prefix", "identity", "all_range")
 RTOL = 1e-9
@@ -23,23 +24,6 @@ RTOL = 1e-9
 # ---------------------------------------------------------------------------------------------
 # Dense oracle: explicit strategy matrix, generalised least squares, explicit workload matrix.
 # ---------------------------------------------------------------------------------------------
-def dense_strategy(branching):
-    """Rows = 0/1 node indicators, level by level, root first, left to right; level of each row."""
-    K = math.prod(branching)
-    rows, levels = [], []
-    m = 1
-    for level in range(len(branching) + 1):
-        if level:
-            m *= branching[level - 1]
-        w = K // m
-        for i in range(m):
-            row = np.zeros(K)
-            row[i * w : (i + 1) * w] = 1.0
-            rows.append(row)
-            levels.append(level)
-    return np.array(rows), np.array(levels)
-
-
 def dense_information(branching, level_variances):
     """A_n' V_n^-1 A_n over the noisy rows (0 < v < inf)."""
     A, levels = dense_strategy(branching)

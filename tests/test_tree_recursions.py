@@ -20,24 +20,9 @@ from dptree_opt.estimation.honaker import (
     refined_recursion,
     refined_error,
 )
+from oracles import tree_matrix
 
 # --------------------------------------------------------------------------- oracle helpers
-
-
-def tree_matrix(branching):
-    """Dense 0/1 strategy matrix (n_nodes, K) and the level of each row, from the definition."""
-    K = math.prod(branching)
-    rows, levels, m = [], [], 1
-    for lev in range(len(branching) + 1):
-        width = K // m
-        for i in range(m):
-            row = np.zeros(K)
-            row[i * width:(i + 1) * width] = 1.0
-            rows.append(row)
-            levels.append(lev)
-        if lev < len(branching):
-            m *= branching[lev]
-    return np.array(rows), np.array(levels)
 
 
 def node_variances(branching, level_variances):
