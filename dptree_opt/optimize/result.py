@@ -1,0 +1,55 @@
+"""The result type every tree/budget optimiser returns."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TreeDesign:
+    """A level-uniform tree design and its exact error.
+
+    Attributes
+    ----------
+    n_bins : the number of bins K asked for.
+    branching : (k_1..k_h); may multiply to a padded K' >= K (the extra bins are empty).
+    budgets : one absolute budget per noisy level, increasing level order (eps_l for Laplace,
+        rho_l for Gaussian); under swap levels 1..h, under add/remove with a private total
+        levels 0..h (the root first; it may be 0 = root not measured).
+    error : exact total squared error of the CDF workload (the first K prefix counts), in
+        counts^2, for the design's estimator. Real-valued (relaxed) designs report the
+        closed-form value of the relaxation.
+    normalised_error : ``error / c`` with [RTS]'s unit c = 4K / eps^2 (Laplace; Sec. V writes
+        the equal-budget covering error as c h^2 sum_l (k_l - 1)) or c = K / (2 rho)
+        (Gaussian); free of N, K-scaling and the budget.
+    estimator, noise, neighbours, public_total : the setting the error is for.
+    method : how it was found ("closed form", "cvxpy", "exhaustive", "gradient", ...).
+    alternatives : ranked runners-up (best first), each a TreeDesign, when a search made them.
+    """
+
+    n_bins: int
+    branching: tuple
+    budgets: tuple
+    error: float
+    normalised_error: float
+    estimator: str = "covering"
+    noise: str = "laplace"
+    neighbours: str = "swap"
+    public_total: bool = True
+    method: str = ""
+    alternatives: tuple = field(default=(), repr=False)
+
+    @property
+    def padded_bins(self) -> float:
+        """prod k_l (= n_bins unless padded; a float for relaxed real branching factors)."""
+        return math.prod(self.branching)
+
+    @property
+    def height(self) -> int:
+        return len(self.branching)
+
+
+def error_unit(n_bins: int, total_budget: float, noise: str) -> float:
+    """[RTS]'s unit c for ``normalised_error``: 4K/eps^2 (Laplace) or K/(2 rho) (Gaussian)."""
+    return 4.0 * n_bins / total_budget**2 if noise == "laplace" else n_bins / (2.0 * total_budget)
