@@ -9,8 +9,10 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); prefix workload only.
-* "refined": [RTS] App. B on level-uniform trees; prefix in O(K), other workloads through
-  differences of the refined prefixes, from the estimator's exact linear map (K <= 4096).
+* "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
+  refined prefixes. Prefix, identity and all-range are structured
+  (:mod:`dptree_opt.refined_error`, O(K)); other workloads use the estimator's exact linear
+  map (K <= 4096).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import numpy as np
 
 from ._progress import Progress
 from . import tree_error
+from .refined_error import refined_workload_error
 from .estimation.blue import blue, blue_covariance
 from .estimation.covering import covering_cdf, covering_variances
 from .estimation.honaker import refined_recursion
-from .estimation.tree import is_tree_mechanism, refined_cdf, refined_variances, tree_parameters
+from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from .mechanism import Mechanism, as_generator, check_histogram
 from .workloads import Workload
 
@@ -98,9 +101,9 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         var = covering_variances(mechanism)
         return var if per_query else float(var.sum())
     if estimator == "refined":
-        if workload.kind == "prefix" and structured:
-            var = refined_variances(mechanism)
-            return var if per_query else float(var.sum())
+        if structured and workload.kind in tree_error.WORKLOADS:
+            ks, v = tree_parameters(mechanism)
+            return refined_workload_error(ks, v, workload.kind, per_query=per_query)
         cov = _refined_histogram_covariance(mechanism)
     elif structured and is_tree_mechanism(mechanism) and workload.kind in tree_error.WORKLOADS:
         ks, v = tree_parameters(mechanism)

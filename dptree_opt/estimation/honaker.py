@@ -349,7 +349,7 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
         for lev, k in enumerate(ks, 1):
             level = below[:, offsets[lev]:offsets[lev + 1]]
             if not np.isfinite(vb[lev]):  # t^- is NaN here; the prefixes using it get var inf
-                offs.append(0.0)
+                offs.append(np.zeros(k))  # broadcast over families, expanded k-fold
                 continue
             offs.append(_exclusive_family_sums(level[:, ::-1] if mirror else level, k))
         return _left_cover_sums(ks, offs, (trials,))
