@@ -46,7 +46,9 @@ Errors. For a query vector q, q' Cov q = mu_0 (1'q)^2 / K + sum_{j >= 1} mu_j ||
 nodes of (q . 1_node)^2 (the numerator is an exact integer >= 0). Summed over a workload,
 sum_q G_l(q) = Q_l = sum over level-l nodes of 1_node' (W'W) 1_node, a polynomial in (m_l, w_l)
 evaluated in exact integer arithmetic for the prefix (W'W = K - max(i, j)), identity (W'W = I) and
-all-range (W'W = (min(i, j) + 1)(K - max(i, j))) workloads.
+all-range (W'W = (min(i, j) + 1)(K - max(i, j))) workloads. The total error is therefore
+sum_j q_j mu_j with workload weights q_0 = Q_0 / K, q_j = (k_j Q_j - Q_{j-1}) / w_{j-1}
+(:func:`haar_workload_weights`; also for the first n prefixes only, for padded trees).
 
 Complexity: coefficients O(h); totals O(h) (no dependence on K); per-query prefix O(K) (the
 level-j contribution depends only on t mod w_{j-1}: it is built on [0, w_{j-1}) and tiled,
@@ -61,7 +63,8 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["blue_haar_variances", "blue_covariance_coefficients", "blue_error", "WORKLOADS"]
+__all__ = ["blue_haar_variances", "blue_covariance_coefficients", "blue_error",
+           "haar_workload_weights", "WORKLOADS"]
 
 WORKLOADS = ("prefix", "identity", "all_range")
 
@@ -71,8 +74,8 @@ MAX_ALL_RANGE_PER_QUERY_K = 4096
 _MAX_PER_QUERY_K = 2**31
 
 
-def _check_tree(branching, level_variances):
-    """Validate the tree; return (branching tuple, widths tuple of ints, variances ndarray)."""
+def _check_branching(branching):
+    """Validate the branching; return (branching tuple, widths tuple of ints)."""
     if isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__"):
         raise ValueError(f"branching must be a sequence of integers >= 1, got {branching!r}")
     ks = []
@@ -83,6 +86,12 @@ def _check_tree(branching, level_variances):
     widths = [math.prod(ks)]
     for k in ks:
         widths.append(widths[-1] // k)
+    return tuple(ks), tuple(widths)
+
+
+def _check_tree(branching, level_variances):
+    """Validate the tree; return (branching tuple, widths tuple of ints, variances ndarray)."""
+    ks, widths = _check_branching(branching)
 
     try:
         v = np.asarray(level_variances, dtype=float)
@@ -212,6 +221,71 @@ def _level_gram_sums(workload: str, K: int, widths) -> list[int]:
     return out
 
 
+def _prefix_gram_sums_first(n: int, widths) -> list[int]:
+    """Q_l over the first n prefixes [0, t), t = 1..n only (exact integers, O(h)).
+
+    G_l([0, t)) = (t // w) w^2 + (t mod w)^2 (full level-l nodes, then the partial one). With
+    n = a w + b (0 <= b < w): sum_{t < a w} = w^3 a (a - 1) / 2 + a S(w - 1) and
+    sum_{t = a w}^{n} = (b + 1) a w^2 + S(b), S(m) = sum_{r <= m} r^2 (t = 0 adds 0)."""
+    def s2(m: int) -> int:
+        return m * (m + 1) * (2 * m + 1) // 6
+
+    out = []
+    for w in widths:
+        a, b = divmod(n, w)
+        out.append(w**3 * a * (a - 1) // 2 + a * s2(w - 1) + (b + 1) * a * w * w + s2(b))
+    return out
+
+
+def _haar_weights(workload: str, ks, widths, n_queries=None) -> list[float]:
+    """q_j of :func:`haar_workload_weights` from validated inputs (floats of exact ratios).
+
+    q_0 = Q_0 / K, q_j = (k_j Q_j - Q_{j-1}) / w_{j-1} for k_j >= 2 and 0 for k_j = 1 (empty
+    Haar subspace), with Q_l the exact integer workload sums of the module docstring."""
+    K = widths[0]
+    if n_queries is None:
+        Q = _level_gram_sums(workload, K, widths)
+    else:
+        Q = _prefix_gram_sums_first(n_queries, widths)
+    q = [Q[0] / K]
+    for j in range(1, len(ks) + 1):
+        q.append((ks[j - 1] * Q[j] - Q[j - 1]) / widths[j - 1] if ks[j - 1] >= 2 else 0.0)
+    return q
+
+
+def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.ndarray:
+    """Workload weights q_0..q_h with blue_error(branching, v, workload) == sum_j q_j mu_j.
+
+    mu_j = :func:`blue_haar_variances` (mu_0 = 0 when N is public), so for every variance
+    configuration the BLUE's total error is E = sum_j q_j / lambda_j, lambda_j =
+    sum_{l >= j} w_l / v_l: linear in the Haar variances, and q_j = sum over the queries of
+    ||D_j q||^2 (q_0 = sum (1'q)^2 / K) >= 0. q_j = 0 when k_j = 1. O(h), exact integer sums.
+
+    Parameters
+    ----------
+    branching : sequence of int >= 1 (k_1, ..., k_h); K = prod k_l.
+    workload : "prefix", "identity" or "all_range" (see :func:`blue_error`).
+    n_queries : for the prefix workload only, use just the first n_queries prefixes
+        C_1..C_n (1 <= n <= K; a padded tree over K >= n bins); None = all K.
+
+    Returns
+    -------
+    ndarray of shape (h + 1,), non-negative.
+    """
+    ks, widths = _check_branching(branching)
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
+    if n_queries is not None:
+        if workload != "prefix":
+            raise ValueError(f"n_queries is only supported for workload='prefix', got {workload!r}")
+        if (isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral)
+                or not 1 <= n_queries <= widths[0]):
+            raise ValueError(f"n_queries must be an integer in [1, K = {widths[0]}], "
+                             f"got {n_queries!r}")
+        n_queries = int(n_queries)
+    return np.array(_haar_weights(workload, ks, widths, n_queries))
+
+
 def _prefix_per_query(ks, widths, mu) -> np.ndarray:
     """Variances of C_t, t = 1..K, in O(K) time and about 3K floats of memory.
 
@@ -320,10 +394,10 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
     active = [j for j in range(1, len(ks) + 1) if ks[j - 1] >= 2]
 
     if not per_query:
-        Q = _level_gram_sums(workload, K, widths)
-        total = mu[0] * (Q[0] / K)
+        q = _haar_weights(workload, ks, widths)
+        total = mu[0] * q[0]
         for j in active:
-            total += mu[j] * ((ks[j - 1] * Q[j] - Q[j - 1]) / widths[j - 1])
+            total += mu[j] * q[j]
         return float(total)
 
     if K > _MAX_PER_QUERY_K:
