@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -96,6 +97,53 @@ def cmd_error(args) -> int:
     return 0
 
 
+def _design_dict(design) -> dict:
+    return {"branching": list(design.branching), "padded_bins": design.padded_bins,
+            "height": design.height, "budgets": list(design.budgets), "error": design.error,
+            "mean_error_per_prefix": design.error / design.n_bins,
+            "normalised_error": design.normalised_error, "method": design.method}
+
+
+def cmd_optimize(args) -> int:
+    from . import optimize
+
+    if args.bins < 1:
+        raise ValueError(f"--bins must be >= 1, got {args.bins}")
+    budget = _budget_kwargs(args)
+    t0 = time.perf_counter()
+    design = optimize.level_uniform(
+        args.bins, **budget, estimator=args.estimator, noise=args.noise,
+        neighbours=args.neighbours, public_total=True if args.public_total else None,
+        allow_padding=not args.no_padding, max_padding=args.max_padding, budgets=args.budgets,
+        top=args.top)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        out = {"n_bins": design.n_bins, "estimator": design.estimator, "noise": design.noise,
+               "neighbours": design.neighbours, "public_total": design.public_total,
+               **budget, "budgets_rule": args.budgets, "seconds": seconds,
+               "best": _design_dict(design),
+               "alternatives": [_design_dict(alt) for alt in design.alternatives]}
+        print(json.dumps(out, indent=2))
+        return 0
+    unit = "eps" if args.noise == "laplace" else "rho"
+    print(f"{args.bins} bins, {args.noise} noise ({unit} = {next(iter(budget.values())):g}), "
+          f"{args.neighbours} neighbours, {args.estimator} estimator, {args.budgets} budgets "
+          f"({seconds:.2f} s)")
+    pad = (f" (padded to {design.padded_bins} bins; the extra bins are empty)"
+           if design.padded_bins != args.bins else "")
+    print(f"recommended tree: branching {list(design.branching)}, height {design.height}{pad}")
+    print("budgets per noisy level: " + ", ".join(f"{b:.4g}" for b in design.budgets))
+    print(f"exact CDF error: total {design.error:.6g} counts^2, mean per prefix "
+          f"{design.error / args.bins:.6g}, normalised {design.normalised_error:.6g}")
+    if design.alternatives:
+        print("\nrank  branching                      bins      mean/prefix  vs best")
+        for rank, alt in enumerate((design,) + tuple(design.alternatives), start=1):
+            shape = ",".join(str(k) for k in alt.branching)
+            print(f"{rank:>4}  {shape:<28} {alt.padded_bins:>8}  {alt.error / args.bins:>12.6g}"
+                  f"  {alt.error / design.error:>6.3f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dptree-opt",
@@ -122,6 +170,30 @@ def build_parser() -> argparse.ArgumentParser:
     err.add_argument("--records", type=float, default=None,
                      help="number of records N, to also print [RTS]'s normalised error / N^2")
     err.set_defaults(func=cmd_error)
+
+    opt = sub.add_parser(
+        "optimize", help="the best level-uniform tree (branching, budgets) for K bins",
+        description="Exact integer search over ordered factorisations of K (and of padded "
+                    "K' >= K) scored by the exact CDF error of the chosen estimator; prints the "
+                    "recommended tree, its budgets and error, and the ranked runners-up.",
+        epilog="example: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue")
+    opt.add_argument("--bins", type=int, required=True, help="number of bins K")
+    opt.add_argument("--epsilon", type=float, help="total eps (Laplace, pure eps-DP)")
+    opt.add_argument("--rho", type=float, help="total rho (Gaussian, rho-zCDP)")
+    opt.add_argument("--noise", choices=("laplace", "gaussian"), default="laplace")
+    opt.add_argument("--neighbours", choices=("swap", "add_remove"), default="swap")
+    opt.add_argument("--public-total", action="store_true",
+                     help="under add_remove, declare N public (N is then not protected)")
+    opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
+    opt.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
+                     help="per-level budget split: equal, or optimised for the estimator")
+    opt.add_argument("--no-padding", action="store_true",
+                     help="only trees with exactly K leaves (default: also padded K' <= "
+                          "max-padding * K)")
+    opt.add_argument("--max-padding", type=float, default=2.0)
+    opt.add_argument("--top", type=int, default=10, help="runners-up to list")
+    opt.add_argument("--json", action="store_true", help="machine-readable output")
+    opt.set_defaults(func=cmd_optimize)
     return parser
 
 

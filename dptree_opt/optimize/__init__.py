@@ -1,22 +1,30 @@
 """Choosing the tree: branching factors and per-level budgets.
 
-[RTS] Sec. IV (covering estimator): ``budgets`` (O1), ``branching`` (O2), ``joint`` (Thm IV.3),
-``optimal_branching_factor`` / ``psi`` (Lemma IV.3), ``optimal_height``. Beyond [RTS]:
-``optimal_blue_budgets`` (optimal per-level budgets for the BLUE, Laplace and Gaussian).
+[RTS] Sec. IV (covering estimator; cvxpy): ``budgets`` (O1), ``branching`` (O2), ``joint``
+(Thm IV.3), ``degenerate_optimum``, ``psi`` / ``optimal_branching_factor`` (Lemma IV.3),
+``optimal_height``. [RTS] Sec. V and beyond: ``level_uniform``, the exact integer search over
+(padded) ordered factorisations scored by the exact error of the covering, refined or BLUE
+estimator. Beyond [RTS]: ``optimal_blue_budgets`` (optimal per-level budgets for the BLUE,
+Laplace and Gaussian). Every result is a ``TreeDesign``.
 """
 
 from .blue_budgets import optimal_blue_budgets
-from .convex import (
+from .levels import level_variances, noisy_levels
+from .result import TreeDesign, error_unit
+from .rts import (
     branching,
     budgets,
-    degenerate_joint_example,
+    budgets_closed_form,
+    branching_closed_form,
+    degenerate_optimum,
     joint,
     optimal_branching_factor,
     optimal_height,
     psi,
 )
-from .result import TreeDesign, error_unit
+from .search import design_error, level_uniform
 
-__all__ = ["TreeDesign", "error_unit", "budgets", "branching", "joint",
-           "degenerate_joint_example", "psi", "optimal_branching_factor", "optimal_height",
-           "optimal_blue_budgets"]
+__all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
+           "branching_closed_form", "joint", "degenerate_optimum", "psi",
+           "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
+           "optimal_blue_budgets", "level_variances", "noisy_levels"]

@@ -1,0 +1,1054 @@
+"""Exact integer search over level-uniform trees ([RTS] Sec. V; issue 4 item 3).
+
+:func:`level_uniform` enumerates the ordered factorisations k_1..k_h of K (and, with padding,
+of K' in (K, max_padding K], the extra bins being empty), scores every tree by the exact
+expected squared error of the first K prefix counts (the CDF) for the chosen estimator, and
+returns the best tree with a ranked table of runners-up.
+
+Exact per-level error sums (verified against the generic oracles in the tests)
+--------------------------------------------------------------------------------
+A tree is a chain of node widths K' = w_0 > w_1 > ... > w_h = 1, w_l = w_{l-1} / k_l. The
+prefixes are [0, t), t = 1..K, and T = K + 1 (t = 0 contributes nothing).
+
+* covering ([RTS] Thm IV.1 proof): C_hat_t uses d_l(t) = floor(t / w_l) mod k_l nodes of level
+  l (mixed-radix digits; t = K' wraps to the public root), so the error is
+  sum_l v_l F_l with F_l = sum_{t < T} (floor(t / w_l) mod k_l), in closed form from the full
+  cycles of length w_{l-1} and one partial cycle (:func:`covering_level_sums`). Unpadded,
+  F_l = K (k_l - 1) / 2 (Thm IV.1); padded, the top level is truncated and F_1 is not that.
+  With a private root (add/remove) the prefix t = K' = K is the root itself (F_0 = 1).
+* BLUE (MATH.md section 3, ``tree_error``): q' Cov q = mu_0 (1'q)^2 / K' + sum_j mu_j
+  N_j(t mod w_{j-1}) / w_{j-1}, N_j(R) = i (k - i) w^2 - 2 i w r + (k - 1) r^2 for
+  R = i w + r, w = w_j; summed over t < T in closed form (:func:`blue_level_sums`). With equal
+  per-level variances v, mu_j = v / S_j, S_j = w_j + ... + w_h.
+* refined ([RTS] App. B): :func:`refined_prefix_error`, an O(h^3) closed form found here
+  (per prefix the left and right covering variances sum to a constant M_p that depends only
+  on the deepest nonzero digit p of t; see its docstring), equal to
+  ``honaker.refined_error(per_query=True)[:K].sum()``. The BLUE is the best linear unbiased
+  estimator, so its error lower-bounds the refined one and prunes the refined search.
+
+Search (exact, not heuristic, for budgets="equal" and for the covering estimator)
+----------------------------------------------------------------------------------
+1. Padding needs only the smallest K' for a given subtree: for fixed w_1 (the chain below the
+   top), every estimator's error of the first K prefixes grows with k_1 (covering: the digits
+   of t < K do not depend on k_1, and t = K is the free root only when K' = K; BLUE: only
+   -mu_1 t^2 / K' and mu_0 depend on k_1, both increase with K'; refined: the right covering
+   of [t, K') grows). So k_1 = ceil(K / w_1) and K' = k_1 w_1, for every w_1 < K
+   (``tests/test_optimize_search.py`` checks this against the enumeration of every K').
+2. For each height h, a sieve over all widths w < K computes a lower bound G[w, m] on the
+   per-bin cost of the m levels below w (every level below the top is swept by
+   a >= floor(T / w_1) full cycles, a w_1 > T / 2), only over widths that can still beat the
+   current N-th best (smooth widths). Top widths w_1 are taken in increasing order of
+   (exact top cost + a w_1 G[w_1, h - 1]) until that bound exceeds the N-th best.
+3. Below each surviving w_1, a depth-first enumeration with the *exact* best completion
+   (memoised dynamic programme over divisors; for the BLUE the Pareto set of (cost, S) of the
+   subchains, since mu_j depends on the widths below) keeps every chain that can enter the
+   ranked table.
+4. Refined estimator: the same search with the BLUE error as the bound, scoring the refined
+   error of every chain that passes. The refined error is about 1.2-1.4x the BLUE's, so for
+   large K too many chains pass (K = 2^16: ~4 x 10^5); after ``max_refined`` of them the
+   search instead scores the ``refined_pool`` best chains by the BLUE error and reports in
+   ``method`` whether the table is certified exact or an optimality-gap bound.
+
+The ranked table lists each subtree (k_2..k_h) once, with its smallest admissible padding
+(item 1): a larger top factor over the same subtree is never better and is not listed.
+
+Budgets: "equal" splits the total equally over the noisy levels (``Mechanism``'s default).
+"optimal" for the covering estimator is Thm IV.2(a) generalised to padded trees and every
+noise / neighbour model (minimise sum_l A_l / b_l^2 (Laplace) or sum_l A_l / b_l (Gaussian)
+with A_l = unit variance x F_l: b_l proportional to A_l^(1/3) or A_l^(1/2)); the search is
+then exact too (the cost sum_l A_l^(1/p) is additive over levels). For the refined estimator
+(scipy SLSQP over the simplex on the O(h^3) closed form) and the BLUE
+(``blue_budgets.optimal_blue_budgets``) the budgets are optimised for a candidate pool, the
+best ``pool`` trees of the exhaustive equal-budget search: a heuristic restriction, not an
+exhaustive search over trees.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from numbers import Integral, Real
+
+import numpy as np
+
+from ..privacy import check_budget, check_noise
+from ..strategies.base import check_neighbours
+from .levels import level_variances, noisy_levels, resolve_public, unit_variances
+from .result import TreeDesign, error_unit
+
+__all__ = ["level_uniform", "design_error", "covering_level_sums", "blue_level_sums",
+           "refined_prefix_error",
+           "ESTIMATORS", "BUDGETS"]
+
+ESTIMATORS = ("covering", "refined", "blue")
+BUDGETS = ("equal", "optimal")
+_SAFE = 1.0 - 1e-9  # float bounds are shrunk by this factor before pruning
+
+
+# --------------------------------------------------------------------------- exact level sums
+def _widths(ks) -> list[int]:
+    w = [math.prod(ks)]
+    for k in ks:
+        w.append(w[-1] // k)
+    return w
+
+
+def _digit_sum(T: int, W: int, w: int) -> int:
+    """sum_{t < T} (floor(t / w) mod k), k = W / w: full cycles of W plus one partial cycle."""
+    k = W // w
+    a, r = divmod(T, W)
+    b, c = divmod(r, w)
+    return a * w * k * (k - 1) // 2 + w * b * (b - 1) // 2 + b * c
+
+
+def _haar_sum(T: int, W: int, w: int) -> int:
+    """sum_{t < T} N(t mod W), N(R) = i (k - i) w^2 - 2 i w r + (k - 1) r^2, R = i w + r.
+
+    One full cycle sums to (k - 1) W (W w + 1) / 6 (exact integer); the partial cycle of
+    R < rem = b w + c adds the b full children and the first c offsets of child b."""
+    k = W // w
+    a, rem = divmod(T, W)
+    full = (k - 1) * W * (W * w + 1) // 6
+    b, c = divmod(rem, w)
+    s_i, s_i2 = b * (b - 1) // 2, (b - 1) * b * (2 * b - 1) // 6
+    s_r, s_r2 = w * (w - 1) // 2, (w - 1) * w * (2 * w - 1) // 6
+    part = w**3 * (k * s_i - s_i2) - 2 * w * s_r * s_i + (k - 1) * b * s_r2
+    part += (b * (k - b) * w * w * c - 2 * b * w * (c * (c - 1) // 2)
+             + (k - 1) * ((c - 1) * c * (2 * c - 1) // 6))
+    return a * full + part
+
+
+def covering_level_sums(branching, n_prefixes: int | None = None) -> tuple[int, ...]:
+    """(F_0, F_1..F_h): how often each level's nodes are used by the covering estimator over
+    the first ``n_prefixes`` prefixes of the tree (default all K' = prod k_l).
+
+    F_l = sum_{t=1}^{K} (floor(t / w_l) mod k_l) for l >= 1 (mixed-radix digits); F_0 = 1 if the
+    total K' is among the prefixes (the root alone covers it), else 0. Unpadded,
+    F_l = K (k_l - 1) / 2 ([RTS] Thm IV.1 proof). Exact integers, O(h)."""
+    ks = tuple(int(k) for k in branching)
+    w = _widths(ks)
+    K = w[0] if n_prefixes is None else int(n_prefixes)
+    if not 1 <= K <= w[0]:
+        raise ValueError(f"n_prefixes must be in [1, {w[0]}], got {n_prefixes!r}")
+    return (int(K == w[0]),) + tuple(_digit_sum(K + 1, w[l - 1], w[l])
+                                     for l in range(1, len(ks) + 1))
+
+
+def blue_level_sums(branching, n_prefixes: int | None = None) -> tuple[float, ...]:
+    """(H_0, H_1..H_h) with the BLUE error of the first K prefixes = sum_j mu_j H_j
+    (mu_j = Haar eigenvalues of the BLUE covariance, ``tree_error.blue_haar_variances``):
+    H_0 = sum_{t<=K} t^2 / K', H_j = sum_{t<=K} N_j(t mod w_{j-1}) / w_{j-1}. O(h)."""
+    ks = tuple(int(k) for k in branching)
+    w = _widths(ks)
+    K = w[0] if n_prefixes is None else int(n_prefixes)
+    if not 1 <= K <= w[0]:
+        raise ValueError(f"n_prefixes must be in [1, {w[0]}], got {n_prefixes!r}")
+    h0 = K * (K + 1) * (2 * K + 1) // 6 / w[0]
+    return (h0,) + tuple(_haar_sum(K + 1, w[l - 1], w[l]) / w[l - 1]
+                         for l in range(1, len(ks) + 1))
+
+
+def _below_variances(ks, v) -> list[float]:
+    """var(t^-) per level ([HON] estimation from below): leaves v_h, then
+    1 / (1 / v_l + 1 / (k_{l+1} var_{l+1})) with 1/inf = 0 and 1/0 = inf."""
+    h = len(ks)
+    vb = [0.0] * (h + 1)
+    vb[h] = float(v[h])
+    for lev in range(h - 1, -1, -1):
+        prec = 0.0
+        for var in (float(v[lev]), ks[lev] * vb[lev + 1]):
+            prec += 0.0 if math.isinf(var) else (math.inf if var == 0 else 1.0 / var)
+        vb[lev] = math.inf if prec == 0 else (0.0 if math.isinf(prec) else 1.0 / prec)
+    return vb
+
+
+def refined_prefix_error(branching, level_variances, n_prefixes: int | None = None) -> float:
+    """Total variance of the [RTS] App. B refined estimates of the first ``n_prefixes``
+    prefix counts of a (possibly padded) level-uniform tree, in closed form, O(h^3).
+
+    Equal to ``honaker.refined_error(branching, v, per_query=True)[:n].sum()`` (tests), which
+    costs O(K'). Derivation: with b_l = var(t^-) of level l and the digits d_l of t,
+    L_t = sum_l d_l b_l. If p is the deepest level with d_p > 0, the right covering of [t, K')
+    has digits k_l - 1 - d_l (l < p), k_p - d_p (l = p), 0 (l > p) (K' - t = (K' - 1 - t) + 1), so
+    L_t + R_t = v_0 + sum_{l<p} (k_l - 1) b_l + k_p b_p = M_p depends on p only and
+    var_t = L_t R_t / (L_t + R_t) = L_t - L_t^2 / M_p. Summing over the prefixes with a given
+    p needs only the mean and variance of L_t (independent uniform digits); t < K splits into
+    the usual mixed-radix blocks (digits of K fixed above level j, d_j < D_j, free below).
+    t = K' is the root's t^- (variance vb_0)."""
+    ks = tuple(int(k) for k in branching)
+    h = len(ks)
+    v = [float(x) for x in level_variances]
+    Kp = math.prod(ks)
+    K = Kp if n_prefixes is None else int(n_prefixes)
+    vb = _below_variances(ks, v)
+    b = vb[1:]
+    M, acc = [], 0.0
+    for p in range(h):
+        M.append(v[0] + acc + ks[p] * b[p])
+        acc += (ks[p] - 1) * b[p]
+    free_mean = [b[l] * (ks[l] - 1) / 2.0 for l in range(h)]
+    free_var = [b[l] ** 2 * (ks[l] ** 2 - 1) / 12.0 for l in range(h)]
+    last_mean = [b[l] * ks[l] / 2.0 for l in range(h)]  # d_p uniform on [1, k_p)
+    last_var = [b[l] ** 2 * (ks[l] ** 2 - 2 * ks[l]) / 12.0 for l in range(h)]
+
+    def group(p, n, mean, var):
+        if n == 0:
+            return 0.0
+        s1, s2 = n * mean, n * (var + mean * mean)
+        return s1 if math.isinf(M[p]) else s1 - s2 / M[p]
+
+    def single(digits):
+        L = sum(d * bl for d, bl in zip(digits, b) if d)
+        p = max(i for i, d in enumerate(digits) if d > 0)
+        return L if math.isinf(M[p]) else L * (M[p] - L) / M[p]
+
+    total = 0.0
+    if K == Kp:  # t = 1..K'-1: every nonzero digit tuple, then t = K'
+        count, mean, var = 1, 0.0, 0.0
+        for p in range(h):
+            total += group(p, count * (ks[p] - 1), mean + last_mean[p], var + last_var[p])
+            count *= ks[p]
+            mean += free_mean[p]
+            var += free_var[p]
+        return total + vb[0]
+    w = _widths(ks)
+    D = [(K // w[l + 1]) % ks[l] for l in range(h)]
+    A = 0.0
+    for j in range(h):
+        Dj = D[j]
+        if Dj > 0:
+            if any(D[:j]):  # deepest nonzero digit above j: one prefix
+                total += single(D[:j] + [0] * (h - j))
+            if Dj >= 2:  # p = j, d_j in [1, D_j)
+                total += group(j, Dj - 1, A + b[j] * Dj / 2.0,
+                               b[j] ** 2 * ((Dj - 1) ** 2 - 1) / 12.0)
+            count, mean = Dj, A + b[j] * (Dj - 1) / 2.0
+            var = b[j] ** 2 * (Dj**2 - 1) / 12.0
+            for p in range(j + 1, h):  # d_j < D_j, free digits between, d_p in [1, k_p)
+                total += group(p, count * (ks[p] - 1), mean + last_mean[p], var + last_var[p])
+                count *= ks[p]
+                mean += free_mean[p]
+                var += free_var[p]
+        A += Dj * b[j]
+    return total + single(D)
+
+
+# --------------------------------------------------------------------------- the setting
+@dataclass
+class _Setting:
+    K: int
+    budget: float
+    noise: str
+    neighbours: str
+    public: bool
+    estimator: str
+    budgets: str
+    p: int = field(init=False)  # Laplace: variance ~ 1/b^2 (p = 3 in Thm IV.2(a)); Gaussian 2
+
+    def __post_init__(self):
+        self.p = 3 if self.noise == "laplace" else 2
+        self._unit = {}
+
+    @property
+    def T(self) -> int:
+        return self.K + 1
+
+    def unit(self, h: int) -> np.ndarray:
+        """Unit-budget variances v_0..v_h of trees of height h (all factors >= 2)."""
+        if h not in self._unit:
+            self._unit[h] = unit_variances(h, noise=self.noise, neighbours=self.neighbours,
+                                           public_total=self.public)
+        return self._unit[h]
+
+    def n_noisy(self, h: int) -> int:
+        return h if self.public else h + 1
+
+    def scale(self, b):
+        """Variance multiplier of a level with budget b (Laplace 1/b^2, Gaussian 1/b)."""
+        b = np.asarray(b, dtype=float)
+        with np.errstate(divide="ignore"):
+            return 1.0 / b**2 if self.noise == "laplace" else 1.0 / b
+
+    def v_equal(self, h: int) -> float:
+        """The common variance of every noisy level under the equal split (height h)."""
+        return float(self.unit(h)[1] * self.scale(self.budget / self.n_noisy(h)))
+
+    def equal_budgets(self, h: int) -> tuple:
+        return (self.budget / self.n_noisy(h),) * self.n_noisy(h)
+
+    def variances(self, h: int, budgets) -> np.ndarray:
+        """v_0..v_h from per-noisy-level budgets (the ``levels`` rules, unit scaled)."""
+        unit = self.unit(h)
+        v = np.zeros(h + 1)
+        b = np.asarray(budgets, dtype=float)
+        lv = noisy_levels(h, self.neighbours, self.public)
+        with np.errstate(divide="ignore"):
+            v[list(lv)] = unit[list(lv)] * self.scale(b)
+        return v
+
+
+# --------------------------------------------------------------------------- exact scores
+def _covering_optimal(s: _Setting, ks, F) -> tuple[float, tuple]:
+    """Thm IV.2(a) generalised: minimise sum_l A_l / b_l^(p-1) s.t. sum b_l = B, A_l = u_l F_l:
+    b_l = B A_l^(1/p) / sum_m A_m^(1/p), error (sum_l A_l^(1/p))^p / B^(p-1)."""
+    h = len(ks)
+    unit = s.unit(h)
+    lv = noisy_levels(h, s.neighbours, s.public)
+    A = np.array([unit[l] * F[l] for l in lv], dtype=float)
+    r = A ** (1.0 / s.p)
+    tot = r.sum()
+    err = tot**s.p / s.budget ** (s.p - 1)
+    b = s.budget * r / tot
+    return float(err), tuple(float(x) for x in b)
+
+
+def _covering_score(s: _Setting, ks) -> tuple[float, tuple]:
+    """Exact covering error of the first K prefixes and the budgets (noisy-level order)."""
+    F = list(covering_level_sums(ks, s.K))
+    h = len(ks)
+    if s.budgets == "equal":
+        v = s.variances(h, s.equal_budgets(h))
+        err = sum(v[l] * F[l] for l in range(h + 1) if F[l])
+        return float(err), s.equal_budgets(h)
+    if s.public:
+        return _covering_optimal(s, ks, F)
+    best = _covering_optimal(s, ks, F)
+    if F[0]:  # K' = K: the root may stay unmeasured; then t = K takes k_1 level-1 nodes
+        G = [0, F[1] + ks[0]] + F[2:]
+        best = min(best, _covering_optimal(s, ks, G))
+    return best
+
+
+def _blue_equal(s: _Setting, ks) -> float:
+    h = len(ks)
+    H = blue_level_sums(ks, s.K)
+    w = _widths(ks)
+    S = np.cumsum(np.array(w[::-1], dtype=float))[::-1]  # S_l = w_l + ... + w_h
+    v = s.v_equal(h)
+    err = sum(H[j] / S[j] for j in range(1, h + 1))
+    if not s.public:
+        err += H[0] / S[0]  # mu_0 = v / (K' + S_1) = v / S_0 (v_0 = v under the equal split)
+    return float(v * err)
+
+
+def _refined_equal(s: _Setting, ks) -> float:
+    h = len(ks)
+    return refined_prefix_error(ks, s.variances(h, s.equal_budgets(h)), s.K)
+
+
+def _equal_score(s: _Setting, ks) -> float:
+    if s.estimator == "covering":
+        return _covering_score(s, ks)[0]
+    if s.estimator == "blue":
+        return _blue_equal(s, ks)
+    return _refined_equal(s, ks)
+
+
+def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "covering",
+               noise: str = "laplace", neighbours: str = "swap", public_total=None,
+               total_budget: float = 1.0) -> float:
+    """Exact error (counts^2) of the first ``n_bins`` prefixes of a (possibly padded) tree,
+    as scored by :func:`level_uniform` (fast structured formulas; see the module docstring).
+
+    ``budgets``: one per noisy level; default the equal split of ``total_budget``."""
+    ks = tuple(int(k) for k in branching)
+    s = _Setting(int(n_bins), float(total_budget), check_noise(noise),
+                 check_neighbours(neighbours), resolve_public(neighbours, public_total),
+                 estimator, "equal")
+    h = len(ks)
+    b = s.equal_budgets(h) if budgets is None else tuple(float(x) for x in budgets)
+    v = level_variances(ks, b, noise=noise, neighbours=neighbours, public_total=public_total)
+    if estimator == "covering":
+        F = covering_level_sums(ks, s.K)
+        return float(sum(v[l] * F[l] for l in range(h + 1) if F[l]))
+    if estimator == "refined":
+        return refined_prefix_error(ks, v, s.K)
+    if estimator == "blue":
+        from ..tree_error import blue_haar_variances
+        mu = blue_haar_variances(ks, v)
+        return float(np.dot(mu, blue_level_sums(ks, s.K)))
+    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+
+
+# --------------------------------------------------------------------------- integers
+@lru_cache(maxsize=4)
+def _spf(limit: int) -> np.ndarray:
+    """Smallest prime factor of every n <= limit (numpy sieve)."""
+    spf = np.zeros(limit + 1, dtype=np.int64)
+    spf[1:] = 1
+    for p in range(2, math.isqrt(limit) + 1):
+        if spf[p] == 1:
+            block = spf[p * p:: p]
+            block[block == 1] = p
+    idx = np.arange(limit + 1)
+    spf[(spf == 1) & (idx >= 2)] = idx[(spf == 1) & (idx >= 2)]
+    return spf
+
+
+class _Divisors:
+    """Memoised divisors and Omega (prime factors with multiplicity) via a sieve."""
+
+    def __init__(self, limit: int):
+        self.spf = _spf(max(limit, 2)) if limit <= 1 << 23 else None
+        self._div = {}
+        self._omega = {}
+
+    def _factor(self, n: int) -> dict:
+        f = {}
+        if self.spf is not None and n < self.spf.size:
+            while n > 1:
+                p = int(self.spf[n])
+                f[p] = f.get(p, 0) + 1
+                n //= p
+            return f
+        p = 2
+        while p * p <= n:
+            while n % p == 0:
+                f[p] = f.get(p, 0) + 1
+                n //= p
+            p += 1
+        if n > 1:
+            f[n] = f.get(n, 0) + 1
+        return f
+
+    def omega(self, n: int) -> int:
+        if n not in self._omega:
+            self._omega[n] = sum(self._factor(n).values())
+        return self._omega[n]
+
+    def divisors(self, n: int) -> list[int]:
+        """Divisors d >= 2 of n, increasing."""
+        if n not in self._div:
+            ds = [1]
+            for p, e in self._factor(n).items():
+                ds = [d * p**i for d in ds for i in range(e + 1)]
+            self._div[n] = sorted(d for d in ds if d >= 2)
+        return self._div[n]
+
+
+# --------------------------------------------------------------------------- the ranked table
+class _Table:
+    """The best ``size`` trees found so far (max-heap on the score); theta = admission bar."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.heap = []  # (-score, tie, ks, extra)
+        self.seen = set()
+
+    @property
+    def theta(self) -> float:
+        return -self.heap[0][0] if len(self.heap) >= self.size else math.inf
+
+    def offer(self, score: float, ks: tuple, extra=None) -> None:
+        if ks in self.seen or not score <= self.theta:
+            return
+        self.seen.add(ks)
+        item = (-score, tuple(-k for k in ks), ks, extra)
+        if len(self.heap) < self.size:
+            heapq.heappush(self.heap, item)
+        else:
+            out = heapq.heappushpop(self.heap, item)
+            self.seen.discard(out[2])
+
+    def ranked(self):
+        return sorted(((-s, ks, extra) for s, _, ks, extra in self.heap),
+                      key=lambda x: (x[0], len(x[1]), x[1]))
+
+
+class _TooMany(Exception):
+    """The exhaustive refined search would score more trees than allowed."""
+
+
+# --------------------------------------------------------------------------- the engine
+class _Engine:
+    """Branch and bound over chains of widths for one setting (see the module docstring).
+
+    Engine units: covering/equal -> digit sums F (error = v_eq(h) x units); BLUE/equal and
+    refined (bound) -> sum_j H_j / S_j (error >= v_eq(h) x units); covering/optimal ->
+    sum_l (u_l F_l)^(1/p) (error = units^p / B^(p-1))."""
+
+    def __init__(self, s: _Setting, table: _Table, *, allow_padding: bool,
+                 max_padding: float, max_height: int | None, height: int | None):
+        self.s = s
+        self.table = table
+        self.pad = allow_padding
+        self.max_pad = max_padding
+        self.mode = ("blue" if s.estimator in ("blue", "refined")
+                     else "cov_opt" if s.budgets == "optimal" else "cov")
+        self.T = s.K + 1
+        self.div = _Divisors(s.K)
+        self._par = {}
+        self.max_scored = math.inf  # refined: refined errors to compute before giving up
+        self.layers = None  # padded search: {m: {width: sieve value}} (smooth widths only)
+        self.leaves = 0
+        self.scored = 0
+        K = s.K
+        hmax = max(1, int(math.floor(math.log2(max_padding * K)))) if allow_padding else \
+            max(1, self.div.omega(K)) if K > 1 else 1
+        if max_height is not None:
+            hmax = min(hmax, max_height)
+        self.heights = [height] if height is not None else list(range(1, hmax + 1))
+
+    # ---- unit conversions
+    def units_bar(self, h: int) -> float:
+        """The current admission bar in engine units for height h."""
+        th = self.table.theta
+        if not math.isfinite(th):
+            return math.inf
+        s = self.s
+        if self.mode == "cov_opt":
+            return (th * s.budget ** (s.p - 1)) ** (1.0 / s.p)
+        return th / s.v_equal(h)
+
+    def _cu(self, h: int) -> float:
+        """cov_opt: the unit variance of the levels below the root (all equal)."""
+        return float(self.s.unit(h)[1])
+
+    # ---- exact level costs (engine units)
+    def level_cost(self, h: int, W: int, w: int, S: int) -> float:
+        if self.mode == "cov":
+            return float(_digit_sum(self.T, W, w))
+        if self.mode == "cov_opt":
+            return (self._cu(h) * _digit_sum(self.T, W, w)) ** (1.0 / self.s.p)
+        return _haar_sum(self.T, W, w) / (W * S)
+
+    # ---- exact completion: Pareto set of (cost below, widths below) for m levels below u
+    def par(self, h: int, u: int, m: int):
+        """Pareto set of (cost of the m levels below u, sum of their widths) over the chains
+        below u (only the smallest cost for the covering). Memoised; the height matters only
+        for the covering with optimal budgets (its unit variance)."""
+        key = (h if self.mode == "cov_opt" else 0, u, m)
+        if key in self._par:
+            return self._par[key]
+        if m == 0:
+            res = [(0.0, 0)] if u == 1 else []
+        elif self.div.omega(u) < m:
+            res = []
+        else:
+            cand = []
+            blue = self.mode == "blue"
+            below = None if self.layers is None else self.layers[m - 1]
+            for d in self.div.divisors(u):
+                v = u // d
+                if below is not None and v not in below:
+                    continue  # every chain below v is too costly for any top (sieve)
+                sub = self.par(h, v, m - 1)
+                if not sub:
+                    continue
+                if blue:
+                    num = _haar_sum(self.T, u, v) / u
+                    cand.extend((c + num / (v + sb), v + sb) for c, sb in sub)
+                else:
+                    lc = self.level_cost(h, u, v, 0)
+                    cand.append((sub[0][0] + lc, 0))
+            cand.sort(key=lambda x: (-x[1], x[0]))
+            res, best = [], math.inf
+            # a subchain costing more than the admission bar of the lowest height that can
+            # contain it (m + 1 levels; the bar falls with the height) is useless everywhere
+            cut = self.units_bar(m + 1) / _SAFE if self.mode != "cov_opt" else math.inf
+            for c, sv in cand:
+                if c < best and c <= cut:
+                    res.append((c, sv))
+                    best = c
+        self._par[key] = res
+        return res
+
+    # ---- scoring of complete chains
+    def finish(self, ks: tuple) -> None:
+        self.leaves += 1
+        s = self.s
+        if s.estimator == "covering":
+            score, b = _covering_score(s, ks)
+            self.table.offer(score, ks, b)
+        elif s.estimator == "blue":
+            self.table.offer(_blue_equal(s, ks), ks)
+        else:
+            # the BLUE error lower-bounds the refined error: score only if it can enter
+            if _blue_equal(s, ks) * _SAFE <= self.table.theta:
+                self.scored += 1
+                if self.scored > self.max_scored:
+                    raise _TooMany
+                self.table.offer(_refined_equal(s, ks), ks)
+
+    # ---- top-level cost of a chain (K', w_1) (engine units, exact or a lower bound)
+    def top_terms(self, h: int, Kp: int, w1: int, S1: int) -> float:
+        """Exact cost of level 1 (and of the root under a private N) given S_1."""
+        s = self.s
+        if self.mode == "cov":
+            c = float(_digit_sum(self.T, Kp, w1))
+            if not s.public and Kp == s.K:
+                c += 1.0  # equal split: the root is measured and covers t = K
+            return c
+        if self.mode == "cov_opt":
+            f1 = _digit_sum(self.T, Kp, w1)
+            c = (self._cu(h) * f1) ** (1.0 / s.p)
+            if not s.public and Kp == s.K:
+                root = float(s.unit(h)[0]) ** (1.0 / s.p)
+                c = min(c + root, (self._cu(h) * (f1 + Kp // w1)) ** (1.0 / s.p))
+            return c
+        c = _haar_sum(self.T, Kp, w1) / (Kp * S1)
+        if not s.public:
+            c += (s.K * (s.K + 1) * (2 * s.K + 1) // 6) / Kp / (Kp + S1)
+        return c
+
+    # ---- depth-first enumeration below w_1
+    def dfs(self, h: int, Kp: int, w1: int) -> None:
+        """Every chain (K', w_1, ..., 1) of height h whose exact error can enter the table."""
+        m = h - 1
+        blue = self.mode == "blue"
+        # chosen levels: (numerator H_l = N_l / W_l, P_l = w_l + ... + w_current)
+        k1 = Kp // w1
+
+        def bound(levels, u, mrem, cost_fixed):
+            best = math.inf
+            for c, sb in self.par(h, u, mrem):
+                tot = cost_fixed + c
+                if blue:
+                    for H, P in levels:
+                        tot += H / (P + sb)
+                best = min(best, tot)
+            return best
+
+        if blue:
+            top_levels = [(_haar_sum(self.T, Kp, w1) / Kp, w1)]
+            if not self.s.public:
+                top_levels.append(((self.s.K * (self.s.K + 1) * (2 * self.s.K + 1) // 6) / Kp,
+                                   Kp + w1))
+            fixed = 0.0
+        else:
+            top_levels = []
+            fixed = self.top_terms(h, Kp, w1, 0)
+
+        def rec(levels, fixed, u, mrem, ks):
+            if mrem == 0:
+                if u == 1:
+                    self.finish(ks)
+                return
+            below = None if self.layers is None else self.layers[mrem - 1]
+            for d in self.div.divisors(u):
+                v = u // d
+                if self.div.omega(v) < mrem - 1 or (below is not None and v not in below):
+                    continue
+                if blue:
+                    nl = [(H, P + v) for H, P in levels]
+                    nl.append((_haar_sum(self.T, u, v) / u, v))
+                    nf = fixed
+                else:
+                    nl = levels
+                    nf = fixed + self.level_cost(h, u, v, 0)
+                bd = bound(nl, v, mrem - 1, nf)
+                if not math.isfinite(bd) or bd * _SAFE > self.units_bar(h):
+                    continue
+                rec(nl, nf, v, mrem - 1, ks + (d,))
+
+        bd = bound(top_levels, w1, m, fixed)
+        if not math.isfinite(bd) or bd * _SAFE > self.units_bar(h):
+            return
+        rec(top_levels, fixed, w1, m, (k1,))
+
+    # ---- candidate tops and the sieve bound
+    def tops(self, h: int):
+        """Unpadded (K' = K) candidates (K, w_1) of height h: w_1 = K / k_1, k_1 | K."""
+        K = self.s.K
+        if h == 1:
+            return [(K, 1)]
+        return [(K, K // d) for d in self.div.divisors(K)
+                if K // d > 1 and self.div.omega(K // d) >= h - 1]
+
+    def seed(self) -> None:
+        """Offer near-balanced trees of every height first, so that the admission bar is
+        finite before the sieve (lower chains: multisets of factors near K^(1/h))."""
+        from itertools import combinations_with_replacement
+
+        K = self.s.K
+        for h in self.heights:
+            if h == 1:
+                self.finish((K,))
+                continue
+            lo = max(2, int(math.floor(K ** (1.0 / h))))
+            choices = sorted({max(2, lo - 1), lo, lo + 1, lo + 2})
+            for lower in combinations_with_replacement(choices, h - 1):
+                w1 = math.prod(lower)
+                if w1 >= K:
+                    continue
+                k1 = -(-K // w1)
+                if k1 * w1 != K and not (self.pad and k1 * w1 <= self.max_pad * K):
+                    continue
+                for order in (lower, lower[::-1]):
+                    self.finish((k1,) + tuple(order))
+
+    def _phi(self, d: float, u: np.ndarray, sb: np.ndarray) -> np.ndarray:
+        """Lower bound of one non-top level's cost divided by T: its factor d, node width u,
+        parent width W = d u, and S_u <= sb (BLUE). Valid wherever the level sits below the
+        top: its parent is swept a >= floor(T / W) times with a W >= T / 2 and >= T - W.
+
+        covering: F >= max(T (d - 1) / 2 - d W / 8, (T - W) (d - 1) / 2, T (d - 1) / 4) (full
+        cycles, plus the partial cycle's sum of floor(t / u) >= r (r - u) / (2 u));
+        BLUE: N-sum / (W S_u) >= max(T - W, T / 2) (d - 1) (W u + 1) / (6 W S_u);
+        covering, optimal budgets: (unit F)^(1/p) = (unit T)^(1/p) (F / T)^(1/p)."""
+        u = u.astype(float)
+        T = float(self.T)
+        W = d * u
+        if self.mode == "blue":
+            return np.maximum(1.0 - W / T, 0.5) * (d - 1.0) * (W * u + 1.0) / (6.0 * W * sb)
+        cov = np.maximum(np.maximum((d - 1.0) / 2.0 - d * W / (8.0 * T),
+                                    (1.0 - W / T) * (d - 1.0) / 2.0), (d - 1.0) / 4.0)
+        return cov if self.mode == "cov" else cov ** (1.0 / self.s.p)
+
+    def _phi_floor(self, d: float, u: np.ndarray, sb: np.ndarray) -> float:
+        """min over the entries of a minorant of _phi that increases with d."""
+        u = u.astype(float)
+        if self.mode == "blue":
+            W = d * u
+            return float(np.min(0.5 * (d - 1.0) * (W * u + 1.0) / (6.0 * W * sb)))
+        cov = (d - 1.0) / 4.0
+        return cov if self.mode == "cov" else cov ** (1.0 / self.s.p)
+
+    def _per_bin_scale(self, h: int) -> float:
+        """Multiplier turning a sieve value into a lower bound of the levels' cost."""
+        if self.mode == "cov_opt":
+            return (self._cu(h) * self.T) ** (1.0 / self.s.p)
+        return float(self.T)
+
+    @staticmethod
+    def _s_bound(u: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Upper bound of S_u = u + (widths below): the level below has width u / c and its
+        own S <= 2 u / c - 1 (exact, u / c + 1 ... , when it is the leaf level); 1 at a leaf."""
+        uf, cf = u.astype(float), c.astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(c >= 2, uf + 2.0 * uf / np.maximum(cf, 1.0) - 1.0, 1.0)
+
+    def _top_lb(self, h: int, kp: np.ndarray, w1: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Vectorised lower bound of the top level's (and the root's) cost; c = the factor
+        of level 2 (w_1's child factor; 0 when h = 1)."""
+        if self.mode in ("cov", "cov_opt"):
+            k = kp // w1
+            a, r = np.divmod(self.T, kp)
+            b, cc = np.divmod(r, w1)
+            f1 = (a * w1 * k * (k - 1) // 2 + w1 * b * (b - 1) // 2 + b * cc).astype(float)
+            exact = kp == self.s.K
+            if self.mode == "cov":
+                return f1 + ((not self.s.public) & exact)
+            cu = self._cu(h)
+            out = (cu * f1) ** (1.0 / self.s.p)
+            if not self.s.public:
+                alt = (cu * (f1 + k)) ** (1.0 / self.s.p)
+                root = float(self.s.unit(h)[0]) ** (1.0 / self.s.p)
+                out = np.where(exact, np.minimum(out + root, alt), out)
+            return out
+        # BLUE: level 1 with S_1 <= s_bound(w_1, c), float arithmetic (shrunk by _SAFE later)
+        T = float(self.T)
+        kpf, wf = kp.astype(float), w1.astype(float)
+        k = kpf / wf
+        a = np.floor(T / kpf)
+        rem = T - a * kpf
+        full = (k - 1) * kpf * (kpf * wf + 1) / 6
+        b = np.floor(rem / wf)
+        cc = rem - b * wf
+        s_i, s_i2 = b * (b - 1) / 2, (b - 1) * b * (2 * b - 1) / 6
+        s_r, s_r2 = wf * (wf - 1) / 2, (wf - 1) * wf * (2 * wf - 1) / 6
+        part = wf**3 * (k * s_i - s_i2) - 2 * wf * s_r * s_i + (k - 1) * b * s_r2
+        part += b * (k - b) * wf * wf * cc - 2 * b * wf * (cc * (cc - 1) / 2) \
+            + (k - 1) * ((cc - 1) * cc * (2 * cc - 1) / 6)
+        return np.maximum(a * full + part, 0.0) / (kpf * self._s_bound(w1, c))
+
+    def run(self) -> None:
+        s = self.s
+        K = s.K
+        self.seed()
+        if not self.pad:
+            for h in self.heights:
+                for kp, w1 in self.tops(h):
+                    self.dfs(h, kp, w1)
+            return
+        Wmax = K - 1
+        # sieve layer m: entries (width u, child factor c, lower bound G of the per-T cost of
+        # the m levels below u); m = 0: the leaf (1, 0, 0). Only entries that can still enter.
+        U, C, G = np.array([1], np.int64), np.array([0], np.int64), np.array([0.0])
+        self.layers = {0: {1: 0.0}}
+        hmin = min(self.heights)
+        for h in range(1, max(self.heights) + 1):
+            if h >= 2:
+                U, C, G = self._sieve_step(h, U, C, G, Wmax)
+                best = {}
+                for u, g in zip(U.tolist(), G.tolist()):
+                    if g < best.get(u, math.inf):
+                        best[u] = g
+                self.layers[h - 1] = best
+            if h < hmin:
+                continue
+            if h == 1:
+                self.dfs(1, K, 1)
+                continue
+            if U.size == 0:
+                if math.isfinite(self.table.theta):
+                    break
+                continue
+            kp = -(-K // U) * U
+            ok = (kp <= self.max_pad * K) & (U < K)
+            w1, kp, c, g = U[ok], kp[ok], C[ok], G[ok]
+            if w1.size == 0:
+                continue
+            lb = self._top_lb(h, kp, w1, c) + self._per_bin_scale(h) * g
+            order = np.argsort(lb, kind="stable")
+            done = set()
+            for i in order:
+                if lb[i] * _SAFE > self.units_bar(h):
+                    break
+                if int(w1[i]) in done:
+                    continue
+                done.add(int(w1[i]))
+                self.dfs(h, int(kp[i]), int(w1[i]))
+
+    def _cap(self, h: int) -> float:
+        """Largest sieve value a chain of height >= h can have and still enter the table."""
+        bar = self.units_bar(h)
+        if not math.isfinite(bar):
+            return math.inf
+        return bar / self._per_bin_scale(h)
+
+    def _sieve_step(self, h, U, C, G, Wmax):
+        """Layer h - 1 from layer h - 2: a factor d above u gives the level of node width u
+        (cost bound _phi with S_u from u's child factor) and the entry (d u, d)."""
+        cap = self._cap(h) / _SAFE
+        keep = G <= cap
+        U, C, G = U[keep], C[keep], G[keep]
+        if U.size == 0:
+            return U, C, G
+        order = np.argsort(U, kind="stable")
+        U, C, G = U[order], C[order], G[order]
+        sb = self._s_bound(U, C)
+        gmin = float(G.min())
+        blue = self.mode == "blue"
+        ws, cs, vs = [], [], []
+        d = 2
+        while True:
+            n = int(np.searchsorted(U, Wmax // d, side="right"))
+            if n == 0 or self._phi_floor(d, U[:n], sb[:n]) + gmin > cap:
+                break  # the minorant grows with d: no larger factor fits under the cap
+            val = self._phi(d, U[:n], sb[:n]) + G[:n]
+            sel = val <= cap
+            if sel.any():
+                ws.append(U[:n][sel] * d)
+                vs.append(val[sel])
+                cs.append(np.full(int(sel.sum()), d if blue else 0, np.int64))
+            d += 1
+        if not ws:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+        w, c, v = np.concatenate(ws), np.concatenate(cs), np.concatenate(vs)
+        key = w * (int(c.max()) + 1) + c
+        order = np.lexsort((v, key))
+        key, w, c, v = key[order], w[order], c[order], v[order]
+        first = np.ones(key.size, bool)
+        first[1:] = key[1:] != key[:-1]  # the smallest value of every (width, child factor)
+        return w[first], c[first], v[first]
+
+
+# --------------------------------------------------------------------------- public API
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _design(s: _Setting, ks: tuple, error: float, budgets: tuple, method: str) -> TreeDesign:
+    return TreeDesign(n_bins=s.K, branching=tuple(int(k) for k in ks),
+                      budgets=tuple(float(b) for b in budgets), error=float(error),
+                      normalised_error=float(error) / error_unit(s.K, s.budget, s.noise),
+                      estimator=s.estimator, noise=s.noise, neighbours=s.neighbours,
+                      public_total=s.public, method=method)
+
+
+def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering",
+                  noise: str = "laplace", neighbours: str = "swap", public_total=None,
+                  allow_padding: bool = True, max_padding: float = 2.0,
+                  budgets: str = "equal", max_height=None, height=None, top: int = 10,
+                  pool: int = 24, max_refined: int = 5000,
+                  refined_pool: int = 500) -> TreeDesign:
+    """The best level-uniform tree for the CDF of ``n_bins`` bins, by exact integer search
+    ([RTS] Sec. V, Thm V.1-V.2, Cor. V.1-V.2, Lemma V.2; search method: module docstring).
+
+    Parameters
+    ----------
+    n_bins : K >= 2, the number of bins (the CDF workload is the first K prefix counts).
+    epsilon / rho : the total budget (``epsilon`` for Laplace noise, ``rho`` for Gaussian).
+    estimator : "covering" ([RTS] direct sums), "refined" ([RTS] App. B) or "blue".
+    noise, neighbours, public_total : as for ``Mechanism`` (swap: N public).
+    allow_padding : also consider trees over K' in (K, max_padding K] (the extra bins empty);
+        the reported error is that of the first K prefixes.
+    budgets : "equal" (the equal split over the noisy levels) or "optimal" (per tree:
+        Thm IV.2(a) generalised for the covering estimator, numerical for the others; see the
+        module docstring for what is exhaustive).
+    max_height : the largest height considered (default: all, up to log2(max_padding K)).
+    height : search this height only (e.g. for [RTS] Thm V.1).
+    top : how many runners-up to return in ``.alternatives`` (ranked, best first).
+    pool : budgets="optimal" with the refined/BLUE estimator: how many of the best
+        equal-budget trees get their budgets optimised.
+    max_refined, refined_pool : the refined estimator's search scores the refined error
+        (O(h^3) each) of every tree whose BLUE error (a lower bound) can enter the table; if
+        that exceeds ``max_refined`` trees (large K: the refined error is ~1.3x the BLUE's),
+        it scores the ``refined_pool`` best trees by the BLUE error instead, and ``method``
+        says whether the table is certified (every other tree has BLUE error, hence refined
+        error, above it) or gives the optimality gap bound.
+
+    Returns
+    -------
+    TreeDesign: the best tree (``branching`` may multiply to a padded K'), its budgets (one
+    per noisy level), its exact error (counts^2) and ``normalised_error = error / c``;
+    ``alternatives`` = the next ``top`` trees, ranked. ``method`` records the search.
+    """
+    K = _check_int(n_bins, "n_bins", 2)
+    noise = check_noise(noise)
+    if noise == "laplace":
+        if rho is not None:
+            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
+        budget = check_budget(epsilon, "epsilon")
+    else:
+        if epsilon is not None:
+            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
+        budget = check_budget(rho, "rho")
+    neighbours = check_neighbours(neighbours)
+    public = resolve_public(neighbours, public_total)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    if budgets not in BUDGETS:
+        raise ValueError(f"budgets must be one of {BUDGETS}, got {budgets!r}")
+    if not isinstance(allow_padding, (bool, np.bool_)):
+        raise ValueError(f"allow_padding must be True or False, got {allow_padding!r}")
+    if (isinstance(max_padding, (bool, np.bool_)) or not isinstance(max_padding, Real)
+            or not math.isfinite(max_padding) or max_padding < 1):
+        raise ValueError(f"max_padding must be a finite number >= 1, got {max_padding!r}")
+    if max_height is not None:
+        max_height = _check_int(max_height, "max_height", 1)
+    if height is not None:
+        height = _check_int(height, "height", 1)
+        if 2**height > (max_padding * K if allow_padding else K):
+            raise ValueError(f"height={height} is impossible: a tree of that height has at "
+                             f"least 2^{height} bins")
+    top = _check_int(top, "top", 0)
+    pool = _check_int(pool, "pool", 1)
+    max_refined = _check_int(max_refined, "max_refined", 0)
+    refined_pool = _check_int(refined_pool, "refined_pool", 1)
+    if max_height is not None and height is not None and height > max_height:
+        raise ValueError(f"height={height} exceeds max_height={max_height}")
+
+    t0 = time.perf_counter()
+    s = _Setting(K, budget, noise, neighbours, public, estimator, budgets)
+    numerical = budgets == "optimal" and estimator != "covering"
+    search_s = replace(s, budgets="equal") if numerical else s
+    search_s.__post_init__()
+    size = top + 1
+    if numerical:
+        size = max(size, pool)
+    table = _Table(size)
+    kw = dict(allow_padding=bool(allow_padding), max_padding=float(max_padding),
+              max_height=max_height, height=height)
+    eng = _Engine(search_s, table, **kw)
+    span = f"K' <= {max_padding:g} K" if allow_padding else "K' = K"
+    certificate = ""
+    if estimator == "refined":
+        eng.max_scored = max_refined
+    try:
+        eng.run()
+        ranked = table.ranked()
+        how = f"exhaustive branch and bound ({span}; {eng.leaves} trees reached)"
+    except _TooMany:
+        # Fallback: the best `refined_pool` trees by the BLUE (exhaustive B&B), refined scored.
+        # Unscored trees have refined >= BLUE >= the pool's BLUE bar: a certificate / a gap.
+        blue_s = replace(search_s, estimator="blue")
+        blue_s.__post_init__()
+        btable = _Table(max(refined_pool, size))
+        beng = _Engine(blue_s, btable, **kw)
+        beng.run()
+        pool_trees = btable.ranked()
+        bar = btable.theta
+        ranked = sorted(((_refined_equal(search_s, ks), ks, None) for _, ks, _ in pool_trees),
+                        key=lambda x: (x[0], len(x[1]), x[1]))[:size]
+        nth = ranked[min(len(ranked), size) - 1][0]
+        if nth <= bar:
+            certificate = "certified exact"
+        else:
+            gap = ranked[0][0] / bar - 1.0 if ranked[0][0] > bar else 0.0
+            certificate = (f"NOT certified: trees outside the pool have refined error >= "
+                           f"{bar:.6g}; the best is within {100 * gap:.3g}% of optimal")
+        how = (f"refined error of the {len(pool_trees)} best trees by the BLUE error "
+               f"(exhaustive BLUE branch and bound, {span}); {certificate}")
+    if not ranked:
+        raise ValueError(f"no level-uniform tree with factors >= 2 fits n_bins={K} with the "
+                         f"given height / padding constraints")
+    if numerical:
+        designs = _optimise_pool(s, ranked, eng, pool, top)
+        how = f"budgets optimised for the {len(designs)} best equal-budget trees from: {how}"
+    else:
+        designs = [(score, ks, extra) for score, ks, extra in ranked]
+    out = []
+    for score, ks, extra in designs:
+        if estimator == "covering":
+            b = extra
+        elif numerical:
+            b = extra
+        else:
+            b = s.equal_budgets(len(ks))
+        out.append(_design(s, ks, score, b, ""))
+    out.sort(key=lambda d: (d.error, d.height, d.branching))
+    out = out[: top + 1]
+    secs = time.perf_counter() - t0
+    method = f"{how}; {secs:.3g} s"
+    best = replace(out[0], method=method, alternatives=tuple(
+        replace(d, method=how) for d in out[1:]))
+    return best
+
+
+def _refined_optimal_budgets(s: _Setting, ks: tuple) -> tuple[float, tuple]:
+    """Budgets minimising the refined error of one tree: scipy SLSQP over the simplex
+    (sum = B, b >= 0) on the closed form, from the equal split and the covering optimum."""
+    from scipy.optimize import minimize
+
+    h = len(ks)
+    n = s.n_noisy(h)
+    B = s.budget
+
+    f0 = refined_prefix_error(ks, s.variances(h, s.equal_budgets(h)), s.K)
+
+    def f(x):  # relative to the equal split, so that SLSQP's tolerances are meaningful
+        b = np.maximum(x, 0.0) * B
+        return refined_prefix_error(ks, s.variances(h, b), s.K) / f0
+
+    starts = [np.full(n, 1.0 / n)]
+    cov = _covering_score(replace(s, estimator="covering", budgets="optimal"), ks)[1]
+    starts.append(np.asarray(cov) / B)
+    best_x, best_f = starts[0], f(starts[0])
+    for x0 in starts:
+        res = minimize(f, x0, method="SLSQP", bounds=[(0.0, 1.0)] * n,
+                       constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0}],
+                       options={"ftol": 1e-12, "maxiter": 500})
+        x = np.maximum(res.x, 0.0)
+        x /= x.sum()
+        fx = f(x)
+        if np.isfinite(fx) and fx < best_f:
+            best_x, best_f = x, fx
+    return float(best_f * f0), tuple(float(v) for v in best_x * B)
+
+
+def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
+    """Optimal budgets for each tree of the pool (the best equal-budget trees)."""
+    out = []
+    if s.estimator == "blue":
+        try:
+            from .blue_budgets import optimal_blue_budgets
+        except ImportError:  # pragma: no cover - the lead wires it
+            raise NotImplementedError("budgets='optimal' with estimator='blue' needs "
+                                      "optimize.blue_budgets.optimal_blue_budgets, which is "
+                                      "not available yet") from None
+        for _, ks, _ in ranked[:pool]:
+            d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
+                                     public_total=s.public, workload="prefix", n_queries=s.K)
+            out.append((d.error, ks, d.budgets))
+    else:
+        for _, ks, _ in ranked[:pool]:
+            err, b = _refined_optimal_budgets(s, ks)
+            out.append((err, ks, b))
+    return out

@@ -1,0 +1,35 @@
+"""`dptree-opt optimize` prints what the library computes, in text and JSON."""
+
+import json
+
+import pytest
+
+from dptree_opt import optimize
+from dptree_opt.cli import main
+
+
+def test_optimize_json_matches_library(capsys):
+    assert main(["optimize", "--bins", "1000", "--epsilon", "1", "--estimator", "covering",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    design = optimize.level_uniform(1000, 1.0, estimator="covering")
+    assert out["best"]["branching"] == list(design.branching) == [10, 10, 10]
+    assert out["best"]["error"] == pytest.approx(design.error)
+    # [RTS] equal-budget covering error of (10,10,10): c h^2 sum (k_l - 1), c = 4K/eps^2
+    assert out["best"]["error"] == pytest.approx(4 * 1000 * 9 * 27)
+    assert len(out["alternatives"]) == 10
+    assert all(a["error"] >= out["best"]["error"] for a in out["alternatives"])
+
+
+def test_optimize_text(capsys):
+    assert main(["optimize", "--bins", "1024", "--epsilon", "1", "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "recommended tree" in text and "rank" in text
+
+
+@pytest.mark.parametrize("args", [["--bins", "0", "--epsilon", "1"],
+                                  ["--bins", "64", "--noise", "gaussian", "--epsilon", "1"],
+                                  ["--bins", "64", "--epsilon", "-1"]])
+def test_optimize_bad_input(args, capsys):
+    assert main(["optimize", *args]) == 2
+    assert "error" in capsys.readouterr().err

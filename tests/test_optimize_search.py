@@ -1,0 +1,384 @@
+"""The exact integer search (optimize.search.level_uniform): its fast error formulas against
+the slow generic oracle, the search against brute force, and [RTS] Thm V.1, Thm V.2 /
+Cor. V.1-V.2 and Lemma V.2."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import dptree_opt as dp
+from dptree_opt import strategies as S
+from dptree_opt import workloads as W
+from dptree_opt.estimation.honaker import refined_error
+from dptree_opt.optimize.levels import level_variances, noisy_levels
+from dptree_opt.optimize.search import (
+    blue_level_sums,
+    covering_level_sums,
+    level_uniform,
+    refined_prefix_error,
+    design_error,
+)
+
+SETTINGS = [("laplace", "swap", None), ("gaussian", "swap", None),
+            ("laplace", "add_remove", None), ("gaussian", "add_remove", True)]
+
+
+def ordered_factorisations(n, min_factor=2):
+    """Every ordered tuple of factors >= 2 with product n (slow, obviously correct)."""
+    if n == 1:
+        yield ()
+        return
+    for d in range(min_factor, n + 1):
+        if n % d == 0:
+            for rest in ordered_factorisations(n // d):
+                yield (d,) + rest
+
+
+def mechanism(ks, budgets, noise, neighbours, public_total):
+    K = math.prod(ks)
+    total = float(sum(budgets))
+    kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
+    return dp.Mechanism(S.tree(K, list(ks)), noise=noise, neighbours=neighbours,
+                        public_total=public_total, level_budgets=list(budgets), **kw)
+
+
+def random_padded_cases(seed, count, max_h=4, max_k=5):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        h = int(rng.integers(1, max_h + 1))
+        ks = tuple(int(k) for k in rng.integers(2, max_k + 1, size=h))
+        Kp = math.prod(ks)
+        K = int(rng.integers(max(1, Kp // 2), Kp + 1))
+        yield ks, K, rng
+
+
+# ------------------------------------------------------------------ the fast formulas
+def test_covering_level_sums_are_digit_counts():
+    for ks, K, _ in random_padded_cases(1, 60):
+        t = np.arange(1, K + 1)
+        w = [math.prod(ks[l:]) for l in range(1, len(ks) + 1)]
+        digits = [int(np.sum((t // wl) % k)) for wl, k in zip(w, ks)]
+        F = covering_level_sums(ks, K)
+        assert F[1:] == tuple(digits)
+        assert F[0] == int(K == math.prod(ks))
+    assert covering_level_sums((4, 3, 2)) == (1,) + tuple(24 * (k - 1) // 2 for k in (4, 3, 2))
+
+
+@pytest.mark.parametrize("noise, neighbours, public_total", SETTINGS)
+def test_fast_errors_equal_the_slow_generic_oracle(noise, neighbours, public_total):
+    """Padded trees, first K prefixes: covering through the Mechanism's covering operator,
+    BLUE and refined through their dense linear algebra (method='dense')."""
+    for ks, K, rng in random_padded_cases(11, 8, max_h=3, max_k=4):
+        Kp = math.prod(ks)
+        lv = noisy_levels(len(ks), neighbours, public_total)
+        b = rng.uniform(0.3, 1.5, size=len(lv))
+        mech = mechanism(ks, b, noise, neighbours, public_total)
+        for est in ("covering", "blue", "refined"):
+            oracle = dp.expected_error(W.prefix(Kp), mech, est, per_query=True,
+                                       method="dense")[:K].sum()
+            fast = design_error(K, ks, b, estimator=est, noise=noise, neighbours=neighbours,
+                              public_total=public_total, total_budget=float(b.sum()))
+            assert fast == pytest.approx(oracle, rel=1e-9), (est, ks, K)
+
+
+def test_refined_closed_form_equals_the_recursion():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        h = int(rng.integers(1, 6))
+        ks = tuple(int(k) for k in rng.integers(2, 7, size=h))
+        Kp = math.prod(ks)
+        K = int(rng.integers(1, Kp + 1))
+        v = np.append(0.0 if rng.random() < 0.5 else rng.uniform(0.1, 3),
+                      rng.uniform(0.1, 3, size=h))
+        if rng.random() < 0.2:
+            v[0] = np.inf  # root not measured
+        want = refined_error(ks, v, per_query=True)[:K].sum()
+        assert refined_prefix_error(ks, v, K) == pytest.approx(want, rel=1e-12)
+
+
+def test_blue_level_sums_give_the_blue_error():
+    from dptree_opt.tree_error import blue_error, blue_haar_variances
+
+    for ks, K, rng in random_padded_cases(9, 40):
+        v = np.append(0.0 if rng.random() < 0.5 else rng.uniform(0.1, 3),
+                      rng.uniform(0.1, 3, size=len(ks)))
+        mu = blue_haar_variances(ks, v)
+        want = blue_error(ks, v, per_query=True)[:K].sum()
+        assert float(np.dot(mu, blue_level_sums(ks, K))) == pytest.approx(want, rel=1e-10)
+
+
+# ------------------------------------------------------------------ the search vs brute force
+def brute_force(K, estimator, *, noise="laplace", neighbours="swap", public_total=None,
+                budgets="equal", max_padding=2.0, allow_padding=True):
+    """Every ordered factorisation of every K' in [K, max_padding K], scored exactly."""
+    out = []
+    tops = range(K, int(max_padding * K) + 1) if allow_padding else [K]
+    for Kp in tops:
+        for ks in ordered_factorisations(Kp):
+            if budgets == "equal":
+                err = design_error(K, ks, estimator=estimator, noise=noise, neighbours=neighbours,
+                                 public_total=public_total)
+            else:
+                err = level_uniform(K, 1.0, estimator=estimator, neighbours=neighbours,
+                                    public_total=public_total, budgets="optimal", height=len(ks),
+                                    top=10**6, allow_padding=allow_padding,
+                                    max_padding=max_padding)
+                err = {a.branching: a.error for a in (err,) + err.alternatives}.get(ks, math.inf)
+            out.append((err, ks))
+    out.sort()
+    return out
+
+
+def table(design):
+    return [(d.error, d.branching) for d in (design,) + design.alternatives]
+
+
+def minimal_padding(brute, K):
+    """The ranked table lists each subtree (k_2..k_h) with its smallest top factor
+    k_1 = ceil(K / w_1) only: a larger k_1 is never better (see the test below)."""
+    return [(e, ks) for e, ks in brute if ks[0] == -(-K // math.prod(ks[1:]))]
+
+
+def assert_same_ranking(found, brute, rel=1e-9):
+    """Same errors in the same order; ties may list different trees."""
+    assert len(found) == min(len(brute), len(found))
+    for (e1, ks1), (e2, _) in zip(found, brute):
+        assert e1 == pytest.approx(e2, rel=rel), (ks1, found[:3], brute[:3])
+    scores = {ks: e for e, ks in brute}
+    for e, ks in found:  # every reported tree is scored correctly
+        assert scores[ks] == pytest.approx(e, rel=rel)
+
+
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+@pytest.mark.parametrize("K", [2, 5, 12, 30, 37, 64])
+def test_search_equals_brute_force_with_padding(estimator, K):
+    brute = brute_force(K, estimator)
+    found = table(level_uniform(K, 1.0, estimator=estimator, top=15))
+    assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)  # the best over every K'
+    assert_same_ranking(found, minimal_padding(brute, K))
+
+
+@pytest.mark.parametrize("noise, neighbours, public_total", SETTINGS[1:])
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+def test_search_equals_brute_force_other_settings(noise, neighbours, public_total, estimator):
+    for K in (24, 45):
+        brute = brute_force(K, estimator, noise=noise, neighbours=neighbours,
+                            public_total=public_total)
+        kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 1.0}
+        found = table(level_uniform(K, estimator=estimator, noise=noise, neighbours=neighbours,
+                                    public_total=public_total, top=8, **kw))
+        assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
+        assert_same_ranking(found, minimal_padding(brute, K))
+
+
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+def test_search_equals_brute_force_without_padding(estimator):
+    for K in (36, 48, 64, 97, 360):
+        brute = brute_force(K, estimator, allow_padding=False)
+        found = table(level_uniform(K, 1.0, estimator=estimator, top=12, allow_padding=False))
+        assert_same_ranking(found, brute)
+        assert all(math.prod(ks) == K for _, ks in found)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+def test_search_equals_brute_force_many_k(estimator):
+    for K in range(2, 81):
+        brute = brute_force(K, estimator)
+        found = table(level_uniform(K, 1.0, estimator=estimator, top=6))
+        assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
+        assert_same_ranking(found, minimal_padding(brute, K))
+
+
+def test_refined_fallback_is_certified_when_the_pool_covers_the_bar():
+    for K in (30, 64, 100):
+        full = level_uniform(K, 1.0, estimator="refined", top=5)
+        assert "exhaustive" in full.method
+        fast = level_uniform(K, 1.0, estimator="refined", top=5, max_refined=0,
+                             refined_pool=400)
+        assert "certified exact" in fast.method and "NOT" not in fast.method
+        assert table(fast) == pytest.approx(table(full)) or \
+            [e for e, _ in table(fast)] == pytest.approx([e for e, _ in table(full)])
+        small = level_uniform(K, 1.0, estimator="refined", top=0, max_refined=0,
+                              refined_pool=1)
+        assert small.error >= full.error * (1 - 1e-12)
+        if "NOT certified" in small.method:
+            assert "% of optimal" in small.method
+
+
+def test_only_the_smallest_padding_of_a_subtree_matters():
+    """The search keeps k_1 = ceil(K / w_1); any larger top factor is never better."""
+    for estimator in ("covering", "blue", "refined"):
+        for K in (10, 23, 50):
+            for w1 in range(1, K):
+                k_min = -(-K // w1)
+                for lower in ordered_factorisations(w1):
+                    base = design_error(K, (k_min,) + lower, estimator=estimator)
+                    for k1 in range(k_min + 1, 2 * K // w1 + 1):
+                        worse = design_error(K, (k1,) + lower, estimator=estimator)
+                        assert worse >= base * (1 - 1e-12), (estimator, K, k1, lower)
+
+
+def test_covering_optimal_budgets_equal_brute_force():
+    """Optimal covering budgets (Thm IV.2(a) generalised): the search against brute force
+    over every padded tree, each with its budgets solved by scipy on the exact error."""
+    from scipy.optimize import minimize
+
+    K = 13
+    found = level_uniform(K, 1.0, budgets="optimal", top=5)
+    best = math.inf
+    for Kp in range(K, 2 * K + 1):
+        for ks in ordered_factorisations(Kp):
+            h = len(ks)
+
+            def f(x, ks=ks, h=h):
+                b = np.abs(x) / np.abs(x).sum()
+                return design_error(K, ks, b, estimator="covering")
+
+            res = minimize(f, np.full(h, 1.0 / h), method="Nelder-Mead",
+                           options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000})
+            best = min(best, res.fun)
+    assert found.error == pytest.approx(best, rel=1e-6)
+    # and its budgets give its error through the Mechanism
+    mech = dp.Mechanism(S.tree(math.prod(found.branching), list(found.branching)),
+                        epsilon=1.0, level_budgets=list(found.budgets))
+    oracle = dp.expected_error(W.prefix(found.padded_bins), mech, "covering",
+                               per_query=True)[:K].sum()
+    assert found.error == pytest.approx(oracle, rel=1e-9)
+
+
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+def test_result_error_is_the_mechanism_error(estimator):
+    """The reported error of the best tree, recomputed through a Mechanism (slow path)."""
+    for K in (50, 100, 257):
+        d = level_uniform(K, 0.7, estimator=estimator)
+        mech = dp.Mechanism(S.tree(d.padded_bins, list(d.branching)), epsilon=0.7,
+                            level_budgets=list(d.budgets))
+        oracle = dp.expected_error(W.prefix(d.padded_bins), mech, estimator,
+                                   per_query=True)[:K].sum()
+        assert d.error == pytest.approx(oracle, rel=1e-9)
+        assert d.normalised_error == pytest.approx(d.error / (4 * K / 0.7**2), rel=1e-12)
+
+
+@pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
+def test_padding_never_hurts_and_the_result_tops_the_table(estimator):
+    for K in (97, 250, 1000, 1031):
+        pad = level_uniform(K, 1.0, estimator=estimator)
+        exact = level_uniform(K, 1.0, estimator=estimator, allow_padding=False)
+        assert pad.error <= exact.error * (1 + 1e-12)
+        errs = [pad.error] + [a.error for a in pad.alternatives]
+        assert errs == sorted(errs)
+        assert pad.error == min(errs)
+        assert len(pad.alternatives) == 10
+        assert all(math.prod(a.branching) >= K for a in pad.alternatives)
+
+
+def test_refined_and_blue_optimal_budgets_never_worse_than_equal():
+    for est in ("refined", "blue"):
+        eq = level_uniform(200, 1.0, estimator=est)
+        opt = level_uniform(200, 1.0, estimator=est, budgets="optimal", pool=8)
+        assert opt.error <= eq.error * (1 + 1e-12)
+        assert sum(opt.budgets) == pytest.approx(1.0, rel=1e-9)
+        mech = dp.Mechanism(S.tree(opt.padded_bins, list(opt.branching)), epsilon=1.0,
+                            level_budgets=list(opt.budgets))
+        oracle = dp.expected_error(W.prefix(opt.padded_bins), mech, est,
+                                   per_query=True)[:200].sum()
+        assert opt.error == pytest.approx(oracle, rel=1e-6)
+
+
+# ------------------------------------------------------------------ [RTS] Sec. V
+def equal_budget_cost(exponents, p):
+    """[RTS] Sec. V objective for K = p^m, equal budgets: h^2 sum_l (p^a_l - 1)."""
+    h = len(exponents)
+    return h * h * sum(p**a - 1 for a in exponents)
+
+
+def compositions(m, h):
+    for cut in itertools.combinations(range(1, m), h - 1):
+        parts = np.diff((0,) + cut + (m,))
+        yield tuple(int(x) for x in parts)
+
+
+@pytest.mark.parametrize("p, m, h", [(2, 10, 3), (2, 12, 5), (2, 16, 4), (3, 7, 3), (3, 9, 4),
+                                     (5, 6, 4), (2, 13, 6), (7, 5, 2), (2, 20, 7)])
+def test_theorem_v1_balanced_exponents(p, m, h):
+    K = p**m
+    q, r = divmod(m, h)
+    balanced = sorted([q] * (h - r) + [q + 1] * r)
+    brute = min(equal_budget_cost(a, p) for a in compositions(m, h))
+    assert equal_budget_cost(balanced, p) == brute
+    # every optimal exponent vector is a permutation of the balanced one
+    optimal = {tuple(sorted(a)) for a in compositions(m, h)
+               if equal_budget_cost(a, p) == brute}
+    assert optimal == {tuple(balanced)}
+    d = level_uniform(K, 1.0, height=h, allow_padding=False, top=0)
+    exps = sorted(round(math.log(k, p)) for k in d.branching)
+    assert exps == balanced
+    assert d.normalised_error == pytest.approx(brute, rel=1e-12)  # c = 4K/eps^2
+
+
+@pytest.mark.parametrize("base, h", [(2, 8), (3, 6), (4, 5), (5, 5), (6, 4), (8, 4), (10, 4),
+                                     (12, 3), (15, 3), (16, 4), (16, 2)])
+def test_theorem_v2_small_base_means_height_at_most_h(base, h):
+    K = base**h
+    d = level_uniform(K, 1.0, allow_padding=False, top=0)
+    assert d.height <= h, d.branching
+
+
+@pytest.mark.parametrize("base, h", [(17, 2), (17, 3), (18, 2), (20, 3), (24, 3), (30, 2),
+                                     (32, 3), (50, 2), (100, 3)])
+def test_theorem_v2_large_base_means_height_at_least_h(base, h):
+    K = base**h
+    d = level_uniform(K, 1.0, allow_padding=False, top=0)
+    assert d.height >= h, d.branching
+
+
+@pytest.mark.parametrize("p, m", [(17, 1), (17, 2), (17, 3), (17, 4), (19, 3), (23, 3),
+                                  (29, 2), (31, 3), (37, 2)])
+def test_corollary_v1_prime_powers(p, m):
+    d = level_uniform(p**m, 1.0, allow_padding=False, top=0)
+    assert d.branching == (p,) * m
+
+
+@pytest.mark.parametrize("m", [7, 11, 13])
+def test_lemma_v2_unequal_factors_beat_every_equal_tree(m):
+    K = 2**m
+    best = level_uniform(K, 1.0, allow_padding=False, top=50)
+    equal_trees = [ks for ks in ordered_factorisations(K) if len(set(ks)) == 1]
+    assert sorted(equal_trees) == [(2,) * m, (K,)]  # m prime: only these
+    best_equal = min(design_error(K, ks) for ks in equal_trees)
+    assert len(set(best.branching)) > 1
+    assert best.error < best_equal
+    # [RTS] Sec. V unit c = 4K/eps^2: h^2 sum (k_l - 1)
+    h = best.height
+    assert best.normalised_error == pytest.approx(h * h * sum(k - 1 for k in best.branching))
+
+
+# ------------------------------------------------------------------ input checking
+def test_bad_input():
+    with pytest.raises(ValueError, match="n_bins"):
+        level_uniform(1, 1.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        level_uniform(10, -1.0)
+    with pytest.raises(ValueError, match="rho"):
+        level_uniform(10, 1.0, noise="gaussian")
+    with pytest.raises(ValueError, match="estimator"):
+        level_uniform(10, 1.0, estimator="gls")
+    with pytest.raises(ValueError, match="budgets"):
+        level_uniform(10, 1.0, budgets="best")
+    with pytest.raises(ValueError, match="max_padding"):
+        level_uniform(10, 1.0, max_padding=0.5)
+    with pytest.raises(ValueError, match="height"):
+        level_uniform(10, 1.0, height=5)
+    with pytest.raises(ValueError, match="top"):
+        level_uniform(10, 1.0, top=-1)
+    with pytest.raises(ValueError, match="public_total"):
+        level_uniform(10, 1.0, public_total=False)
+    with pytest.raises(ValueError, match="neighbours"):
+        level_uniform(10, 1.0, neighbours="both")
+    with pytest.raises(ValueError, match="allow_padding"):
+        level_uniform(10, 1.0, allow_padding="yes")
