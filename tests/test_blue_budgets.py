@@ -17,10 +17,11 @@ from scipy.optimize import minimize
 import dptree_opt as dp
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
+from dptree_opt.optimize.levels import level_variances
 from dptree_opt.optimize.blue_budgets import (
     _FundableObjective,
     _laplace_multistart,
-    _level_variances,
+
     _sensitivity_proxy,
     _simplex_newton,
     blue_budget_problem,
@@ -110,7 +111,7 @@ def test_level_variances_match_mechanism(noise, neighbours, public_total, branch
         if trial == 1 and n > 1:
             b[0] = 0.0
             b *= 0.7 / b.sum()
-        v = _level_variances(branching, b, noise=noise, neighbours=neighbours,
+        v = level_variances(branching, b, noise=noise, neighbours=neighbours,
                              public_total=public_total)
         mv = mechanism(branching, b, noise, neighbours, public_total, 0.7).level_variances
         np.testing.assert_allclose(v, [mv[lvl] for lvl in range(len(branching) + 1)],

@@ -83,6 +83,7 @@ from ..tree_error import (
     blue_haar_variances,
     haar_workload_weights,
 )
+from .levels import level_variances, resolve_public
 from .result import TreeDesign, error_unit
 
 __all__ = [
@@ -98,18 +99,6 @@ __all__ = [
 
 def _noisy_levels(h: int, public: bool) -> tuple[int, ...]:
     return tuple(range(1 if public else 0, h + 1))
-
-
-def _resolve_public(neighbours: str, public_total) -> bool:
-    """The rule of ``Mechanism``: swap -> N public; add/remove -> ``bool(public_total)``."""
-    if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
-        raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
-    if neighbours == "swap":
-        if public_total is not None and not public_total:
-            raise ValueError("public_total=False is impossible under swap neighbours (N never "
-                             "changes); use neighbours='add_remove' for a private N")
-        return True
-    return bool(public_total)
 
 
 def _sensitivity_proxy(ks) -> tuple[int, ...]:
@@ -130,29 +119,6 @@ def _level_sensitivities(ks, levels, neighbours: str, noise: str) -> np.ndarray:
     tree = LevelUniformTree(math.prod(proxy), proxy)
     p = norm_of(noise)
     return np.array([tree.level_sensitivity(lvl, neighbours, p) for lvl in levels], dtype=float)
-
-
-def _level_variances(branching, budgets, *, noise="laplace", neighbours="swap",
-                     public_total=None) -> np.ndarray:
-    """Per-level noise variances v_0..v_h of ``Mechanism(tree, level_budgets=budgets)``.
-
-    Same rules as Mechanism: root 0 when N is public; each noisy level calibrated with
-    ``privacy.calibrate`` from its ``level_sensitivity`` (0 budget -> inf = unmeasured,
-    0 sensitivity -> 0 = exact). Private stand-in for ``optimize.levels.level_variances``."""
-    ks, _ = _check_branching(branching)
-    noise = check_noise(noise)
-    neighbours = check_neighbours(neighbours)
-    public = _resolve_public(neighbours, public_total)
-    levels = _noisy_levels(len(ks), public)
-    sens = _level_sensitivities(ks, levels, neighbours, noise)
-    b = np.asarray(budgets, dtype=float)
-    if b.shape != (len(levels),) or not np.all(np.isfinite(b)) or np.any(b < 0):
-        raise ValueError(f"budgets must be {len(levels)} finite numbers >= 0 (one per noisy "
-                         f"level {levels}), got {budgets!r}")
-    v = np.zeros(len(ks) + 1)
-    for lvl, d, bl in zip(levels, sens, b):
-        v[lvl] = calibrate(float(d), float(bl), noise)[1]
-    return v
 
 
 def _blue_variances(v: np.ndarray) -> np.ndarray:
@@ -238,7 +204,7 @@ class BlueBudgetProblem:
 
     def level_variances(self, budgets) -> np.ndarray:
         """v_0..v_h as ``Mechanism`` calibrates them (0 exact, inf unmeasured)."""
-        return _level_variances(self.branching, budgets, noise=self.noise,
+        return level_variances(self.branching, budgets, noise=self.noise,
                                 neighbours=self.neighbours, public_total=self.public_total)
 
     def blue_error(self, budgets) -> float:
@@ -259,7 +225,7 @@ def blue_budget_problem(branching, *, noise="laplace", neighbours="swap", public
     ks, widths = _check_branching(branching)
     noise = check_noise(noise)
     neighbours = check_neighbours(neighbours)
-    public = _resolve_public(neighbours, public_total)
+    public = resolve_public(neighbours, public_total)
     if not isinstance(measure_root, (bool, np.bool_)):
         raise ValueError(f"measure_root must be a bool, got {measure_root!r}")
     if workload not in WORKLOADS:
