@@ -201,8 +201,8 @@ def test_refined_fallback_is_certified_when_the_pool_covers_the_bar():
         fast = level_uniform(K, 1.0, estimator="refined", top=5, max_refined=0,
                              refined_pool=400)
         assert "certified exact" in fast.method and "NOT" not in fast.method
-        assert table(fast) == pytest.approx(table(full)) or \
-            [e for e, _ in table(fast)] == pytest.approx([e for e, _ in table(full)])
+        # same errors in the same order (ties may list equal-error trees differently)
+        assert [e for e, _ in table(fast)] == pytest.approx([e for e, _ in table(full)])
         small = level_uniform(K, 1.0, estimator="refined", top=0, max_refined=0,
                               refined_pool=1)
         assert small.error >= full.error * (1 - 1e-12)
