@@ -10,6 +10,7 @@ from .privacy import (
     check_noise,
     loss_from_sensitivity,
     norm_of,
+    resolve_public,
     split_budget,
 )
 from .strategies import Strategy
@@ -102,15 +103,7 @@ class Mechanism:
                 raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
             budget = check_budget(rho, "rho")
             budget_name = "rho"
-        if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
-            raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
-        if neighbours == "swap":
-            if public_total is not None and not public_total:
-                raise ValueError("public_total=False is impossible under swap neighbours (N "
-                                 "never changes); use neighbours='add_remove' for a private N")
-            public = True
-        else:
-            public = bool(public_total)
+        public = resolve_public(neighbours, public_total)
 
         released = strategy
         if public and not np.any(strategy.levels == 0):

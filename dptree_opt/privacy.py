@@ -38,6 +38,21 @@ def check_budget(value, name: str) -> float:
     return value
 
 
+def resolve_public(neighbours: str, public_total=None) -> bool:
+    """Whether the total N is public: always under swap (N never changes; ``False`` is an
+    error), under add/remove only when the caller declares it (``public_total=True``)."""
+    if neighbours not in ("swap", "add_remove"):
+        raise ValueError(f"neighbours must be 'swap' or 'add_remove', got {neighbours!r}")
+    if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
+        raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
+    if neighbours == "swap":
+        if public_total is not None and not public_total:
+            raise ValueError("public_total=False is impossible under swap neighbours (N never "
+                             "changes); use neighbours='add_remove' for a private N")
+        return True
+    return bool(public_total)
+
+
 def split_budget(total: float, n_levels: int, level_budgets=None, *, name: str = "epsilon"):
     """One budget per noisy level: the equal split by default, else validated user values.
 

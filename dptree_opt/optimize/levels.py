@@ -25,25 +25,11 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..privacy import calibrate, check_noise, norm_of
+from ..privacy import calibrate, check_noise, norm_of, resolve_public
 from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
 
 __all__ = ["level_variances", "noisy_levels", "resolve_public", "check_branching"]
-
-
-def resolve_public(neighbours: str, public_total=None) -> bool:
-    """Whether N is public, by the rule of ``Mechanism``: always under swap (``False`` is an
-    error), under add/remove only when ``public_total`` is True."""
-    neighbours = check_neighbours(neighbours)
-    if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
-        raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
-    if neighbours == "swap":
-        if public_total is not None and not public_total:
-            raise ValueError("public_total=False is impossible under swap neighbours (N never "
-                             "changes); use neighbours='add_remove' for a private N")
-        return True
-    return bool(public_total)
 
 
 def noisy_levels(height: int, neighbours: str = "swap", public_total=None) -> tuple[int, ...]:
