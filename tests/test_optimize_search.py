@@ -382,3 +382,33 @@ def test_bad_input():
         level_uniform(10, 1.0, neighbours="both")
     with pytest.raises(ValueError, match="allow_padding"):
         level_uniform(10, 1.0, allow_padding="yes")
+
+
+@pytest.mark.parametrize("K", [2**10, 1000])
+def test_optimal_blue_search_not_worse_than_finest_tree(K):
+    """With optimal BLUE budgets a refinement never hurts (the coarse tree is the refinement
+    with its inserted levels unfunded), so the search must be at least as good as the finest
+    unpadded tree (K's prime factorisation) with optimal budgets."""
+    from dptree_opt.optimize import optimal_blue_budgets
+
+    primes, k, d = [], K, 2
+    while k > 1:
+        while k % d == 0:
+            primes.append(d)
+            k //= d
+        d += 1
+    finest = optimal_blue_budgets(primes, 1.0, neighbours="add_remove")
+    found = level_uniform(K, 1.0, estimator="blue", neighbours="add_remove", budgets="optimal")
+    assert found.error <= finest.error * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("coarse,fine", [([32, 32], [2] * 10), ([10, 10, 10], [2, 5] * 3),
+                                         ([4, 16], [2, 2, 4, 4])])
+def test_refinement_dominance_with_optimal_blue_budgets(coarse, fine):
+    """fine keeps every node of coarse (each k_l split into consecutive levels), so with
+    optimal budgets it is at least as good: coarse = fine with the inserted levels unfunded."""
+    from dptree_opt.optimize import optimal_blue_budgets
+
+    c = optimal_blue_budgets(coarse, 1.0, neighbours="add_remove")
+    f = optimal_blue_budgets(fine, 1.0, neighbours="add_remove")
+    assert f.error <= c.error * (1 + 1e-9)

@@ -60,7 +60,10 @@ then exact too (the cost sum_l A_l^(1/p) is additive over levels). For the refin
 (scipy SLSQP over the simplex on the O(h^3) closed form) and the BLUE
 (``blue_budgets.optimal_blue_budgets``) the budgets are optimised for a candidate pool, the
 best ``pool`` trees of the exhaustive equal-budget search: a heuristic restriction, not an
-exhaustive search over trees.
+exhaustive search over trees. For the BLUE the pool also holds each pool tree's finest
+refinement and K's own prime factorisation: with optimal budgets a refinement never hurts
+(the coarse tree is the refinement with its inserted levels unfunded), so for K = 2^m the
+binary tree is found; across different padded K' the search remains heuristic.
 """
 
 from __future__ import annotations
@@ -1033,6 +1036,23 @@ def _refined_optimal_budgets(s: _Setting, ks: tuple) -> tuple[float, tuple]:
     return float(best_f * f0), tuple(float(v) for v in best_x * B)
 
 
+def _finest_refinement(ks: tuple) -> tuple:
+    """Split every branching factor into its prime factors (ascending), level by level: the
+    tree keeps all of ks's nodes and gains intermediate levels."""
+    out = []
+    for k in ks:
+        f, d = [], 2
+        while d * d <= k:
+            while k % d == 0:
+                f.append(d)
+                k //= d
+            d += 1
+        if k > 1:
+            f.append(k)
+        out.extend(f)
+    return tuple(out)
+
+
 def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
     """Optimal budgets for each tree of the pool (the best equal-budget trees)."""
     out = []
@@ -1043,7 +1063,13 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
             raise NotImplementedError("budgets='optimal' with estimator='blue' needs "
                                       "optimize.blue_budgets.optimal_blue_budgets, which is "
                                       "not available yet") from None
-        for _, ks, _ in ranked[:pool]:
+        # with optimal budgets a refinement never hurts (a coarse tree is its refinement with
+        # the inserted levels unfunded), so each pool tree's finest refinement joins the pool
+        candidates = dict.fromkeys(ks for _, ks, _ in ranked[:pool])
+        candidates.update(dict.fromkeys(_finest_refinement(ks) for ks in list(candidates)))
+        if s.K > 1:  # and the finest unpadded tree: K's prime factorisation
+            candidates.setdefault(_finest_refinement((s.K,)), None)
+        for ks in candidates:
             d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
                                      public_total=s.public, workload="prefix", n_queries=s.K)
             out.append((d.error, ks, d.budgets))
