@@ -64,6 +64,7 @@ def _budget_kwargs(args) -> dict:
 
 
 def cmd_error(args) -> int:
+    """`dptree-opt error`: exact CDF error of one mechanism under every estimator."""
     if args.bins < 1:
         raise ValueError(f"--bins must be >= 1, got {args.bins}")
     if args.records is not None and not (np.isfinite(args.records) and args.records > 0):
@@ -105,6 +106,7 @@ def _design_dict(design) -> dict:
 
 
 def cmd_optimize(args) -> int:
+    """`dptree-opt optimize`: the best level-uniform tree (optimize.level_uniform)."""
     from . import optimize
 
     if args.bins < 1:
@@ -145,6 +147,7 @@ def cmd_optimize(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of `dptree-opt` and its subcommands."""
     parser = argparse.ArgumentParser(
         prog="dptree-opt",
         description="Differentially private CDFs with tree mechanisms: exact errors, "

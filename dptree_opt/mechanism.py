@@ -177,14 +177,17 @@ class Mechanism:
 
     @property
     def n_bins(self) -> int:
+        """Number of bins of the histogram."""
         return self._released.n_bins
 
     @property
     def noise(self) -> str:
+        """"laplace" (eps-DP) or "gaussian" (rho-zCDP)."""
         return self._noise
 
     @property
     def neighbours(self) -> str:
+        """"swap" or "add_remove" (MATH.md section 0)."""
         return self._neighbours
 
     @property

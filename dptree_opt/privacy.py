@@ -18,6 +18,7 @@ NOISES = ("laplace", "gaussian")
 
 
 def check_noise(noise: str) -> str:
+    """Validate a noise name: "laplace" (eps-DP) or "gaussian" (rho-zCDP)."""
     if noise not in NOISES:
         raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
     return noise

@@ -81,6 +81,7 @@ class Workload:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """(queries, bins)."""
         return (self.n_queries, self.n_bins)
 
     def intervals(self) -> tuple[np.ndarray, np.ndarray]:

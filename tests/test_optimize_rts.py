@@ -13,19 +13,12 @@ from dptree_opt import strategies as S
 from dptree_opt import workloads as W
 from dptree_opt.optimize import rts
 from dptree_opt.optimize.levels import level_variances, noisy_levels, unit_variances
+from builders import tree_mechanism
 
 REL = 1e-5
 SETTINGS = [("laplace", "swap", None), ("gaussian", "swap", True),
             ("laplace", "add_remove", None), ("gaussian", "add_remove", False),
             ("laplace", "add_remove", True)]
-
-
-def mechanism(branching, budgets, noise, neighbours, public_total):
-    K = math.prod(branching)
-    total = float(sum(budgets))
-    kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
-    return dp.Mechanism(S.tree(K, list(branching)), noise=noise, neighbours=neighbours,
-                        public_total=public_total, level_budgets=list(budgets), **kw)
 
 
 # ------------------------------------------------------------------ levels
@@ -43,7 +36,7 @@ def test_level_variances_equal_mechanism(noise, neighbours, public_total):
             b[int(rng.integers(len(lv)))] = 0.0  # an unmeasured level
         if b.sum() == 0:
             b[-1] = 1.0
-        mech = mechanism(ks, b, noise, neighbours, public_total)
+        mech = tree_mechanism(ks, b, noise, neighbours, public_total)
         want = mech.level_variances
         got = level_variances(ks, b, noise=noise, neighbours=neighbours,
                               public_total=public_total)

@@ -22,6 +22,7 @@ from dptree_opt.optimize.search import (
     refined_prefix_error,
     design_error,
 )
+from builders import tree_mechanism
 
 SETTINGS = [("laplace", "swap", None), ("gaussian", "swap", None),
             ("laplace", "add_remove", None), ("gaussian", "add_remove", True)]
@@ -36,14 +37,6 @@ def ordered_factorisations(n, min_factor=2):
         if n % d == 0:
             for rest in ordered_factorisations(n // d):
                 yield (d,) + rest
-
-
-def mechanism(ks, budgets, noise, neighbours, public_total):
-    K = math.prod(ks)
-    total = float(sum(budgets))
-    kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
-    return dp.Mechanism(S.tree(K, list(ks)), noise=noise, neighbours=neighbours,
-                        public_total=public_total, level_budgets=list(budgets), **kw)
 
 
 def random_padded_cases(seed, count, max_h=4, max_k=5):
@@ -76,7 +69,7 @@ def test_fast_errors_equal_the_slow_generic_oracle(noise, neighbours, public_tot
         Kp = math.prod(ks)
         lv = noisy_levels(len(ks), neighbours, public_total)
         b = rng.uniform(0.3, 1.5, size=len(lv))
-        mech = mechanism(ks, b, noise, neighbours, public_total)
+        mech = tree_mechanism(ks, b, noise, neighbours, public_total)
         for est in ("covering", "blue", "refined"):
             oracle = dp.expected_error(W.prefix(Kp), mech, est, per_query=True,
                                        method="dense")[:K].sum()

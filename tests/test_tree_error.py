@@ -16,6 +16,7 @@ from dptree_opt.tree_error import (
     blue_haar_variances,
 )
 from oracles import tree_matrix as dense_strategy
+from builders import tree_variances
 
 WORKLOADS = ("prefix", "identity", "all_range")
 RTOL = 1e-9
@@ -86,21 +87,6 @@ def assert_close(actual, expected, rtol=RTOL):
 # ---------------------------------------------------------------------------------------------
 # Random trees
 # ---------------------------------------------------------------------------------------------
-@st.composite
-def trees(draw, max_k=2048):
-    ks = draw(st.lists(st.integers(2, 7), min_size=1, max_size=5))
-    while math.prod(ks) > max_k:
-        ks.pop()
-    if draw(st.booleans()):  # a level duplicating its parent's nodes
-        ks.insert(draw(st.integers(0, len(ks))), 1)
-    h = len(ks)
-    v = [10.0 ** draw(st.floats(-1.5, 1.5)) for _ in range(h + 1)]
-    v[0] = draw(st.sampled_from([0.0, v[0], math.inf]))  # public / private / unmeasured root
-    if draw(st.booleans()):
-        v[draw(st.integers(1, h))] = math.inf  # an unmeasured level (maybe unidentifiable)
-    return ks, v
-
-
 def check_against_oracle(ks, v):
     if not dense_identifiable(ks, v):
         with pytest.raises(ValueError, match="unidentifiable"):
@@ -114,14 +100,14 @@ def check_against_oracle(ks, v):
 
 
 @settings(max_examples=100, deadline=None)
-@given(trees(max_k=512))
+@given(tree_variances(max_k=512))
 def test_matches_dense_oracle(tree):
     check_against_oracle(*tree)
 
 
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)
-@given(trees(max_k=2048))
+@given(tree_variances(max_k=2048))
 def test_matches_dense_oracle_large(tree):
     check_against_oracle(*tree)
 

@@ -1057,12 +1057,7 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
     """Optimal budgets for each tree of the pool (the best equal-budget trees)."""
     out = []
     if s.estimator == "blue":
-        try:
-            from .blue_budgets import optimal_blue_budgets
-        except ImportError:  # pragma: no cover - the lead wires it
-            raise NotImplementedError("budgets='optimal' with estimator='blue' needs "
-                                      "optimize.blue_budgets.optimal_blue_budgets, which is "
-                                      "not available yet") from None
+        from .blue_budgets import optimal_blue_budgets  # (imports search's siblings lazily)
         # with optimal budgets a refinement never hurts (a coarse tree is its refinement with
         # the inserted levels unfunded), so each pool tree's finest refinement joins the pool
         candidates = dict.fromkeys(ks for _, ks, _ in ranked[:pool])

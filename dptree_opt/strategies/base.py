@@ -24,12 +24,14 @@ _PAIR_FLOATS = 1 << 24
 
 
 def check_neighbours(neighbours: str) -> str:
+    """Validate a neighbour model: "swap" (N public) or "add_remove" (MATH.md section 0)."""
     if neighbours not in NEIGHBOURS:
         raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
     return neighbours
 
 
 def check_norm(norm) -> int:
+    """Validate a sensitivity norm: 1 (Laplace) or 2 (Gaussian)."""
     if norm not in (1, 2):
         raise ValueError(f"norm must be 1 (Laplace) or 2 (Gaussian), got {norm!r}")
     return int(norm)
@@ -103,10 +105,12 @@ class Strategy:
 
     @property
     def n_bins(self) -> int:
+        """Number of bins (columns of A)."""
         return self._n_bins
 
     @property
     def n_rows(self) -> int:
+        """Number of measured queries (rows of A)."""
         return int(self._levels.size)
 
     def __repr__(self) -> str:

@@ -92,6 +92,7 @@ class IntervalStrategy(Strategy):
         return interval_matrix(self.lo, self.hi, self.n_bins)
 
     def total_row_mask(self) -> np.ndarray:
+        """Rows whose range is every bin (the total N)."""
         return (self.lo == 0) & (self.hi == self.n_bins)
 
     def apply(self, x) -> np.ndarray:
