@@ -1,0 +1,79 @@
+"""`dptree-opt optimize`: the best level-uniform tree (optimize.level_uniform)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .. import optimize
+from ._common import add_budget_arguments, budget_kwargs
+
+ORDER = 20  # position in `dptree-opt --help`
+
+
+def _design_dict(design) -> dict:
+    return {"branching": list(design.branching), "padded_bins": design.padded_bins,
+            "height": design.height, "budgets": list(design.budgets), "error": design.error,
+            "mean_error_per_prefix": design.error / design.n_bins,
+            "normalised_error": design.normalised_error, "method": design.method}
+
+
+def run(args) -> int:
+    """Print (or --json) the best level-uniform tree and its ranked runners-up."""
+    if args.bins < 1:
+        raise ValueError(f"--bins must be >= 1, got {args.bins}")
+    budget = budget_kwargs(args)
+    t0 = time.perf_counter()
+    design = optimize.level_uniform(
+        args.bins, **budget, estimator=args.estimator, noise=args.noise,
+        neighbours=args.neighbours, public_total=True if args.public_total else None,
+        allow_padding=not args.no_padding, max_padding=args.max_padding, budgets=args.budgets,
+        top=args.top)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        out = {"n_bins": design.n_bins, "estimator": design.estimator, "noise": design.noise,
+               "neighbours": design.neighbours, "public_total": design.public_total,
+               **budget, "budgets_rule": args.budgets, "seconds": seconds,
+               "best": _design_dict(design),
+               "alternatives": [_design_dict(alt) for alt in design.alternatives]}
+        print(json.dumps(out, indent=2))
+        return 0
+    unit = "eps" if args.noise == "laplace" else "rho"
+    print(f"{args.bins} bins, {args.noise} noise ({unit} = {next(iter(budget.values())):g}), "
+          f"{args.neighbours} neighbours, {args.estimator} estimator, {args.budgets} budgets "
+          f"({seconds:.2f} s)")
+    pad = (f" (padded to {design.padded_bins} bins; the extra bins are empty)"
+           if design.padded_bins != args.bins else "")
+    print(f"recommended tree: branching {list(design.branching)}, height {design.height}{pad}")
+    print("budgets per noisy level: " + ", ".join(f"{b:.4g}" for b in design.budgets))
+    print(f"exact CDF error: total {design.error:.6g} counts^2, mean per prefix "
+          f"{design.error / args.bins:.6g}, normalised {design.normalised_error:.6g}")
+    if design.alternatives:
+        print("\nrank  branching                      bins      mean/prefix  vs best")
+        for rank, alt in enumerate((design,) + tuple(design.alternatives), start=1):
+            shape = ",".join(str(k) for k in alt.branching)
+            print(f"{rank:>4}  {shape:<28} {alt.padded_bins:>8}  {alt.error / args.bins:>12.6g}"
+                  f"  {alt.error / design.error:>6.3f}")
+    return 0
+
+
+def register(sub) -> None:
+    """Add the `optimize` subcommand to the subparsers ``sub``."""
+    opt = sub.add_parser(
+        "optimize", help="the best level-uniform tree (branching, budgets) for K bins",
+        description="Exact integer search over ordered factorisations of K (and of padded "
+                    "K' >= K) scored by the exact CDF error of the chosen estimator; prints the "
+                    "recommended tree, its budgets and error, and the ranked runners-up.",
+        epilog="example: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue")
+    opt.add_argument("--bins", type=int, required=True, help="number of bins K")
+    add_budget_arguments(opt)
+    opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
+    opt.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
+                     help="per-level budget split: equal, or optimised for the estimator")
+    opt.add_argument("--no-padding", action="store_true",
+                     help="only trees with exactly K leaves (default: also padded K' <= "
+                          "max-padding * K)")
+    opt.add_argument("--max-padding", type=float, default=2.0)
+    opt.add_argument("--top", type=int, default=10, help="runners-up to list")
+    opt.add_argument("--json", action="store_true", help="machine-readable output")
+    opt.set_defaults(func=run)
