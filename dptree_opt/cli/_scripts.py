@@ -1,0 +1,41 @@
+"""Locate and load the repository's script folders (``paper_figures/``, ``experiments/``).
+
+They live next to the package in a clone (DESIGN.md layout) and call only the public API;
+each script is a module with ``run(out_dir: pathlib.Path, quick: bool = True) -> dict``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def script_dir(name: str) -> Path:
+    """The folder ``name`` at the repository root; ValueError if this is not a clone."""
+    folder = REPO_ROOT / name
+    if not folder.is_dir():
+        raise ValueError(f"{name}/ not found next to the package ({REPO_ROOT}); run from a "
+                         "clone installed with `pip install -e .`")
+    return folder
+
+
+def list_scripts(name: str) -> list[str]:
+    """Names (file stems) of the runnable scripts in ``name``/, sorted; skips ``_*.py``."""
+    return sorted(p.stem for p in script_dir(name).glob("*.py") if not p.stem.startswith("_"))
+
+
+def load_script(name: str, stem: str) -> ModuleType:
+    """Import ``name``/``stem``.py as a module (ValueError listing the choices if unknown)."""
+    path = script_dir(name) / f"{stem}.py"
+    if not path.is_file():
+        raise ValueError(f"unknown script {stem!r} in {name}/; choose from "
+                         f"{', '.join(list_scripts(name))}")
+    spec = importlib.util.spec_from_file_location(f"_dptree_{name}_{stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "run", None)):
+        raise ValueError(f"{path} has no run(out_dir, quick) function")
+    return module
