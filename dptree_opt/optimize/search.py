@@ -124,6 +124,26 @@ def _haar_sum(T: int, W: int, w: int) -> int:
     return a * full + part
 
 
+def _haar_sum_float(T: int, W, w):
+    """_haar_sum in float64, vectorised over arrays W, w (relative error ~1e-15; used only
+    for the search's bounds, which are shrunk by _SAFE before pruning)."""
+    T = float(T)
+    Wf = np.asarray(W, dtype=float)
+    wf = np.asarray(w, dtype=float)
+    k = Wf / wf
+    a = np.floor(T / Wf)
+    rem = T - a * Wf
+    full = (k - 1) * Wf * (Wf * wf + 1) / 6
+    b = np.floor(rem / wf)
+    c = rem - b * wf
+    s_i, s_i2 = b * (b - 1) / 2, (b - 1) * b * (2 * b - 1) / 6
+    s_r, s_r2 = wf * (wf - 1) / 2, (wf - 1) * wf * (2 * wf - 1) / 6
+    part = wf**3 * (k * s_i - s_i2) - 2 * wf * s_r * s_i + (k - 1) * b * s_r2
+    part += b * (k - b) * wf * wf * c - 2 * b * wf * (c * (c - 1) / 2) \
+        + (k - 1) * ((c - 1) * c * (2 * c - 1) / 6)
+    return np.maximum(a * full + part, 0.0)
+
+
 def covering_level_sums(branching, n_prefixes: int | None = None) -> tuple[int, ...]:
     """(F_0, F_1..F_h): how often each level's nodes are used by the covering estimator over
     the first ``n_prefixes`` prefixes of the tree (default all K' = prod k_l).
@@ -484,6 +504,7 @@ class _Engine:
         self.T = s.K + 1
         self.div = _Divisors(s.K)
         self._par = {}
+        self._haar_cache = {}
         self.max_scored = math.inf  # refined: refined errors to compute before giving up
         self.layers = None  # padded search: {m: {width: sieve value}} (smooth widths only)
         self.leaves = 0
@@ -510,52 +531,72 @@ class _Engine:
         """cov_opt: the unit variance of the levels below the root (all equal)."""
         return float(self.s.unit(h)[1])
 
+    def _haar(self, W: int, w: int) -> int:
+        """_haar_sum(T, W, w), memoised (the search asks for the same pairs many times)."""
+        key = (W, w)
+        val = self._haar_cache.get(key)
+        if val is None:
+            val = self._haar_cache[key] = _haar_sum(self.T, W, w)
+        return val
+
     # ---- exact level costs (engine units)
     def level_cost(self, h: int, W: int, w: int, S: int) -> float:
         if self.mode == "cov":
             return float(_digit_sum(self.T, W, w))
         if self.mode == "cov_opt":
             return (self._cu(h) * _digit_sum(self.T, W, w)) ** (1.0 / self.s.p)
-        return _haar_sum(self.T, W, w) / (W * S)
+        return self._haar(W, w) / (W * S)
 
     # ---- exact completion: Pareto set of (cost below, widths below) for m levels below u
     def par(self, h: int, u: int, m: int):
         """Pareto set of (cost of the m levels below u, sum of their widths) over the chains
-        below u (only the smallest cost for the covering). Memoised; the height matters only
-        for the covering with optimal budgets (its unit variance)."""
+        below u (only the smallest cost for the covering), as two arrays (costs, widths)
+        sorted by decreasing width. Memoised; the height matters only for the covering with
+        optimal budgets (its unit variance)."""
         key = (h if self.mode == "cov_opt" else 0, u, m)
         if key in self._par:
             return self._par[key]
+        costs, sums = [], []
         if m == 0:
-            res = [(0.0, 0)] if u == 1 else []
-        elif self.div.omega(u) < m:
-            res = []
-        else:
-            cand = []
-            blue = self.mode == "blue"
+            if u == 1:
+                costs, sums = [np.zeros(1)], [np.zeros(1, np.int64)]
+        elif self.div.omega(u) >= m:
             below = None if self.layers is None else self.layers[m - 1]
+            vs, subs = [], []
             for d in self.div.divisors(u):
                 v = u // d
                 if below is not None and v not in below:
                     continue  # every chain below v is too costly for any top (sieve)
                 sub = self.par(h, v, m - 1)
-                if not sub:
-                    continue
-                if blue:
-                    num = _haar_sum(self.T, u, v) / u
-                    cand.extend((c + num / (v + sb), v + sb) for c, sb in sub)
-                else:
-                    lc = self.level_cost(h, u, v, 0)
-                    cand.append((sub[0][0] + lc, 0))
-            cand.sort(key=lambda x: (-x[1], x[0]))
-            res, best = [], math.inf
+                if sub[0].size:
+                    vs.append(v)
+                    subs.append(sub)
+            if vs and self.mode == "blue":
+                # level cost H(u, v) / S with S = v + (widths below v), for every subchain
+                v_arr = np.array(vs, dtype=np.int64)
+                sizes = [sub[0].size for sub in subs]
+                sv = np.repeat(v_arr, sizes) + np.concatenate([sub[1] for sub in subs])
+                num = np.repeat(_haar_sum_float(self.T, u, v_arr) / u, sizes)
+                costs = [np.concatenate([sub[0] for sub in subs]) + num / sv]
+                sums = [sv]
+            elif vs:
+                costs = [np.array([sub[0][0] + self.level_cost(h, u, v, 0)
+                                   for v, sub in zip(vs, subs)])]
+                sums = [np.zeros(len(vs), np.int64)]
+        if not costs:
+            res = (np.empty(0), np.empty(0, np.int64))
+        else:
+            c, sv = np.concatenate(costs), np.concatenate(sums)
+            order = np.lexsort((c, -sv))  # widths decreasing, then cost increasing
+            c, sv = c[order], sv[order]
+            best_before = np.empty_like(c)
+            best_before[0] = math.inf
+            np.minimum.accumulate(c[:-1], out=best_before[1:])
             # a subchain costing more than the admission bar of the lowest height that can
             # contain it (m + 1 levels; the bar falls with the height) is useless everywhere
             cut = self.units_bar(m + 1) / _SAFE if self.mode != "cov_opt" else math.inf
-            for c, sv in cand:
-                if c < best and c <= cut:
-                    res.append((c, sv))
-                    best = c
+            keep = (c < best_before) & (c <= cut)
+            res = (c[keep], sv[keep])
         self._par[key] = res
         return res
 
@@ -592,7 +633,7 @@ class _Engine:
                 root = float(s.unit(h)[0]) ** (1.0 / s.p)
                 c = min(c + root, (self._cu(h) * (f1 + Kp // w1)) ** (1.0 / s.p))
             return c
-        c = _haar_sum(self.T, Kp, w1) / (Kp * S1)
+        c = self._haar(Kp, w1) / (Kp * S1)
         if not s.public:
             c += (s.K * (s.K + 1) * (2 * s.K + 1) // 6) / Kp / (Kp + S1)
         return c
@@ -606,17 +647,17 @@ class _Engine:
         k1 = Kp // w1
 
         def bound(levels, u, mrem, cost_fixed):
-            best = math.inf
-            for c, sb in self.par(h, u, mrem):
-                tot = cost_fixed + c
-                if blue:
-                    for H, P in levels:
-                        tot += H / (P + sb)
-                best = min(best, tot)
-            return best
+            c, sb = self.par(h, u, mrem)
+            if not c.size:
+                return math.inf
+            tot = cost_fixed + c
+            if blue:
+                for H, P in levels:
+                    tot = tot + H / (P + sb)
+            return float(tot.min())
 
         if blue:
-            top_levels = [(_haar_sum(self.T, Kp, w1) / Kp, w1)]
+            top_levels = [(self._haar(Kp, w1) / Kp, w1)]
             if not self.s.public:
                 top_levels.append(((self.s.K * (self.s.K + 1) * (2 * self.s.K + 1) // 6) / Kp,
                                    Kp + w1))
@@ -637,7 +678,7 @@ class _Engine:
                     continue
                 if blue:
                     nl = [(H, P + v) for H, P in levels]
-                    nl.append((_haar_sum(self.T, u, v) / u, v))
+                    nl.append((self._haar(u, v) / u, v))
                     nf = fixed
                 else:
                     nl = levels
@@ -743,20 +784,7 @@ class _Engine:
                 out = np.where(exact, np.minimum(out + root, alt), out)
             return out
         # BLUE: level 1 with S_1 <= s_bound(w_1, c), float arithmetic (shrunk by _SAFE later)
-        T = float(self.T)
-        kpf, wf = kp.astype(float), w1.astype(float)
-        k = kpf / wf
-        a = np.floor(T / kpf)
-        rem = T - a * kpf
-        full = (k - 1) * kpf * (kpf * wf + 1) / 6
-        b = np.floor(rem / wf)
-        cc = rem - b * wf
-        s_i, s_i2 = b * (b - 1) / 2, (b - 1) * b * (2 * b - 1) / 6
-        s_r, s_r2 = wf * (wf - 1) / 2, (wf - 1) * wf * (2 * wf - 1) / 6
-        part = wf**3 * (k * s_i - s_i2) - 2 * wf * s_r * s_i + (k - 1) * b * s_r2
-        part += b * (k - b) * wf * wf * cc - 2 * b * wf * (cc * (cc - 1) / 2) \
-            + (k - 1) * ((cc - 1) * cc * (2 * cc - 1) / 6)
-        return np.maximum(a * full + part, 0.0) / (kpf * self._s_bound(w1, c))
+        return _haar_sum_float(self.T, kp, w1) / (kp.astype(float) * self._s_bound(w1, c))
 
     def run(self) -> None:
         s = self.s
