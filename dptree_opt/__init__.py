@@ -5,7 +5,7 @@ Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), 
 (``blue``, ``covering_cdf``) and an exact error (``expected_error``). See DESIGN.md/MATH.md.
 """
 
-from . import closed_forms, strategies, workloads
+from . import closed_forms, consistency, queries, strategies, workloads
 from .error import MonteCarloResult, expected_error, monte_carlo_error
 from .estimation import (
     TreeEstimates,
@@ -18,20 +18,26 @@ from .estimation import (
     tree_estimates,
 )
 from .mechanism import Mechanism
+from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Mechanism",
     "MonteCarloResult",
+    "PrivateCDF",
     "TreeEstimates",
     "blue",
     "blue_covariance",
+    "cdf_from_measurements",
     "closed_forms",
+    "consistency",
     "covering_cdf",
     "covering_variances",
     "expected_error",
     "monte_carlo_error",
+    "private_cdf",
+    "queries",
     "refined_cdf",
     "refined_variances",
     "strategies",

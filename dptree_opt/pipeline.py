@@ -1,0 +1,230 @@
+"""The private-CDF pipeline: measure -> estimate -> make consistent, with uncertainty.
+
+    private_cdf(histogram, mechanism, rng)
+        = cdf_from_measurements(mechanism, mechanism.measure(histogram, rng))
+
+``cdf_from_measurements`` is the post-measurement half (pure post-processing of the answers
+y, so it costs no privacy); a real release draws y with a secure sampler and calls it
+directly. It
+
+1. estimates the K cumulative counts (``estimator``: "blue" = np.cumsum of the BLUE histogram
+   (default), "covering" = [RTS] covering sums, "refined" = [RTS] App. B);
+2. computes their exact standard errors (``queries.cdf_standard_errors``, O(K) on trees);
+3. fixes the total: when N is public (swap neighbours, or ``public_total=True``) N is read
+   from the exact total row of y and the CDF must end at N; when N is private (add_remove)
+   N_hat = max(0, round(raw[-1])) -- the estimator's own total (for the BLUE, the best linear
+   estimate of N from every measurement) rounded to a count and clipped at 0 -- and the
+   consistent CDF is made to end at N_hat (``PrivateCDF.total_public`` tells which);
+4. projects with ``consistency.project_cdf`` ("l2", "l1"; None keeps the raw estimate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import consistency as _consistency
+from . import queries as _queries
+from .mechanism import Mechanism
+
+__all__ = ["PrivateCDF", "private_cdf", "cdf_from_measurements", "CONSISTENCY"]
+
+CONSISTENCY = ("l2", "l1", None)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class PrivateCDF:
+    """A released CDF estimate with its uncertainty (immutable; arrays are read-only).
+
+    Attributes
+    ----------
+    raw : float64 (K,)
+        The unprojected cumulative-count estimate (unbiased, linear in y).
+    consistent : (K,)
+        The projected cumulative counts: int64, non-decreasing, in [0, total], ending at
+        ``total`` (``integer=True``); a float copy of ``raw`` when ``consistency`` is None.
+    standard_errors : float64 (K,)
+        Exact standard errors of ``raw`` (0 for C_K when N is public).
+    total : int or None
+        The N the consistent CDF ends at (public N, or the rounded estimate when private);
+        None only when ``consistency`` is None and N is private.
+    total_public : bool
+        Whether ``total`` is the exact public N (else an estimate).
+    description : str
+        ``mechanism.describe()``.
+    consistency : "l2" | "l1" | None;  estimator : "blue" | "covering" | "refined";
+    integer : bool;  weighted : bool (l2/l1 weights 1 / se^2 used in the projection).
+    mechanism : the Mechanism (for range standard errors and simulated bands; not compared).
+    """
+
+    raw: np.ndarray
+    consistent: np.ndarray
+    standard_errors: np.ndarray
+    total: int | None
+    total_public: bool
+    description: str
+    consistency: str | None
+    estimator: str
+    integer: bool = True
+    weighted: bool = False
+    mechanism: Mechanism | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def n_bins(self) -> int:
+        """K."""
+        return int(self.raw.size)
+
+    def cdf(self) -> np.ndarray:
+        """The consistent CDF normalised to [0, 1] (F = consistent / total), shape (K,)."""
+        return _queries.cdf(self.consistent, self.total)
+
+    def quantiles(self, bin_edges, qs) -> np.ndarray:
+        """Quantiles of the consistent CDF (linear inside bins; rule in ``queries``)."""
+        return _queries.quantiles(self.consistent, bin_edges, qs, self.total)
+
+    def range_count(self, a, b, raw: bool = False) -> np.ndarray:
+        """Counts of the inclusive bin ranges [a, b] from the consistent (or ``raw``) CDF."""
+        return _queries.range_count(self.raw if raw else self.consistent, a, b)
+
+    def range_standard_errors(self, a, b) -> np.ndarray:
+        """Exact standard errors of the raw range estimates [a, b] (inclusive)."""
+        self._need_mechanism()
+        return _queries.range_standard_errors(self.mechanism, a, b, self.estimator)
+
+    def band(self, level: float = 0.95, simultaneous: bool = False, method: str | None = None,
+             rng=None, draws: int = 2000, monotone: bool = False):
+        """Confidence band (lower, upper) for the true cumulative counts around ``raw``.
+
+        Pointwise: ``method`` "normal" (default; z quantile, exact for Gaussian noise) or
+        "simulated" (per-prefix Monte Carlo quantile of the mechanism's own noise; use it for
+        Laplace). Simultaneous: "sidak" (default), "bonferroni" or "simulated" (max-|Z| Monte
+        Carlo). ``monotone`` (simultaneous only) tightens the band with
+        ``queries.monotone_envelope`` (integer counts in [0, N]; N only when public)."""
+        simultaneous = bool(simultaneous)
+        allowed = ("sidak", "bonferroni", "simulated") if simultaneous else ("normal", "simulated")
+        method = allowed[0] if method is None else method
+        if method not in allowed:
+            raise ValueError(f"method must be one of {allowed} for simultaneous={simultaneous}, "
+                             f"got {method!r}")
+        if monotone and not simultaneous:
+            raise ValueError("monotone=True is only valid for a simultaneous band")
+        if method == "simulated":
+            self._need_mechanism()
+            crit = _queries.simulated_critical_value(
+                self.mechanism, level, self.estimator, simultaneous, draws, rng,
+                standard_errors=self.standard_errors)
+            lo, up = _queries.confidence_band(self.raw, self.standard_errors, level,
+                                              critical=crit)
+        else:
+            lo, up = _queries.confidence_band(self.raw, self.standard_errors, level,
+                                              "pointwise" if method == "normal" else method)
+        if monotone:
+            lo, up = _queries.monotone_envelope(lo, up, self.total if self.total_public else None,
+                                                integer=True)
+        return lo, up
+
+    def quantile_bounds(self, bin_edges, qs, level: float = 0.95, method: str = "sidak",
+                        rng=None, draws: int = 2000):
+        """Simultaneous confidence bounds (lower, upper) for the true quantiles (N public).
+
+        From the monotone simultaneous band L <= C <= U: the quantile rule is non-increasing in
+        the counts, so Q_U(q) <= Q_C(q) <= Q_L(q) for every q at once, with targets q N."""
+        if not self.total_public:
+            raise ValueError("quantile_bounds needs a public total N (swap neighbours)")
+        lo, up = self.band(level, True, method, rng, draws, monotone=True)
+        return (_queries.quantiles(up, bin_edges, qs, self.total),
+                _queries.quantiles(lo, bin_edges, qs, self.total))
+
+    def _need_mechanism(self) -> None:
+        if self.mechanism is None:
+            raise ValueError("this PrivateCDF carries no mechanism")
+
+
+def _public_total_from(mechanism: Mechanism, y: np.ndarray) -> int:
+    """N from the exact total row (level 0, released without noise)."""
+    rows = np.flatnonzero(mechanism.exact_rows & mechanism.released.total_row_mask())
+    if rows.size == 0:
+        raise ValueError("the mechanism declares N public but releases no exact total row")
+    value = float(y[rows[0]])
+    if not np.isfinite(value) or value < 0 or abs(value - round(value)) > 1e-6 * max(1.0, value):
+        raise ValueError(f"y holds {value!r} on the exact total row: not a non-negative integer "
+                         "count")
+    return int(round(value))
+
+
+def cdf_from_measurements(mechanism: Mechanism, y, consistency: str | None = "l2",
+                          estimator: str = "blue", *, integer: bool = True,
+                          weighted: bool = False) -> PrivateCDF:
+    """Estimate, make consistent and qualify a CDF from the mechanism's answers y (rows,).
+
+    Parameters
+    ----------
+    mechanism : Mechanism whose released rows y answers (simulated or securely sampled).
+    y : array (rows,), NaN allowed only on unmeasured rows.
+    consistency : "l2" (default), "l1" or None (no projection).
+    estimator : "blue" (default), "covering" or "refined" (see ``queries.estimate_cdf``).
+    integer : project onto integer counts ([RTS] (Oc); default) or the real relaxation.
+    weighted : weight the projection by 1 / se_t^2 (inverse variances of the raw estimate);
+        prefixes with se_t = 0 other than the fixed last one are not allowed then.
+
+    Returns a :class:`PrivateCDF`. Post-processing only: no further privacy cost.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
+    if not isinstance(integer, (bool, np.bool_)):
+        raise ValueError(f"integer must be a bool, got {integer!r}")
+    if not isinstance(weighted, (bool, np.bool_)):
+        raise ValueError(f"weighted must be a bool, got {weighted!r}")
+    y = np.asarray(y, dtype=np.float64)
+    rows = mechanism.released.n_rows
+    if y.shape != (rows,):
+        raise ValueError(f"y must have shape ({rows},) (one answer per released row), got "
+                         f"{y.shape}")
+    raw = np.asarray(_queries.estimate_cdf(mechanism, y, estimator), dtype=np.float64)
+    if not np.all(np.isfinite(raw)):
+        raise ValueError("the estimate is not finite: y has NaN or infinite values on "
+                         "measured rows")
+    se = _queries.cdf_standard_errors(mechanism, estimator)
+    if mechanism.public_total:
+        total, public = _public_total_from(mechanism, y), True
+    else:
+        total, public = max(0, int(np.rint(raw[-1]))), False  # the estimator's own total
+    if consistency is None:
+        consistent = raw.copy()
+        if not public:
+            total = None
+    else:
+        weights = None
+        if weighted:
+            var = se ** 2
+            var[-1] = 1.0  # the last entry is fixed to the total: its weight is unused
+            if np.any(var <= 0):
+                raise ValueError("weighted=True needs positive variances on every free prefix")
+            weights = 1.0 / var
+        consistent = _consistency.project_cdf(raw, total=total, metric=consistency,
+                                              integer=bool(integer), weights=weights)
+    return PrivateCDF(raw=_readonly(raw), consistent=_readonly(consistent),
+                      standard_errors=_readonly(se), total=total, total_public=public,
+                      description=mechanism.describe(), consistency=consistency,
+                      estimator=estimator, integer=bool(integer), weighted=bool(weighted),
+                      mechanism=mechanism)
+
+
+def private_cdf(histogram, mechanism: Mechanism, rng, consistency: str | None = "l2",
+                estimator: str = "blue", **kwargs) -> PrivateCDF:
+    """Measure the histogram with the mechanism (simulation noise from ``rng``; NOT a secure
+    release), then :func:`cdf_from_measurements` (keywords ``integer``, ``weighted`` pass
+    through). Returns a :class:`PrivateCDF`."""
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    return cdf_from_measurements(mechanism, mechanism.measure(histogram, rng), consistency,
+                                 estimator, **kwargs)

@@ -1,0 +1,449 @@
+"""Answers from a CDF estimate: the normalised CDF, quantiles, range counts, and their uncertainty.
+
+Conventions (shared with :mod:`dptree_opt.workloads`): bins are 0-based; the cumulative
+counts are an array ``C`` of shape (K,) with ``C[t - 1] = h_0 + ... + h_{t-1}`` (the first t
+bins, t = 1..K), so ``C[-1]`` is the total; ``bin_edges`` has K + 1 increasing entries and bin i
+is [e_i, e_{i+1}).
+
+Quantile rule. The CDF is taken linear inside each bin (the data spread uniformly over their
+bin): F(e_0) = 0, F(e_{i+1}) = C[i] / N, linear in between. The q-quantile is its generalised
+inverse restricted to [e_0, e_K],
+
+    Q(q) = inf {x in [e_0, e_K] : F(x) >= q}:
+    Q(0) = e_0; for q > 0, with i the first bin with C[i] >= q N,
+    Q(q) = e_i + (q N - C[i-1]) / (C[i] - C[i-1]) (e_{i+1} - e_i)      (C[-1] := 0).
+
+Empty bins are skipped (Q never lands strictly inside an empty bin). The float target q N is
+compared with the counts with a tolerance of 1e-12 N. For an exact CDF and
+q = m / N this equals ``np.quantile(z, q, method="inverted_cdf")`` of the binned data z in which
+the h_i points of bin i sit at e_i + j (e_{i+1} - e_i) / h_i, j = 1..h_i (tests pin it).
+
+Uncertainty. Standard errors are exact, from the estimator's covariance, never from a K x K
+matrix on trees: per-prefix variances via ``expected_error(prefix(K), ..., per_query=True)``
+(O(K) on level-uniform trees); range variances for the BLUE on level-uniform trees in O(h) per
+range from the generalised Haar form Cov = sum_j mu_j D_j (MATH.md section 3; formula in
+:func:`range_standard_errors`), for the covering estimator in O(nnz) from its sparse
+operator, otherwise through ``workloads.ranges`` and the dense covariance (small K). They are
+the standard errors of the *raw* linear unbiased estimate; a consistent (projected) estimate is
+biased and has no such per-query standard error.
+
+Bands (:func:`confidence_band`) are est +- c * se with
+* "pointwise": c = z_{(1 + level) / 2} (normal quantile) -- exact coverage for Gaussian noise
+  (the estimate is a linear function of Gaussian noise);
+* "bonferroni": c = z_{1 - (1 - level) / (2 n)} over the n queries with se > 0 -- simultaneous,
+  valid for any correlation (union bound), Gaussian noise;
+* "sidak": c = z_{(1 + level^(1/n)) / 2} -- simultaneous, valid for any centred multivariate
+  normal by Sidak's inequality (1967), slightly narrower than Bonferroni;
+* a ``critical`` value from :func:`simulated_critical_value`: the Monte Carlo quantile of
+  max_t |e_t| / se_t (or of |e_t| / se_t per t) where e = R z is the estimator applied to fresh
+  mechanism noise z. The estimators are linear, so e is exactly the estimation error's
+  distribution (Laplace included: no normal approximation), up to Monte Carlo error.
+Laplace noise makes the normal-quantile bands approximate (its tails are heavier); use the
+simulated critical value for pure-DP releases when coverage matters.
+A simultaneous band of a CDF can be tightened with :func:`monotone_envelope` without losing
+coverage (the truth is monotone, integer and in [0, N]).
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.stats import norm
+
+from . import strategies as S
+from . import tree_error, workloads
+from .error import ESTIMATORS, expected_error
+from .estimation.blue import blue
+from .estimation.covering import covering_cdf, covering_operator
+from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from .mechanism import Mechanism, as_generator
+
+__all__ = [
+    "BAND_METHODS",
+    "cdf",
+    "quantiles",
+    "range_count",
+    "cdf_standard_errors",
+    "range_standard_errors",
+    "critical_value",
+    "simulated_critical_value",
+    "confidence_band",
+    "monotone_envelope",
+    "estimate_cdf",
+]
+
+BAND_METHODS = ("pointwise", "bonferroni", "sidak")
+# Simulated pointwise critical values keep draws x K floats: at most this many.
+MAX_SIMULATED_POINTWISE_FLOATS = 2**26
+_SIM_CHUNK_FLOATS = 2**22
+
+
+# ----------------------------------------------------------------------------- validation
+def _vector(x, name: str) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a 1-D array of numbers") from None
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} has NaN or infinite entries")
+    return a
+
+
+def _total(total, default: float) -> float:
+    if total is None:
+        n = float(default)
+    else:
+        if isinstance(total, (bool, np.bool_)) or not isinstance(total, Real):
+            raise ValueError(f"total must be a positive number, got {total!r}")
+        n = float(total)
+    if not np.isfinite(n) or n <= 0:
+        raise ValueError(f"total (N) must be positive and finite to normalise, got {n!r}")
+    return n
+
+
+def _check_level(level) -> float:
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, Real) or not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    return float(level)
+
+
+def _check_mechanism(mechanism, estimator) -> None:
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+
+
+# ----------------------------------------------------------------------------- answers
+def cdf(cumulative_counts, total=None) -> np.ndarray:
+    """The CDF at the right bin edges, F = C / N, shape (K,).
+
+    N = ``total`` (public N) or the last cumulative count. A consistent input (see
+    :mod:`dptree_opt.consistency`) gives values in [0, 1] ending at 1; a raw estimate is only
+    divided (nothing is clipped)."""
+    c = _vector(cumulative_counts, "cumulative_counts")
+    return c / _total(total, c[-1])
+
+
+def _check_edges(bin_edges, k: int) -> np.ndarray:
+    e = _vector(bin_edges, "bin_edges")
+    if e.size != k + 1:
+        raise ValueError(f"bin_edges must have K + 1 = {k + 1} entries, got {e.size}")
+    if np.any(np.diff(e) <= 0):
+        raise ValueError("bin_edges must be strictly increasing")
+    return e
+
+
+def quantiles(cdf_counts, bin_edges, qs, total=None) -> np.ndarray:
+    """Quantiles Q(q) of a consistent CDF with linear interpolation inside bins.
+
+    Rule (module docstring): Q(0) = e_0; for q > 0, i = the first bin with C[i] >= q N and
+    Q(q) = e_i + (q N - C[i-1]) / (C[i] - C[i-1]) (e_{i+1} - e_i), C[-1] := 0.
+
+    Parameters
+    ----------
+    cdf_counts : (K,) cumulative counts, non-negative and non-decreasing (project first).
+    bin_edges : (K + 1,) strictly increasing bin edges.
+    qs : scalar or array of probabilities in [0, 1].
+    total : N used for the targets q N; default the last count. With a smaller total than
+        ``cdf_counts[-1]`` targets above the total never exceed the data; with a larger one
+        (q N > C[-1]) the quantile is e_K.
+
+    Returns an array of the shape of ``qs`` (float64). O(K + len(qs) log K).
+    """
+    c = _vector(cdf_counts, "cdf_counts")
+    e = _check_edges(bin_edges, c.size)
+    if c[0] < 0 or np.any(np.diff(c) < 0):
+        raise ValueError("cdf_counts must be non-negative and non-decreasing (a consistent CDF:"
+                         " use consistency.project_cdf first)")
+    q = np.asarray(qs, dtype=np.float64)
+    if not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)):
+        raise ValueError("qs must be probabilities in [0, 1]")
+    n = _total(total, c[-1])
+    target = q * n
+    # first bin with C[i] >= target; q N is a float product (15/29 * 29 > 15), so a target
+    # within 1e-12 N of a count counts as reaching it (else an empty bin would be skipped wrongly)
+    i = np.searchsorted(c, target - 1e-12 * n, side="left")
+    inside = (q > 0) & (i < c.size)
+    ii = np.minimum(i, c.size - 1)
+    prev = np.where(ii > 0, c[np.maximum(ii - 1, 0)], 0.0)
+    frac = (target - prev) / np.where(c[ii] > prev, c[ii] - prev, 1.0)
+    out = np.where(inside, e[ii] + np.clip(frac, 0.0, 1.0) * (e[ii + 1] - e[ii]),
+                   np.where(q > 0, e[-1], e[0]))
+    return out
+
+
+def range_count(cumulative_counts, a, b) -> np.ndarray:
+    """Counts of the bin ranges [a, b] (0-based bin indices, both inclusive, a <= b):
+    C[b] - C[a - 1] (C[-1] := 0). ``a`` and ``b`` broadcast (scalars or arrays)."""
+    c = _vector(cumulative_counts, "cumulative_counts")
+    a, b = _check_ranges(a, b, c.size)
+    padded = np.concatenate(([0.0], c))
+    return padded[b + 1] - padded[a]
+
+
+def _check_ranges(a, b, k: int):
+    try:
+        a_arr, b_arr = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    except ValueError:
+        raise ValueError("a and b must broadcast to a common shape") from None
+    for name, arr in (("a", a_arr), ("b", b_arr)):
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
+                                     or np.issubdtype(arr.dtype, np.floating)):
+            raise ValueError(f"{name} must hold integer bin indices")
+        if np.issubdtype(arr.dtype, np.floating) and (
+                not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+            raise ValueError(f"{name} must hold integer bin indices")
+    a_arr, b_arr = a_arr.astype(np.int64), b_arr.astype(np.int64)
+    bad = (a_arr < 0) | (b_arr >= k) | (a_arr > b_arr)
+    if bad.any():
+        j = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), bad.shape)
+        raise ValueError(f"(a, b) = ({a_arr[j]}, {b_arr[j]}) is not an inclusive bin range "
+                         f"0 <= a <= b < K = {k}")
+    return a_arr, b_arr
+
+
+# ----------------------------------------------------------------------------- estimates
+def estimate_cdf(mechanism: Mechanism, y, estimator: str = "blue") -> np.ndarray:
+    """Raw cumulative-count estimate (K,) (or (trials, K)) from answers y: ``np.cumsum`` of the
+    BLUE histogram, the [RTS] covering sums, or the [RTS] App. B refined estimate."""
+    _check_mechanism(mechanism, estimator)
+    if estimator == "blue":
+        return np.cumsum(blue(mechanism, y), axis=-1)
+    if estimator == "covering":
+        return covering_cdf(mechanism, y)
+    return refined_cdf(mechanism, y)
+
+
+# ----------------------------------------------------------------------------- standard errors
+def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.ndarray:
+    """Exact standard errors of the K raw cumulative-count estimates, shape (K,).
+
+    sqrt of ``expected_error(workloads.prefix(K), mechanism, estimator, per_query=True)``:
+    O(K) on level-uniform trees (Haar form), the covering rows' variances for "covering",
+    the dense GLS covariance otherwise (K <= 8192)."""
+    _check_mechanism(mechanism, estimator)
+    var = expected_error(workloads.prefix(mechanism.n_bins), mechanism, estimator,
+                         per_query=True)
+    return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
+
+
+def _tree_range_variances(mechanism: Mechanism, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Var of the BLUE of sum x[lo:hi] on a level-uniform tree, O(h) per range.
+
+    q' Cov q = mu_0 L^2 / K + sum_{j >= 1} mu_j (k_j G_j - G_{j-1}) / w_{j-1} (tree_error
+    module docstring; MATH.md section 3), L = hi - lo, G_l = sum over level-l nodes of the
+    squared overlap with [lo, hi): F(hi) - F(lo) - 2 r (w - r) when the range leaves the
+    node holding lo, else L^2, with F(t) = (t // w) w^2 + (t mod w)^2, r = lo mod w."""
+    ks, v = tree_parameters(mechanism)
+    mu = tree_error.blue_haar_variances(ks, v)
+    k_bins = mechanism.n_bins
+    widths = [k_bins]
+    for k in ks:
+        widths.append(widths[-1] // k)
+    lo_f, hi_f = lo.astype(np.float64), hi.astype(np.float64)
+    length = hi_f - lo_f
+    g_prev = length * length  # G_0: the root holds the whole range
+    var = mu[0] * g_prev / k_bins
+    for j, k in enumerate(ks, start=1):
+        w = widths[j]
+        r_lo, r_hi = lo % w, hi % w
+        f_lo = (lo - r_lo).astype(np.float64) * w + r_lo.astype(np.float64) ** 2
+        f_hi = (hi - r_hi).astype(np.float64) * w + r_hi.astype(np.float64) ** 2
+        same = hi <= lo - r_lo + w
+        g = np.where(same, length * length,
+                     f_hi - f_lo - 2.0 * r_lo * (w - r_lo).astype(np.float64))
+        if k >= 2:
+            var = var + mu[j] * (k * g - g_prev) / widths[j - 1]
+        g_prev = g
+    return var
+
+
+def _all_levels_measured(mechanism: Mechanism) -> bool:
+    """A level-uniform tree whose levels are all measured (finite variances)."""
+    return (isinstance(mechanism.released, S.LevelUniformTree)
+            and all(np.isfinite(v) for v in mechanism.level_variances.values()))
+
+
+def _tree_covering_range_variances(mechanism: Mechanism, lo: np.ndarray,
+                                   hi: np.ndarray) -> np.ndarray:
+    """Var(C_hi - C_lo) of the covering sums on a fully measured level-uniform tree, O(h) each.
+
+    The covering of [0, t) uses, at level l, the level-l nodes with indices in
+    [floor(t / w_{l-1}) k_l, floor(t / w_l)) (the left siblings of the level-l ancestor of bin
+    t, [RTS] Lemma IV.1; level 0: [0, floor(t / K))). Independent noise, so
+    Var(C_hi - C_lo) = sum_l v_l (n_l(lo) + n_l(hi) - 2 shared_l), shared_l = the overlap of
+    the two index ranges."""
+    tree = mechanism.released
+    var = np.zeros(lo.shape, dtype=np.float64)
+    widths = tree.level_widths
+    for lvl in range(tree.height + 1):
+        v = mechanism.level_variances[lvl]
+        if v == 0:
+            continue
+        w = int(widths[lvl])
+        k = int(tree.branching[lvl - 1]) if lvl else 1
+        parent_w = int(widths[lvl - 1]) if lvl else int(widths[0]) * 2  # root: no parent
+        s_lo, e_lo = (lo // parent_w) * k, lo // w
+        s_hi, e_hi = (hi // parent_w) * k, hi // w
+        shared = np.maximum(0, np.minimum(e_lo, e_hi) - np.maximum(s_lo, s_hi))
+        var += v * ((e_lo - s_lo) + (e_hi - s_hi) - 2 * shared)
+    return var
+
+
+def range_standard_errors(mechanism: Mechanism, a, b, estimator: str = "blue") -> np.ndarray:
+    """Exact standard errors of the raw estimates of the range counts [a, b] (inclusive,
+    0-based; ``a``, ``b`` broadcast), as computed by :func:`range_count` on the raw estimate.
+
+    * "blue" on a level-uniform tree: O(h) per range from the Haar form (no matrix);
+    * "covering": Var(C_{b+1} - C_a) = sum_r v_r [row r is in exactly one of the two coverings]:
+      O(h) per range on fully measured level-uniform trees, else from the sparse covering
+      operator (O(nnz) per range);
+    * otherwise ``expected_error(workloads.ranges(K, pairs), ..., per_query=True)`` (dense
+      covariance: K <= 8192 for the BLUE, 4096 for "refined")."""
+    _check_mechanism(mechanism, estimator)
+    k = mechanism.n_bins
+    a_arr, b_arr = _check_ranges(a, b, k)
+    shape = a_arr.shape
+    lo, hi = a_arr.ravel(), b_arr.ravel() + 1  # half-open [lo, hi)
+    if estimator == "blue" and is_tree_mechanism(mechanism):
+        var = _tree_range_variances(mechanism, lo, hi)
+    elif estimator == "covering" and _all_levels_measured(mechanism):
+        var = _tree_covering_range_variances(mechanism, lo, hi)
+    elif estimator == "covering":
+        d = covering_operator(mechanism)  # C_t = sum_{s <= t} (D y)_s, t = 1..K
+        v = np.where(np.isfinite(mechanism.variances), mechanism.variances, 0.0)
+        m = _cumsum_rows(d)
+        diff = m[hi] - m[lo]  # row t of m is the covering of the first t bins (t = 0..K)
+        var = np.asarray(diff.multiply(diff) @ v).ravel()
+    else:
+        var = expected_error(workloads.ranges(k, np.column_stack([lo, hi - 1])), mechanism,
+                             estimator, per_query=True)
+    return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0)).reshape(shape)
+
+
+def _cumsum_rows(d: sp.csr_matrix) -> sp.csr_matrix:
+    """Row-wise cumulative sum of the covering difference matrix without densifying: column r
+    holds +1 at row start_r and -1 at row stop_r (or nothing when stop_r is past the end), so
+    its cumulative sum is the indicator of rows [start_r, stop_r). O(nnz of the result)."""
+    coo = d.tocoo()
+    n_rows, n_cols = d.shape
+    starts = np.full(n_cols, -1, dtype=np.int64)
+    stops = np.full(n_cols, n_rows, dtype=np.int64)
+    pos = coo.data > 0
+    starts[coo.col[pos]] = coo.row[pos]
+    stops[coo.col[~pos]] = coo.row[~pos]
+    used = starts >= 0
+    starts, stops, cols = starts[used], stops[used], np.flatnonzero(used)
+    lengths = stops - starts
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    rows = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
+    return sp.csr_matrix((np.ones(rows.size), (rows, np.repeat(cols, lengths))), shape=d.shape)
+
+
+# ----------------------------------------------------------------------------- bands
+def critical_value(level: float = 0.95, method: str = "pointwise", n_queries: int = 1) -> float:
+    """Normal critical value c of a band est +- c se: "pointwise" z_{(1+level)/2};
+    "bonferroni" z_{1-(1-level)/(2n)}; "sidak" z_{(1+level^(1/n))/2} (n = ``n_queries``)."""
+    level = _check_level(level)
+    if method not in BAND_METHODS:
+        raise ValueError(f"method must be one of {BAND_METHODS}, got {method!r}")
+    if isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral) \
+            or n_queries < 1:
+        raise ValueError(f"n_queries must be a positive integer, got {n_queries!r}")
+    if method == "pointwise" or n_queries == 1:
+        return float(norm.ppf(0.5 + level / 2))
+    if method == "bonferroni":
+        return float(norm.isf((1 - level) / (2 * n_queries)))
+    # 1 - level^(1/n) computed without cancellation
+    tail = -np.expm1(np.log(level) / n_queries)
+    return float(norm.isf(tail / 2))
+
+
+def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimator: str = "blue",
+                             simultaneous: bool = True, draws: int = 2000, rng=None,
+                             standard_errors=None):
+    """Monte Carlo critical value(s) from the mechanism's own noise distribution.
+
+    Draws z from the mechanism (``mechanism.sample_noise``), applies the estimator (linear, so
+    e = estimate(z) is exactly the estimation error), and returns the ``level`` quantile of
+    max_t |e_t| / se_t (``simultaneous``: one float) or of |e_t| / se_t per prefix (an array
+    (K,)). Prefixes with se_t = 0 (e.g. C_K when N is public) are exact and ignored.
+    Cost: draws x (rows + estimator) work, chunked; the pointwise version keeps draws x K
+    floats (at most ``MAX_SIMULATED_POINTWISE_FLOATS``)."""
+    _check_mechanism(mechanism, estimator)
+    level = _check_level(level)
+    if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, Integral) or draws < 10:
+        raise ValueError(f"draws must be an integer >= 10, got {draws!r}")
+    rng = as_generator(rng)
+    k = mechanism.n_bins
+    se = (cdf_standard_errors(mechanism, estimator) if standard_errors is None
+          else _vector(standard_errors, "standard_errors"))
+    if se.size != k:
+        raise ValueError(f"standard_errors must have shape ({k},), got ({se.size},)")
+    scale = np.where(se > 0, 1.0 / np.where(se > 0, se, 1.0), 0.0)
+    if not simultaneous and draws * k > MAX_SIMULATED_POINTWISE_FLOATS:
+        raise ValueError(f"pointwise simulation keeps draws x K = {draws * k} floats > "
+                         f"{MAX_SIMULATED_POINTWISE_FLOATS}; lower draws")
+    rows = mechanism.released.n_rows
+    chunk = max(1, min(int(draws), _SIM_CHUNK_FLOATS // max(rows + k, 1)))
+    stats = []
+    done = 0
+    while done < draws:
+        size = min(chunk, int(draws) - done)
+        z = mechanism.sample_noise(rng, size=size)  # (size, rows); exact rows 0
+        ratio = np.abs(estimate_cdf(mechanism, z, estimator)) * scale
+        stats.append(ratio.max(axis=1) if simultaneous else ratio)
+        done += size
+    stats = np.concatenate(stats, axis=0)
+    return (float(np.quantile(stats, level)) if simultaneous
+            else np.quantile(stats, level, axis=0))
+
+
+def confidence_band(estimate, standard_errors, level: float = 0.95, method: str = "pointwise",
+                    critical=None) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) = estimate -+ c * standard_errors.
+
+    c = ``critical`` (a float or per-query array, e.g. from :func:`simulated_critical_value`)
+    or the normal critical value of ``method`` ("pointwise", "bonferroni", "sidak"; the
+    simultaneous ones over the queries with se > 0). Shapes (K,)."""
+    est = _vector(estimate, "estimate")
+    se = _vector(standard_errors, "standard_errors")
+    if se.shape != est.shape:
+        raise ValueError(f"standard_errors has shape {se.shape}, estimate {est.shape}")
+    if np.any(se < 0):
+        raise ValueError("standard_errors must be non-negative")
+    if critical is None:
+        c = critical_value(level, method, max(int(np.sum(se > 0)), 1))
+    else:
+        c = np.asarray(critical, dtype=np.float64)
+        if not np.all(np.isfinite(c)) or np.any(c < 0) or c.ndim > 1 or \
+                (c.ndim == 1 and c.shape != est.shape):
+            raise ValueError("critical must be a non-negative float or an array like estimate")
+    return est - c * se, est + c * se
+
+
+def monotone_envelope(lower, upper, total=None, integer: bool = True):
+    """Tighten a *simultaneous* band of cumulative counts without losing coverage.
+
+    If L_t <= C_t <= U_t for all t and C is non-decreasing, in [0, N] (integer), then
+    max_{s <= t} L_s <= C_t <= min_{s >= t} U_s, clipped to [0, N], with ceil / floor for
+    integer counts. (A pointwise band must not be tightened this way.) Returns (lower, upper)."""
+    lo = _vector(lower, "lower")
+    up = _vector(upper, "upper")
+    if lo.shape != up.shape:
+        raise ValueError(f"lower has shape {lo.shape}, upper {up.shape}")
+    lo = np.maximum.accumulate(np.maximum(lo, 0.0))
+    up = np.minimum.accumulate(up[::-1])[::-1]
+    if total is not None:
+        n = _total(total, 1.0)
+        lo, up = np.minimum(lo, n), np.minimum(up, n)
+        lo[-1] = up[-1] = n
+    up = np.maximum(up, 0.0)
+    if integer:
+        lo, up = np.ceil(lo - 1e-9), np.floor(up + 1e-9)
+    return lo, up
