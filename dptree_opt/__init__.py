@@ -19,6 +19,8 @@ from .estimation import (
 )
 from .mechanism import Mechanism
 from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
+# the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
+from .data_release import Release, release, release_file
 
 __version__ = "0.1.0"
 
@@ -26,6 +28,7 @@ __all__ = [
     "Mechanism",
     "MonteCarloResult",
     "PrivateCDF",
+    "Release",
     "TreeEstimates",
     "blue",
     "blue_covariance",
@@ -40,6 +43,8 @@ __all__ = [
     "queries",
     "refined_cdf",
     "refined_variances",
+    "release",
+    "release_file",
     "strategies",
     "tree_estimates",
     "workloads",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .privacy import (
@@ -16,7 +18,67 @@ from .privacy import (
 from .strategies import Strategy
 from .strategies.base import check_neighbours
 
-__all__ = ["Mechanism", "check_histogram", "as_generator"]
+__all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance"]
+
+# Discrete Gaussian: beyond this sigma its variance equals sigma^2 to double precision (the
+# Poisson-summation correction is of order sigma^2 * 8 pi^2 sigma^2 exp(-2 pi^2 sigma^2)).
+_DGAUSS_EXACT_SIGMA = 4.0
+
+
+def discrete_variance(scale: float, noise: str) -> float:
+    """Variance of the integer-valued noise of scale ``scale`` used by real releases.
+
+    * discrete Laplace, P(z) proportional to exp(-|z| / s) on the integers ([GRS12]; OpenDP's
+      ``make_laplace`` on integers): with q = exp(-1/s), Var = 2 q / (1 - q)^2 (slightly
+      below the continuous 2 s^2; -> 2 s^2 as s grows).
+    * discrete Gaussian, P(z) proportional to exp(-z^2 / (2 sigma^2)) ([CKS20]; OpenDP's
+      ``make_gaussian`` on integers): Var = sum z^2 p(z) / sum p(z), summed exactly over
+      |z| <= 40 sigma + 2 (the tail beyond is below 1e-300); below sigma^2 ([CKS20]), by
+      a gap of order sigma^4 exp(-2 pi^2 sigma^2) (Poisson summation): visible for
+      sigma < ~1, below double precision for sigma >= 4 (then sigma^2 is returned).
+
+    ``scale`` 0 gives 0 (exact row), ``inf`` gives ``inf`` (unmeasured row)."""
+    noise = check_noise(noise)
+    s = float(scale)
+    if s == 0.0 or math.isinf(s):
+        return s
+    if not s > 0:
+        raise ValueError(f"scale must be >= 0, got {scale!r}")
+    if noise == "laplace":
+        q = math.exp(-1.0 / s)
+        return 2.0 * q / (-math.expm1(-1.0 / s)) ** 2
+    if s >= _DGAUSS_EXACT_SIGMA:
+        return s * s
+    z = np.arange(-math.ceil(40 * s) - 2, math.ceil(40 * s) + 3, dtype=float)
+    w = np.exp(-z * z / (2.0 * s * s))
+    return float(np.sum(z * z * w) / np.sum(w))
+
+
+def _discrete_laplace(rng: np.random.Generator, scale: np.ndarray, shape) -> np.ndarray:
+    """Discrete Laplace draws (scale s per entry, s finite >= 0): G1 - G2 with G_i i.i.d.
+    geometric(1 - exp(-1/s)); s = 0 gives 0. Simulation only (numpy Generator)."""
+    with np.errstate(divide="ignore"):
+        p = np.where(scale > 0, -np.expm1(-1.0 / np.where(scale > 0, scale, 1.0)), 1.0)
+    return (rng.geometric(p, size=shape) - rng.geometric(p, size=shape)).astype(float)
+
+
+def _discrete_gaussian(rng: np.random.Generator, sigma: np.ndarray, shape) -> np.ndarray:
+    """Discrete Gaussian draws by [CKS20] Algorithm 3 (rejection from a discrete Laplace of
+    scale t = floor(sigma) + 1), vectorised over rejection rounds (acceptance >= ~0.5 per
+    round). sigma = 0 gives 0. Simulation only (numpy Generator)."""
+    sigma = np.broadcast_to(sigma, shape)
+    out = np.zeros(shape)
+    todo = np.flatnonzero(sigma.ravel() > 0)
+    flat_sigma = sigma.ravel()
+    flat = out.ravel()
+    while todo.size:
+        s = flat_sigma[todo]
+        t = np.floor(s) + 1.0
+        y = _discrete_laplace(rng, t, todo.shape)
+        accept = rng.random(todo.size) < np.exp(-(np.abs(y) - s * s / t) ** 2 / (2 * s * s))
+        flat[todo[accept]] = y[accept]
+        todo = todo[~accept]
+    return flat.reshape(shape)
 
 
 def as_generator(rng) -> np.random.Generator:
@@ -80,6 +142,13 @@ class Mechanism:
         level with k_1 = 1 under swap) is released exactly, needs no budget and gets none by
         default (budget given to it is unused: ``.epsilon`` / ``.rho`` report the loss).
 
+    discrete : bool, optional
+        ``True``: the noise is integer-valued (discrete Laplace / discrete Gaussian of the same
+        scale, as added by a real release's secure sampler, [CKS20]). Scales, budgets and the
+        guarantee are unchanged (integer queries shifted by integers: the same privacy-loss
+        bound as the continuous noise); ``.variances`` are the discrete distributions'
+        (``discrete_variance``), so BLUE weights and standard errors match the noise.
+
     Noise per level l: scale = Delta_l / budget_l with Delta_l the level's own sensitivity
     (l1 for Laplace, l2 for Gaussian) under the neighbour model. The loss of the whole
     mechanism is then recomputed from diag(1/scale) A (MATH.md section 0) and reported as
@@ -88,11 +157,14 @@ class Mechanism:
     """
 
     def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str = "laplace",
-                 neighbours: str = "swap", public_total=None, level_budgets=None):
+                 neighbours: str = "swap", public_total=None, level_budgets=None,
+                 discrete: bool = False):
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
         noise = check_noise(noise)
         neighbours = check_neighbours(neighbours)
+        if not isinstance(discrete, (bool, np.bool_)):
+            raise ValueError(f"discrete must be True or False, got {discrete!r}")
         if noise == "laplace":
             if rho is not None:
                 raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
@@ -129,6 +201,8 @@ class Mechanism:
         level_scale, level_variance, level_sens = {}, {}, {}
         for lvl, b, d in zip(noisy_levels, budgets, sens):
             s, v = calibrate(float(d), float(b), noise)  # d = 0 -> exact (scale 0)
+            if discrete:  # integer noise of the same scale: same guarantee, its own variance
+                v = discrete_variance(s, noise)
             level_scale[int(lvl)], level_variance[int(lvl)], level_sens[int(lvl)] = s, v, float(d)
         if public:
             level_scale[0], level_variance[0], level_sens[0] = 0.0, 0.0, 0.0
@@ -157,6 +231,7 @@ class Mechanism:
         for arr in (scale, variance, exact):
             arr.flags.writeable = False
         self._scales, self._variances, self._exact = scale, variance, exact
+        self._discrete = bool(discrete)
         self._frozen = True
 
     def __setattr__(self, name, value):
@@ -245,17 +320,50 @@ class Mechanism:
         """Boolean mask of rows released without noise (the public total)."""
         return self._exact
 
+    @property
+    def discrete(self) -> bool:
+        """Whether the noise is integer-valued (discrete Laplace / discrete Gaussian)."""
+        return self._discrete
+
+    def discretised(self) -> "Mechanism":
+        """The same mechanism with integer-valued noise (``discrete=True``): same strategy,
+        budgets, scales and guarantee; variances of the discrete distributions. O(rows)."""
+        if self._discrete:
+            return self
+        new = object.__new__(Mechanism)
+        for name, value in self.__dict__.items():
+            if name != "_frozen":
+                object.__setattr__(new, name, value)
+        level_variance = {lvl: discrete_variance(s, self._noise)
+                          for lvl, s in self._level_scale.items()}
+        levels = self._released.levels
+        lookup = np.zeros(int(levels.max()) + 1)
+        for lvl, v in level_variance.items():
+            lookup[lvl] = v
+        variances = np.take(lookup, levels)  # per row, O(rows)
+        variances.flags.writeable = False
+        object.__setattr__(new, "_level_variance", level_variance)
+        object.__setattr__(new, "_variances", variances)
+        object.__setattr__(new, "_discrete", True)
+        object.__setattr__(new, "_frozen", True)
+        return new
+
     # --------------------------------------------------------------- noise
     def sample_noise(self, rng, size=()) -> np.ndarray:
         """Simulation noise of shape size + (rows,) (numpy Generator; NOT for releases).
 
-        Exact rows get 0, unmeasured rows NaN."""
+        Exact rows get 0, unmeasured rows NaN. A ``discrete`` mechanism draws integer noise
+        (discrete Laplace / discrete Gaussian, numpy samplers: simulation only)."""
         rng = as_generator(rng)
         shape = tuple(np.atleast_1d(size)) if size != () else ()
         s = self._scales
         finite = np.isfinite(s)
         safe = np.where(finite, s, 0.0)
-        if self._noise == "laplace":
+        if self._discrete:
+            full = shape + (s.size,)
+            z = (_discrete_laplace(rng, np.broadcast_to(safe, full), full)
+                 if self._noise == "laplace" else _discrete_gaussian(rng, safe, full))
+        elif self._noise == "laplace":
             z = rng.laplace(0.0, 1.0, size=shape + (s.size,)) * safe
         else:
             z = rng.standard_normal(size=shape + (s.size,)) * safe
@@ -272,9 +380,10 @@ class Mechanism:
         unit = "eps" if self._noise == "laplace" else "rho"
         guarantee = (f"{self._actual:.6g}-DP (pure)" if self._noise == "laplace"
                      else f"{self._actual:.6g}-zCDP")
+        kind = f"discrete {self._noise}" if self._discrete else self._noise
         lines = [
             f"{self._released.name}: {self._released.n_rows} rows over {self.n_bins} bins, "
-            f"{self._noise} noise, {self._neighbours} neighbours",
+            f"{kind} noise, {self._neighbours} neighbours",
             f"guarantee: {guarantee} (requested {unit} = {self._requested:.6g})",
         ]
         if self._public_total:
@@ -289,5 +398,6 @@ class Mechanism:
 
     def __repr__(self) -> str:
         budget = f"{self._budget_name}={self._actual:.6g}"
-        return (f"Mechanism({self._released.name}, {self._noise}, {self._neighbours}, {budget}, "
+        kind = f"discrete {self._noise}" if self._discrete else self._noise
+        return (f"Mechanism({self._released.name}, {kind}, {self._neighbours}, {budget}, "
                 f"public_total={self._public_total})")

@@ -1,0 +1,14 @@
+"""Private release of real data: bins, secure noise, estimation, consistency, output.
+
+``release(data, lower=, upper=, bins=, epsilon=|rho=, ...)`` (in-memory values or
+``counts=``) and ``release_file(path, column=, ...)`` / ``release_file(counts_file=...)``
+return a :class:`Release`. Modules: ``binning`` (the bin rule, validation), ``io`` (chunked
+CSV / Parquet / counts files), ``secure_noise`` (OpenDP's exact samplers), ``result``
+(the frozen result, JSON), ``core`` (the pipeline and its privacy account).
+"""
+
+from .binning import OUT_OF_RANGE, BinSpec
+from .core import DEFAULT_QUANTILES, release, release_file
+from .result import Release
+
+__all__ = ["release", "release_file", "Release", "BinSpec", "OUT_OF_RANGE", "DEFAULT_QUANTILES"]

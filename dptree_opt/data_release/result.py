@@ -1,0 +1,192 @@
+"""The result of a private release: CDF, quantiles, range helper data and the full account
+of the mechanism and its guarantee (frozen; everything in it is safe to publish)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..mechanism import Mechanism
+from ..pipeline import PrivateCDF
+from .binning import BinSpec
+
+__all__ = ["Release", "FORMAT"]
+
+FORMAT = "dptree_opt.release/1"
+
+
+def _floats(a) -> list:
+    """JSON-safe list: integers kept, floats as floats, NaN/inf as None (null)."""
+    arr = np.asarray(a)
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.tolist()
+    arr = arr.astype(np.float64)
+    if np.all(np.isfinite(arr)):
+        return arr.tolist()
+    return np.where(np.isfinite(arr), arr.astype(object), None).tolist()
+
+
+@dataclass(frozen=True, eq=False)
+class Release:
+    """A differentially private CDF release (immutable; arrays are read-only).
+
+    Attributes
+    ----------
+    spec : BinSpec -- the public bins: K equal-width bins over [lower, upper).
+    cdf : PrivateCDF over the K real bins -- ``raw`` (unbiased BLUE cumulative counts, float
+        (K,)), ``consistent`` (projected: integer, non-decreasing, in [0, total], ending at
+        ``total``), ``standard_errors`` (exact SEs of ``raw`` under the discrete noise),
+        ``total`` (N: exact under swap, the rounded estimate under add/remove),
+        ``total_public``; its ``band``, ``range_count`` and ``range_standard_errors`` work on
+        bin indices.
+    quantile_levels : tuple of q in [0, 1].
+    quantiles : (q,) estimates (linear inside bins, ``queries.quantiles`` rule, from the
+        consistent CDF).
+    quantile_lower, quantile_upper : (q,) ``interval_level`` intervals for the true quantiles
+        of the data: bin-edge aligned (test inversion of the pointwise normal band of the raw
+        CDF; they include the bin resolution). See ``core._interval``.
+    quantile_noise_lower, quantile_noise_upper : (q,) the noise-only intervals (same band,
+        interpolated inside bins): how far noise can move the reported estimate.
+    mechanism : the discrete Mechanism actually used (strategy over ``padded_bins`` leaves).
+    branching : tuple of branching factors (root first); padded_bins = prod(branching) >= K.
+    measurements : float (rows,) -- the noisy node answers y (DP output; NaN = unmeasured).
+    privacy : dict -- neighbour model, noise, budget asked and achieved, per-level budgets,
+        sensitivities, scales and discrete variances, what is public, the sampler.
+    description : str -- a human-readable account of all of the above.
+    timings : dict of seconds per phase (NOT in ``to_json`` unless asked: the time to read and
+        bin the data grows with N, which is private under add/remove).
+    """
+
+    spec: BinSpec
+    cdf: PrivateCDF
+    quantile_levels: tuple
+    quantiles: np.ndarray
+    quantile_lower: np.ndarray
+    quantile_upper: np.ndarray
+    quantile_noise_lower: np.ndarray
+    quantile_noise_upper: np.ndarray
+    interval_level: float
+    mechanism: Mechanism = field(repr=False)
+    branching: tuple
+    measurements: np.ndarray = field(repr=False)
+    privacy: dict = field(repr=False)
+    description: str = field(repr=False)
+    timings: dict = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def bin_edges(self) -> np.ndarray:
+        """Nominal bin edges, shape (K + 1,)."""
+        return self.spec.bin_edges
+
+    @property
+    def padded_bins(self) -> int:
+        """Leaves of the tree (>= K; the extra ones are empty, public zeros)."""
+        return int(math.prod(self.branching))
+
+    @property
+    def raw_cdf(self) -> np.ndarray:
+        """Raw cumulative counts at the right bin edges, float (K,)."""
+        return self.cdf.raw
+
+    @property
+    def consistent_cdf(self) -> np.ndarray:
+        """Consistent cumulative counts at the right bin edges, (K,)."""
+        return self.cdf.consistent
+
+    @property
+    def standard_errors(self) -> np.ndarray:
+        """Exact standard errors of ``raw_cdf``, (K,)."""
+        return self.cdf.standard_errors
+
+    @property
+    def total(self):
+        """N the consistent CDF ends at (exact if ``cdf.total_public``, else an estimate)."""
+        return self.cdf.total
+
+    def cumulative_count(self, x) -> np.ndarray:
+        """Consistent count of values < x (array-like x in value units), linear inside bins
+        (the quantile rule's interpolation); 0 below ``lower``, the total at/above ``upper``."""
+        edges = self.bin_edges
+        c = np.concatenate([[0.0], np.asarray(self.cdf.consistent, dtype=float)])
+        return np.interp(np.asarray(x, dtype=float), edges, c)
+
+    def range_count(self, a, b) -> np.ndarray:
+        """Consistent count of values in [a, b) (value units, a <= b), interpolated inside
+        bins; exact post-processing of the release when a and b are bin edges."""
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if np.any(~np.isfinite(a) | ~np.isfinite(b)) or np.any(a > b):
+            raise ValueError("range_count needs finite a <= b")
+        return self.cumulative_count(b) - self.cumulative_count(a)
+
+    # ----------------------------------------------------------------- output
+    def to_dict(self, *, include_measurements: bool = False,
+                include_timings: bool = False) -> dict:
+        """A JSON-ready dict (format ``FORMAT``); everything in it is DP output or public."""
+        c = self.cdf
+        out = {
+            "format": FORMAT,
+            "bins": {"lower": self.spec.lower, "upper": self.spec.upper, "K": self.spec.bins,
+                     "rule": "bin(x) = min(floor(((x - lower) / (upper - lower)) * K), K - 1) "
+                             "for lower <= x < upper (IEEE double)",
+                     "edges": _floats(self.bin_edges)},
+            "total": c.total, "total_public": c.total_public,
+            "cdf": {"raw": _floats(c.raw), "consistent": _floats(c.consistent),
+                    "standard_errors": _floats(c.standard_errors),
+                    "consistency": c.consistency, "estimator": c.estimator},
+            "quantiles": [{"q": q, "value": v, "lower": lo, "upper": up, "noise_lower": nlo,
+                           "noise_upper": nup}
+                          for q, v, lo, up, nlo, nup in zip(
+                              self.quantile_levels, _floats(self.quantiles),
+                              _floats(self.quantile_lower), _floats(self.quantile_upper),
+                              _floats(self.quantile_noise_lower),
+                              _floats(self.quantile_noise_upper))],
+            "interval_level": self.interval_level,
+            "tree": {"branching": list(self.branching), "padded_bins": self.padded_bins},
+            "privacy": self.privacy,
+            "description": self.description,
+        }
+        if include_measurements:
+            out["measurements"] = _floats(self.measurements)
+        if include_timings:
+            out["timings_seconds"] = dict(self.timings)
+        return out
+
+    def to_json(self, path=None, *, indent: int | None = 2, **kwargs) -> str:
+        """The release as JSON text (``to_dict`` keywords pass through); written to ``path``
+        when given. Returns the text."""
+        text = json.dumps(self.to_dict(**kwargs), indent=indent)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        return text
+
+    def summary(self) -> str:
+        """A short human summary: bins, guarantee, total and the quantiles with intervals."""
+        p = self.privacy
+        budget = (f"eps = {p['epsilon']:g} (pure eps-DP)" if p["noise"] == "laplace"
+                  else f"rho = {p['rho']:g} (rho-zCDP)")
+        lines = [f"{self.spec.bins} bins over [{self.spec.lower:g}, {self.spec.upper:g}); "
+                 f"{p['sampler_short']}; {budget}; {p['neighbours']} neighbours",
+                 f"tree: branching {list(self.branching)}"
+                 + (f" (padded to {self.padded_bins} leaves; the extra bins are empty)"
+                    if self.padded_bins != self.spec.bins else "")]
+        se_total = float(self.cdf.standard_errors[-1])
+        if self.cdf.total_public:
+            lines.append(f"N = {self.total} (PUBLIC: released exactly under swap neighbours)")
+        else:
+            lines.append(f"N (private, estimated) = {self.total}  (SE {se_total:.3g})")
+        if len(self.quantile_levels):
+            pct = f"{100 * self.interval_level:g}%"
+            lines.append(f"{'quantile':>9}  {'estimate':>12}  "
+                         f"{pct + ' interval (true quantile)':<28}  noise-only interval")
+            for q, v, lo, up, nlo, nup in zip(self.quantile_levels, self.quantiles,
+                                              self.quantile_lower, self.quantile_upper,
+                                              self.quantile_noise_lower,
+                                              self.quantile_noise_upper):
+                lines.append(f"{q:>9g}  {v:>12.6g}  [{lo:>12.6g}, {up:>12.6g}]  "
+                             f"[{nlo:>11.6g}, {nup:>11.6g}]")
+        return "\n".join(lines)
