@@ -6,6 +6,7 @@ Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), 
 """
 
 from . import closed_forms, consistency, queries, strategies, workloads
+from . import bounds
 from .error import MonteCarloResult, expected_error, monte_carlo_error
 from .estimation import (
     TreeEstimates,
@@ -21,6 +22,7 @@ from .mechanism import Mechanism
 from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 # the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
 from .data_release import Release, release, release_file
+from . import anchors, compare  # noqa: E402  (after Mechanism / error: they build on them)
 
 __version__ = "0.1.0"
 
@@ -30,10 +32,13 @@ __all__ = [
     "PrivateCDF",
     "Release",
     "TreeEstimates",
+    "anchors",
     "blue",
     "blue_covariance",
+    "bounds",
     "cdf_from_measurements",
     "closed_forms",
+    "compare",
     "consistency",
     "covering_cdf",
     "covering_variances",

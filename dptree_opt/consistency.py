@@ -466,7 +466,8 @@ def project_histogram(counts, total=None, metric: str = "l2", integer: bool = Tr
     starts = np.flatnonzero(np.concatenate(([True], ws[1:] != ws[:-1])))
     cap = np.add.reduceat(hs, starts)
     done_before = np.cumsum(cap) - cap
-    frac = np.clip((excess - done_before) / np.where(cap > 0, cap, 1.0), 0.0, 1.0)
+    with np.errstate(over="ignore"):  # a tiny cap gives +inf, clipped to 1 (bin emptied)
+        frac = np.clip((excess - done_before) / np.where(cap > 0, cap, 1.0), 0.0, 1.0)
     frac = np.where(cap > 0, frac, 0.0)
     out = np.empty_like(h)
     out[order] = hs * (1.0 - np.repeat(frac, np.diff(np.append(starts, ws.size))))

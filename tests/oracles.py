@@ -1,6 +1,8 @@
 """Slow, obviously-correct reference constructions shared by the tests (no library code)."""
 
+import itertools
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -20,3 +22,50 @@ def tree_matrix(branching):
             rows.append(row)
             levels.append(level)
     return np.array(rows), np.array(levels)
+
+
+# ---------------------------------------------------------------------------------------------
+# Brute force over neighbouring datasets
+# ---------------------------------------------------------------------------------------------
+def _datasets(n_bins: int, max_records: int = 2):
+    """Every dataset of 1..max_records records over the bins (multisets of bin indices)."""
+    for r in range(1, max_records + 1):
+        yield from itertools.combinations_with_replacement(range(n_bins), r)
+
+
+def _neighbour_datasets(ds: tuple, n_bins: int, model: str):
+    if model == "swap":  # one record changes its value (bin)
+        for i, b in itertools.product(range(len(ds)), range(n_bins)):
+            if b != ds[i]:
+                yield ds[:i] + (b,) + ds[i + 1:]
+    else:  # one record removed, or one record added
+        for i in range(len(ds)):
+            yield ds[:i] + ds[i + 1:]
+        for b in range(n_bins):
+            yield ds + (b,)
+
+
+@lru_cache(maxsize=None)
+def neighbour_differences(n_bins: int, model: str) -> np.ndarray:
+    """h - h' for every neighbouring pair (h, h') of datasets of 1 or 2 records (deduplicated;
+    the maximum over pairs is unchanged by removing repeated differences)."""
+    diffs = set()
+    for ds in _datasets(n_bins):
+        h = np.bincount(np.array(ds, dtype=int), minlength=n_bins)
+        for nb in _neighbour_datasets(ds, n_bins, model):
+            h2 = np.bincount(np.array(nb, dtype=int), minlength=n_bins)
+            diffs.add(tuple(h - h2))
+    if not diffs:  # one bin under swap: no record can change its value
+        return np.zeros((0, n_bins))
+    return np.array(sorted(diffs), dtype=float)
+
+
+def brute_loss(a_dense: np.ndarray, weights, model: str, p: int) -> float:
+    """max over neighbouring datasets of ||diag(w) A (h - h')||_p."""
+    a = np.asarray(a_dense, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    d = neighbour_differences(a.shape[1], model)
+    if d.shape[0] == 0:
+        return 0.0
+    changes = (d @ a.T) * w[None, :]  # (pairs, rows)
+    return float(np.max(np.linalg.norm(changes, ord=p, axis=1)))

@@ -5,9 +5,11 @@
 ``optimal_height``. [RTS] Sec. V and beyond: ``level_uniform``, the exact integer search over
 (padded) ordered factorisations scored by the exact error of the covering, refined or BLUE
 estimator. Beyond [RTS]: ``optimal_blue_budgets`` (optimal per-level budgets for the BLUE,
-Laplace and Gaussian). Every result is a ``TreeDesign``.
+Laplace and Gaussian). Every result is a ``TreeDesign``. Beyond trees: ``optimized_strategy``
+(the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``).
 """
 
+from .beyond_trees import best_tree, clear_cache, optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .levels import level_variances, noisy_levels
 from .result import TreeDesign, error_unit
@@ -27,4 +29,5 @@ from .search import design_error, level_uniform
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
            "branching_closed_form", "joint", "degenerate_optimum", "psi",
            "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
-           "optimal_blue_budgets", "level_variances", "noisy_levels"]
+           "optimal_blue_budgets", "level_variances", "noisy_levels", "best_tree",
+           "optimized_strategy", "clear_cache"]

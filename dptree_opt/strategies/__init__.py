@@ -2,7 +2,10 @@
 
 ``histogram``, ``prefix_sums``, ``tree`` / ``binary_tree`` (level-uniform trees, [RTS]
 Def. IV.1) and ``hierarchy`` (any rooted networkx tree) are laminar families of bin ranges
-with structured exact sensitivities; ``Strategy`` wraps any other matrix.
+with structured exact sensitivities; ``Strategy`` wraps any other matrix. Beyond trees:
+``haar`` (Privelet), ``sqrt_factorization`` (L with L @ L = prefix matrix) and the optimisers
+of ``strategies.optimized`` (the Gaussian optimum, HDMM's p-Identity for Laplace; with the
+best-tree safety net: ``optimize.optimized_strategy``).
 """
 
 from .base import NEIGHBOURS, Strategy
@@ -17,6 +20,9 @@ from .interval import (
     resolve_branching,
     tree,
 )
+from .factorization import SqrtFactorization, sqrt_factorization
+from .haar import haar
+from .optimized import OptimizedStrategy, p_identity
 
 __all__ = [
     "NEIGHBOURS",
@@ -30,4 +36,9 @@ __all__ = [
     "prefix_sums",
     "resolve_branching",
     "tree",
+    "haar",
+    "sqrt_factorization",
+    "SqrtFactorization",
+    "OptimizedStrategy",
+    "p_identity",
 ]

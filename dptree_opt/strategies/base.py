@@ -167,30 +167,58 @@ class Strategy:
         return float(col.max() if p == 1 else np.sqrt(max(col.max(), 0.0)))
 
     def _swap_loss(self, w: np.ndarray, p: int) -> float:
-        # max_{a != b} ||w * (A_a - A_b)||_p over column chunks: O(n^2 m / chunk) work,
-        # O(chunk n) memory. For p = 2 (any entries) and p = 1 (0/1 entries) it uses
-        # ||w (A_a - A_b)|| = g_a + g_b - 2 G_ab with G = A' diag(w^p) A (squared for p = 2).
-        a = self.matrix.tocsc()
+        # max_{a != b} ||w * (A_a - A_b)||_p = max_{a != b} g_a + g_b - C_ab, over column
+        # chunks (O(chunk n) memory), with g_c = ||w * A_c||_p^p and C_ab the overlap term:
+        # * p = 2 (any entries): C = 2 A' diag(w^2) A (Gram route; the result is squared).
+        # * p = 1: a row with <= 1 nonzero never overlaps; a row whose nonzeros share one
+        #   magnitude c_r (0/1, +-1, Haar rows) overlaps by (|A|' D |A| + A' D A)_ab with
+        #   D = diag(w / c) (for a, b in {+-c}: |a - b| = |a| + |b| - (|a||b| + ab) / c);
+        #   any other row by sum_r w_r (|A_ra| + |A_rb| - |A_ra - A_rb|), computed directly
+        #   (O(rows n^2) work: the only slow case, e.g. a dense lower-triangular strategy).
+        # Dense-ish matrices (> 10% nonzeros) use dense BLAS products: O(m n^2) flops.
+        a = self.matrix
         n = self.n_bins
-        binary = bool(np.all(a.data == 1.0))
-        wp = w if p == 1 else w * w
+        if p == 2:
+            g = np.asarray(a.multiply(a).T @ (w * w)).ravel()
+            grams, general = [(a, 2.0 * w * w)], None
+        else:
+            g = np.asarray(abs(a).T @ w).ravel()
+            nnz = np.diff(a.indptr)
+            mag_max = np.zeros(a.shape[0])
+            mag_min = np.zeros(a.shape[0])
+            rows = np.flatnonzero(nnz > 0)
+            if rows.size:
+                absd = np.abs(a.data)
+                mag_max[rows] = np.maximum.reduceat(absd, a.indptr[rows])
+                mag_min[rows] = np.minimum.reduceat(absd, a.indptr[rows])
+            multi = nnz >= 2
+            const = multi & (mag_max == mag_min)
+            gen = multi & ~const
+            grams = []
+            if const.any():
+                ac = a[const]
+                wc = w[const] / mag_max[const]
+                grams = [(abs(ac), wc), (ac, wc)]
+            general = a[gen].toarray() if gen.any() else None
+            w_gen = w[gen]
+        dense = a.nnz > 0.1 * a.shape[0] * n
+        grams = [(b.toarray() if dense else b.tocsc(), v) for b, v in grams]
+        weighted = [(b, (v[:, None] * b) if dense else (sp.diags(v) @ b).tocsc())
+                    for b, v in grams]
+        step = _PAIR_CHUNK
+        if general is not None:
+            step = max(1, min(step, _PAIR_FLOATS // (general.shape[0] * n)))
         best = 0.0
-        if p == 2 or binary:
-            g = np.asarray(a.multiply(a).T @ wp).ravel()
-            aw = sp.diags(wp) @ a
-            for start in range(0, n, _PAIR_CHUNK):
-                stop = min(start + _PAIR_CHUNK, n)
-                gab = (a[:, start:stop].T @ aw).toarray()  # (chunk, n)
-                d = g[start:stop, None] + g[None, :] - 2.0 * gab
-                d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
-                best = max(best, float(d.max()))
-        else:  # l1 with general entries: direct differences, O(m n^2) work
-            dense = a.toarray()
-            step = max(1, _PAIR_FLOATS // (dense.shape[0] * n))
-            for start in range(0, n, step):
-                stop = min(start + step, n)
-                diff = np.abs(dense[:, start:stop, None] - dense[:, None, :])  # (m, c, n)
-                d = np.einsum("r,rcn->cn", w, diff)
-                d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
-                best = max(best, float(d.max()))
-        return float(np.sqrt(max(best, 0.0))) if p == 2 else best
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            d = g[start:stop, None] + g[None, :]
+            for b, bw in weighted:
+                prod = b[:, start:stop].T @ bw
+                d -= prod if dense else prod.toarray()
+            if general is not None:
+                blk, row = general[:, start:stop, None], general[:, None, :]
+                overlap = np.abs(blk) + np.abs(row) - np.abs(blk - row)  # (m_gen, c, n)
+                d -= np.einsum("r,rcn->cn", w_gen, overlap)
+            d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+            best = max(best, float(d.max()))
+        return float(np.sqrt(max(best, 0.0))) if p == 2 else max(best, 0.0)

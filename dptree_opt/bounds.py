@@ -1,0 +1,173 @@
+"""Lower bounds on the error of every matrix mechanism for a workload (the SVD bound).
+
+**Gaussian, add/remove** (Li & Miklau 2012, "Measuring the achievable error of query sets
+under differential privacy", arXiv:1202.3399; MATH.md section 6). A matrix mechanism measures
+A x with Gaussian noise of variance sigma^2 Delta^2 per row, Delta = max_c ||A_c||_2 (its l2
+sensitivity), and answers W with the BLUE. With X = A'A its total squared error is
+
+    sigma^2 Delta^2 tr(W X^-1 W')  >=  sigma^2 (tr(X) / n) tr(G X^-1)   (Delta^2 = max_c X_cc)
+                                   >=  sigma^2 (tr G^(1/2))^2 / n        (Cauchy-Schwarz)
+                                   =   sigma^2 (sum_j lambda_j)^2 / n,
+
+G = W'W, lambda_j the singular values of W. Per-row noise scales are covered (absorb them
+in A). For the prefix workload lambda_j = 1 / (2 sin((2j - 1) pi / (2 (2n + 1)))),
+j = 1..n (the prefix matrix P has (P P')^-1 = tridiag(-1, [2, .., 2, 1], -1); MATH.md Sec. 6).
+
+**Public total.** With N known (swap neighbours, or add/remove with ``public_total``) write
+x = (N/n) 1 + Q theta, Q an orthonormal basis of 1-perp: the BLUE's error is
+Delta^2 tr(G_Q X_Q^-1) with G_Q = Q'GQ, X_Q = Q'XQ, and the same argument gives
+(tr G_Q^(1/2))^2 = ||W P||_*^2 (P = I - 11'/n) in place of ||W||_*^2, with
+
+    add/remove: Delta^2 >= tr(X) / n >= tr(X_Q) / n           -> ||W P||_*^2 / n
+    swap:       Delta^2 = max_{a!=b} (e_a - e_b)' X (e_a - e_b)
+                        >= mean over ordered pairs = 2 tr(X_Q) / (n - 1)  -> 2 ||W P||_*^2 / (n - 1)
+
+(our derivation, same steps as Li & Miklau's; tests check it against the exact optimum of
+small instances).
+
+**Laplace (pure eps-DP), the l1 analogue -- loose.** With Laplace noise of scale Delta_1 / eps
+(variance 2 Delta_1^2 / eps^2), Delta_1 = the l1 sensitivity, and ||v||_1 >= ||v||_2 for every
+column (or column difference) of A, so Delta_1 >= Delta_2 and
+
+    error >= (2 / eps^2) * (the Gaussian bound with sigma^2 = 1).
+
+It is valid but loose: ||v||_1 = ||v||_2 only for 1-sparse columns, while good strategies for
+prefix queries have columns with about log n nonzeros, so the true optimum of the Laplace
+matrix mechanism is a polylog factor above it (e.g. n = 1024 prefix, eps = 1: bound 16.9 per
+query, best strategies about 150).
+
+Units: ``svd_bound`` is the total squared error (summed over the queries) for sigma^2 = 1 per
+unit l2 sensitivity (rho = 1/2 zCDP); ``error_lower_bound`` converts it to counts^2 for a
+given noise and budget, the units of ``expected_error(..., per_query=False)``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .privacy import check_budget, check_noise, resolve_public
+from .strategies.base import check_neighbours
+from .workloads import Workload
+from . import workloads as _workloads
+
+__all__ = ["prefix_singular_values", "singular_values", "svd_bound", "error_lower_bound"]
+
+# Dense eigenvalue computations refused above this many bins (n^2 floats, O(n^3) time).
+MAX_DENSE_BINS = 8192
+
+
+def prefix_singular_values(n: int) -> np.ndarray:
+    """Singular values of the n x n prefix matrix, closed form (MATH.md section 6), descending:
+    lambda_j = 1 / (2 sin((2j - 1) pi / (2 (2n + 1)))), j = 1..n. O(n)."""
+    n = _workloads._check_n(n)
+    j = np.arange(1, n + 1, dtype=float)
+    return 1.0 / (2.0 * np.sin((2.0 * j - 1.0) * np.pi / (2.0 * (2 * n + 1))))
+
+
+def _as_workload(workload, n=None) -> Workload:
+    if isinstance(workload, Workload):
+        if n is not None and n != workload.n_bins:
+            raise ValueError(f"n={n} does not match the workload's {workload.n_bins} bins")
+        return workload
+    if isinstance(workload, str):
+        makers = {"prefix": _workloads.prefix, "identity": _workloads.identity,
+                  "total": _workloads.total, "all_range": _workloads.all_range}
+        if workload not in makers:
+            raise ValueError(f"workload must be a Workload or one of {sorted(makers)}, "
+                             f"got {workload!r}")
+        if n is None:
+            raise ValueError(f"workload={workload!r} needs n (the number of bins)")
+        return makers[workload](n)
+    raise ValueError(f"workload must be a dptree_opt Workload or a workload name, got "
+                     f"{type(workload).__name__}")
+
+
+def _check_dense(n: int) -> None:
+    if n > MAX_DENSE_BINS:
+        raise ValueError(f"this bound needs a dense eigenvalue computation: refused for "
+                         f"{n} > {MAX_DENSE_BINS} bins")
+
+
+@lru_cache(maxsize=32)
+def _projected_nuclear(kind: str, n: int) -> float:
+    w = _as_workload(kind, n)
+    return _projected_nuclear_of(w)
+
+
+def _projected_nuclear_of(w: Workload) -> float:
+    """||W P||_* with P = I - 11'/n: sum of sqrt(eig(P G P)), dense, O(n^3)."""
+    n = w.n_bins
+    _check_dense(n)
+    g = w.gram_dense()
+    r = g.mean(axis=0)
+    pgp = g - r[:, None] - r[None, :] + r.mean()  # P G P
+    return float(np.sum(_sqrt_eigs(np.linalg.eigvalsh(pgp))))
+
+
+def _sqrt_eigs(ev: np.ndarray) -> np.ndarray:
+    """sqrt of Gram eigenvalues; rounding-level ones (< 1e-12 of the largest) are zeros
+    (a rank-deficient W would otherwise gain sqrt(1e-16)-sized singular values)."""
+    top = float(np.max(ev, initial=0.0))
+    return np.sqrt(np.where(ev > 1e-12 * top, ev, 0.0))
+
+
+def singular_values(workload, n=None) -> np.ndarray:
+    """Singular values of W (descending): closed forms for prefix / identity / total, else
+    sqrt(eig(W'W)) from the dense Gram (n <= MAX_DENSE_BINS, O(n^3))."""
+    w = _as_workload(workload, n)
+    k = w.n_bins
+    if w.kind == "prefix":
+        return prefix_singular_values(k)
+    if w.kind == "identity":
+        return np.ones(k)
+    if w.kind == "total":
+        return np.array([math.sqrt(k)])
+    _check_dense(k)
+    return _sqrt_eigs(np.linalg.eigvalsh(w.gram_dense())[::-1])
+
+
+def svd_bound(workload, n=None, *, neighbours: str = "add_remove", public_total=None) -> float:
+    """Lower bound on the total squared error of every Gaussian matrix mechanism with noise
+    variance 1 per unit l2 sensitivity (sigma^2 = 1, i.e. rho = 1/2 zCDP).
+
+    ``workload``: a ``Workload`` or a name ("prefix", "identity", "all_range", "total") with
+    ``n`` bins. Default (add/remove, N private): (sum_j lambda_j)^2 / n ([Li & Miklau 2012];
+    closed form for the prefix workload at any n). With N public (``neighbours="swap"``, or
+    add/remove with ``public_total=True``): ||W P||_*^2 / n (add/remove) or
+    2 ||W P||_*^2 / (n - 1) (swap), P = I - 11'/n, from a dense eigenvalue computation
+    (n <= 8192; cached for named workloads). Derivations: module docstring. Divide by n for
+    the mean per query."""
+    w = _as_workload(workload, n)
+    check_neighbours(neighbours)
+    public = resolve_public(neighbours, public_total)
+    k = w.n_bins
+    if not public:
+        return float(np.sum(singular_values(w)) ** 2 / k)
+    if k == 1:
+        return 0.0  # the only bin's count is N
+    nuc = (_projected_nuclear(w.kind, k) if w.kind != "ranges" else _projected_nuclear_of(w))
+    return nuc**2 / k if neighbours == "add_remove" else 2.0 * nuc**2 / (k - 1)
+
+
+def error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
+                      neighbours: str = "add_remove", public_total=None, n=None) -> float:
+    """``svd_bound`` in counts^2 for a noise and budget: the units of
+    ``expected_error(workload, mechanism, per_query=False)`` (so error / bound >= 1).
+
+    Gaussian (rho-zCDP): sigma^2 = Delta^2 / (2 rho), bound = svd_bound / (2 rho) (tight up to
+    the gap between the SVD bound and the optimum). Laplace (eps-DP): variance 2 Delta_1^2 /
+    eps^2 with Delta_1 >= Delta_2, bound = 2 svd_bound / eps^2 -- valid but LOOSE (module
+    docstring)."""
+    noise = check_noise(noise)
+    if noise == "gaussian":
+        if epsilon is not None:
+            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
+        scale = 1.0 / (2.0 * check_budget(rho, "rho"))
+    else:
+        if rho is not None:
+            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
+        scale = 2.0 / check_budget(epsilon, "epsilon") ** 2
+    return scale * svd_bound(workload, n, neighbours=neighbours, public_total=public_total)

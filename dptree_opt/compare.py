@@ -1,0 +1,873 @@
+"""Side-by-side exact errors of every mechanism the framework has (``dptree-opt compare``).
+
+:func:`compare` builds one *row* per mechanism + estimator for a setting (K bins, total
+budget, noise, neighbour model, public total) and computes the exact mean and max per-query
+expected squared error (counts^2) on three workloads over the K real bins:
+
+* ``cdf``: the K prefix counts C_1..C_K (the CDF, unnormalised);
+* ``identity``: the K bin counts;
+* ``all_range``: the K (K + 1) / 2 ranges [a, b], 0 <= a <= b < K.
+
+Rows come from a registry (:data:`ROWS`, :func:`register_row`): each :class:`RowSpec` has a
+key, a label, what it emulates or its definition, and ``build(setting) -> Candidate`` (a
+Mechanism, an estimator, the number of real bins). A builder raises :class:`NotAvailable`
+when the row does not apply (the row is then listed with the reason). Beyond trees: the
+Haar wavelet (``strategies.haar``), the square-root factorisation
+(``strategies.sqrt_factorization``), the optimised strategy (``optimize.optimized_strategy``);
+every error is also given as a ratio to the SVD lower bound (``bounds.error_lower_bound``).
+
+How each error is computed (all exact)
+--------------------------------------
+* Level-uniform trees: :func:`dptree_opt.expected_error` (structured O(K) paths for the
+  BLUE, covering and refined estimators). A padded tree (K' > K bins) is scored on the
+  first K prefixes / bins.
+* Other interval strategies (hierarchies such as OpenDP's truncated tree, the histogram, the
+  prefix sums) with the BLUE: :func:`interval_blue_errors`, an O(K) sparse elimination in
+  cumulative coordinates (see its docstring), checked against the dense GLS in the tests.
+* Any other strategy: the dense generic GLS through ``expected_error`` for K <= 8192.
+* ``all_range`` totals use sum_{0 <= a < b <= K} Var(c_b - c_a) = (K + 1) tr Z - 1'Z1 with Z the
+  covariance of the estimated cumulative counts c_1..c_K (one solve). The all-range *max*
+  needs every one of the K (K + 1) / 2 variances and is given for K' <= 4096 only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import anchors, bounds, optimize, strategies, workloads
+from .error import expected_error
+from .mechanism import Mechanism
+from .privacy import check_budget, check_noise, resolve_public
+from .strategies import IntervalStrategy, LevelUniformTree
+from .strategies.base import check_neighbours
+
+__all__ = ["WORKLOADS", "Setting", "Candidate", "RowSpec", "NotAvailable", "WorkloadError",
+           "CompareRow", "Comparison", "ROWS", "register_row", "compare", "row_errors",
+           "interval_blue_errors", "OpenDPRun", "run_opendp", "MAX_DENSE_BINS",
+           "MAX_ALL_RANGE_MAX_BINS", "as_dict"]
+
+WORKLOADS = ("cdf", "identity", "all_range")
+MAX_DENSE_BINS = 8192          # generic dense GLS (non-interval strategies)
+MAX_ALL_RANGE_MAX_BINS = 4096  # per-query all-range variances (K (K + 1) / 2 of them)
+MAX_LAMINAR_DENSE_BINS = 2048  # interval_blue_errors: dense M^-1 for the all-range max
+# level_uniform searches that take more than a few seconds above these sizes
+MAX_OPTIMAL_BLUE_SEARCH_BINS = 4096
+MAX_REFINED_SEARCH_BINS = 8192
+MAX_OPTIMIZED_BINS = 64        # strategies.optimized: ~25 s at K = 256, minutes at 1024
+# above this K, compare feeds OpenDP's tree + postprocessor with numpy discrete-Laplace noise
+OPENDP_SAMPLER_MAX_BINS = 4096
+
+
+# ------------------------------------------------------------------ setting, rows
+@dataclass(frozen=True)
+class Setting:
+    """The comparison's setting: K, total budget (eps for Laplace, rho for Gaussian), noise,
+    neighbour model and whether N is public."""
+
+    n_bins: int
+    budget: float
+    noise: str = "laplace"
+    neighbours: str = "swap"
+    public_total: bool | None = None
+
+    @property
+    def budget_kwargs(self) -> dict:
+        """{"epsilon": budget} (Laplace) or {"rho": budget} (Gaussian)."""
+        return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
+
+    @property
+    def public(self) -> bool:
+        """Whether N is public (released exactly)."""
+        return resolve_public(self.neighbours, self.public_total)
+
+    def mechanism(self, strategy, level_budgets=None) -> Mechanism:
+        """A Mechanism for ``strategy`` in this setting."""
+        return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
+                         public_total=self.public_total, level_budgets=level_budgets,
+                         **self.budget_kwargs)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a row builder returns: a mechanism, its estimator and how to describe it.
+
+    ``n_bins`` is the number of real bins K (``mechanism.n_bins`` may be a padded K' >= K).
+    ``variance_factor`` multiplies every error (e.g. discrete vs continuous Laplace)."""
+
+    mechanism: Mechanism
+    estimator: str
+    strategy: str
+    n_bins: int
+    note: str = ""
+    variance_factor: float = 1.0
+
+
+class NotAvailable(Exception):
+    """Raised by a row builder when the row does not apply; the message says why."""
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """A registered row: ``build(setting)`` returns a :class:`Candidate` or raises
+    :class:`NotAvailable`."""
+
+    key: str
+    label: str
+    emulates: str
+    build: Callable[[Setting], Candidate]
+
+
+ROWS: dict[str, RowSpec] = {}
+
+
+def register_row(key: str, label: str, emulates: str):
+    """Decorator: register ``build(setting) -> Candidate`` as a comparison row."""
+    def deco(build):
+        ROWS[key] = RowSpec(key, label, emulates, build)
+        return build
+    return deco
+
+
+@dataclass(frozen=True)
+class WorkloadError:
+    """Exact mean and max per-query expected squared error (counts^2); None = not available
+    (``note`` says why)."""
+
+    mean: float | None
+    max: float | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One mechanism + estimator and its errors per workload."""
+
+    key: str
+    label: str
+    emulates: str
+    strategy: str
+    estimator: str
+    errors: dict
+    note: str = ""
+    available: bool = True
+    seconds: float = 0.0
+    ratio_to_bound: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpenDPRun:
+    """Monte Carlo of OpenDP's own b-ary tree + consistency postprocessor: mean per-query
+    squared error and its standard error per workload (``means``, ``std_errors``)."""
+
+    branching: int
+    trials: int
+    means: dict
+    std_errors: dict
+    seconds: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare`: the setting, the rows (sorted by mean CDF error,
+    unavailable rows last), the lower bounds per workload (mean per query, or None) and the
+    OpenDP Monte Carlo run (or None)."""
+
+    setting: Setting
+    workloads: tuple
+    rows: tuple
+    bounds: dict
+    opendp: OpenDPRun | None = None
+    notes: tuple = ()
+
+
+# ------------------------------------------------------------------ exact errors
+def _laminar_system(mech: Mechanism):
+    """Cumulative-coordinate information matrix of an interval strategy.
+
+    Unknowns c_1..c_K' (c_0 = 0); row r measures c_hi - c_lo with variance v_r. Exact rows
+    must be totals (then c_K' is known). Returns (unknown index of each vertex 0..K' or -1,
+    weights per noisy edge (lo, hi, w))."""
+    strat = mech.released
+    kp = strat.n_bins
+    var = np.asarray(mech.variances)
+    lo, hi = np.asarray(strat.lo), np.asarray(strat.hi)
+    exact = var == 0
+    if np.any(exact & ~((lo == 0) & (hi == kp))):
+        raise ValueError("interval_blue_errors: only the total may be released exactly")
+    known_total = bool(np.any(exact))
+    index = np.full(kp + 1, -1, dtype=np.int64)
+    free = np.arange(1, kp + (0 if known_total else 1))
+    index[free] = np.arange(free.size)
+    noisy = np.isfinite(var) & (var > 0)
+    return index, lo[noisy], hi[noisy], 1.0 / var[noisy], free
+
+
+def interval_blue_errors(mechanism: Mechanism, n_bins: int | None = None,
+                         all_range: bool = True) -> dict:
+    """Exact BLUE error of an interval (laminar) strategy, O(K) for trees.
+
+    In cumulative coordinates c_t = x_0 + ... + x_{t-1} (c_0 = 0) every row of a laminar
+    strategy measures one difference c_hi - c_lo, so the information matrix
+    M = sum_r (e_hi - e_lo)(e_hi - e_lo)' / v_r is a weighted graph Laplacian (grounded at
+    c_0, and at c_K' when N is public) and Z = M^-1 is the covariance of the BLUE of the
+    cumulative counts (GLS is invariant under the change of coordinates x = D c).
+    Eliminating the boundary points innermost-first (decreasing number of measured rows
+    containing them in their interior, then left to right) keeps at most two uneliminated
+    neighbours per point for a tree, so the LDL' factor has O(K) entries; Takahashi's
+    selected inversion (Z_vv = 1/D_v - sum_j L_jv Z_jv, Z_jv = -sum_k L_kv Z_kj over the
+    neighbours j, k of v) gives Z on the factor's pattern in O(K) (pure Python loops:
+    ~1 s per 10^5 points).
+
+    Returns per-query variances for the first ``n_bins`` (default K') prefixes (``"cdf"``)
+    and bins (``"identity"``; from the factor's pattern, else from a dense inverse when
+    K' <= MAX_LAMINAR_DENSE_BINS, else None), the all-range total (``"all_range_total"``)
+    = (K + 1) tr Z_K - 1'Z_K 1 over the first K points (one L D L' solve) and the all-range
+    per-query maximum (``"all_range_max"``, dense inverse, K' <= MAX_LAMINAR_DENSE_BINS
+    only, else None)."""
+    strat = mechanism.released
+    if not isinstance(strat, IntervalStrategy):
+        raise ValueError("interval_blue_errors needs an interval (laminar) strategy")
+    kp = strat.n_bins
+    K = kp if n_bins is None else int(n_bins)
+    index, lo, hi, w, free = _laminar_system(mechanism)
+    n = free.size
+    # elimination order: points inside more measured rows first, then left to right
+    inside = np.zeros(kp + 2, dtype=np.int64)
+    wide = hi - lo >= 2
+    np.add.at(inside, lo[wide] + 1, 1)
+    np.add.at(inside, hi[wide], -1)
+    inside = np.cumsum(inside)[: kp + 1]
+    order = free[np.lexsort((free, -inside[free]))]
+    order = index[order]
+    diag = np.zeros(n)
+    adj: list[dict] = [dict() for _ in range(n)]
+    a_idx, b_idx = index[lo], index[hi]
+    for a, b, wt in zip(a_idx.tolist(), b_idx.tolist(), w.tolist()):
+        if a >= 0:
+            diag[a] += wt
+        if b >= 0:
+            diag[b] += wt
+        if a >= 0 and b >= 0:
+            adj[a][b] = adj[a].get(b, 0.0) - wt
+            adj[b][a] = adj[b].get(a, 0.0) - wt
+    if n == 0:
+        raise ValueError("nothing to estimate")
+    dg = diag.tolist()
+    D = [0.0] * n
+    Lcols: list = [None] * n
+    for v in order.tolist():
+        d = dg[v]
+        if not d > 1e-300:
+            raise ValueError("the strategy cannot identify the histogram (singular system)")
+        items = list(adj[v].items())
+        D[v] = d
+        Lcols[v] = [(j, m / d) for j, m in items]
+        for j, m in items:
+            del adj[j][v]
+            dg[j] -= m * m / d
+        for i1 in range(len(items)):
+            j, mj = items[i1]
+            aj = adj[j]
+            for i2 in range(i1 + 1, len(items)):
+                k, mk = items[i2]
+                val = -mj * mk / d
+                aj[k] = aj.get(k, 0.0) + val
+                adj[k][j] = adj[k].get(j, 0.0) + val
+    # Takahashi selected inversion, reverse elimination order
+    zd = [0.0] * n
+    zo: dict = {}
+    for v in reversed(order.tolist()):
+        col = Lcols[v]
+        zv = []
+        for j, _ in col:
+            acc = 0.0
+            for k, lk in col:
+                acc -= lk * (zd[k] if k == j else zo[(k, j) if k < j else (j, k)])
+            zv.append(acc)
+        dv = 1.0 / D[v]
+        for (j, lj), val in zip(col, zv):
+            zo[(v, j) if v < j else (j, v)] = val
+            dv -= lj * val
+        zd[v] = dv
+    zd = np.asarray(zd)
+    pts = np.arange(1, K + 1)
+    idx = index[pts]
+    cdf = np.where(idx >= 0, zd[np.maximum(idx, 0)], 0.0)
+    out = {"cdf": cdf, "identity": None, "all_range_total": None, "all_range_max": None}
+    ident = np.empty(K)
+    ok = True
+    il = index.tolist()
+    for i in range(K):  # bin i = c_{i+1} - c_i
+        a, b = il[i], il[i + 1]
+        val = (zd[a] if a >= 0 else 0.0) + (zd[b] if b >= 0 else 0.0)
+        if a >= 0 and b >= 0:
+            key = (a, b) if a < b else (b, a)
+            if key not in zo:
+                ok = False
+                break
+            val -= 2.0 * zo[key]
+        ident[i] = val
+    zk = None
+    if kp <= MAX_LAMINAR_DENSE_BINS:  # dense Z = M^-1, O(K^3): all-range max, identity
+        m = np.zeros((n, n))
+        ia, ib = index[lo], index[hi]
+        for a, b, wt in zip(ia.tolist(), ib.tolist(), w.tolist()):
+            if a >= 0:
+                m[a, a] += wt
+            if b >= 0:
+                m[b, b] += wt
+            if a >= 0 and b >= 0:
+                m[a, b] -= wt
+                m[b, a] -= wt
+        zfull = np.zeros((kp + 1, kp + 1))
+        sel = np.flatnonzero(index >= 0)
+        zfull[np.ix_(sel, sel)] = np.linalg.inv(m)
+        zk = zfull[: K + 1, : K + 1]
+        if not ok:
+            dz = np.diag(zk)
+            ident = dz[1:] + dz[:-1] - 2.0 * np.diag(zk, 1)
+            ok = True
+    out["identity"] = ident if ok else None
+    if all_range:
+        # 1'Z_K 1 = e'M^-1 e, e = indicator of the unknowns among c_1..c_K: L D L' solve
+        y = [0.0] * n
+        for i in idx[idx >= 0].tolist():
+            y[i] = 1.0
+        e = np.asarray(y)
+        for v in order.tolist():
+            yv = y[v]
+            if yv:
+                for j, l in Lcols[v]:
+                    y[j] -= l * yv
+        y = [yi / di for yi, di in zip(y, D)]
+        for v in reversed(order.tolist()):
+            acc = y[v]
+            for j, l in Lcols[v]:
+                acc -= l * y[j]
+            y[v] = acc
+        out["all_range_total"] = float((K + 1) * cdf.sum() - e @ np.asarray(y))
+        if zk is not None:
+            dz = np.diag(zk)
+            out["all_range_max"] = float(np.max(dz[:, None] + dz[None, :] - 2.0 * zk))
+    return out
+
+
+def _padded_tree_all_range_total(mech: Mechanism, K: int) -> float:
+    """BLUE all-range total over the first K bins of a (padded) level-uniform tree.
+
+    (K + 1) tr Z_K - 1'Z_K 1 (module docstring) with tr Z_K the first K prefix variances and
+    1'Z_K 1 = q' Cov q, q_i = K - i for bins i < K (0 on the padding): by the Haar form of
+    the tree BLUE (``tree_error`` docstring), q' Cov q = mu_0 (1'q)^2 / K' +
+    sum_j mu_j (k_j G_j - G_{j-1}) / w_{j-1}, G_l = sum over level-l nodes of (q . 1_node)^2.
+    O(K' h)."""
+    from .estimation.tree import tree_parameters
+    from .tree_error import blue_haar_variances
+
+    ks, v = tree_parameters(mech)
+    mu = blue_haar_variances(ks, v)
+    kp = mech.n_bins
+    q = np.zeros(kp)
+    q[:K] = K - np.arange(K, dtype=float)
+    widths = [kp]
+    for k in ks:
+        widths.append(widths[-1] // k)
+    G = [float(np.sum(q.reshape(kp // wl, wl).sum(axis=1) ** 2)) for wl in widths]
+    quad = mu[0] * G[0] / kp if mu[0] > 0 else 0.0
+    for j in range(1, len(ks) + 1):
+        quad += mu[j] * (ks[j - 1] * G[j] - G[j - 1]) / widths[j - 1]
+    tr = float(expected_error(workloads.prefix(kp), mech, "blue", per_query=True)[:K].sum())
+    return (K + 1) * tr - quad
+
+
+def _all_range_mask(kp: int, K: int) -> np.ndarray:
+    """Mask of the all_range(K') queries [a, b] with b < K (lexicographic order)."""
+    lo, hi = workloads.all_range(kp).intervals()
+    return hi <= K
+
+
+def _dense_ok(mech: Mechanism) -> bool:
+    return mech.n_bins <= MAX_DENSE_BINS
+
+
+def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
+    """{workload: WorkloadError} for a candidate, exact (see the module docstring)."""
+    mech, est, K = cand.mechanism, cand.estimator, cand.n_bins
+    kp = mech.n_bins
+    strat = mech.released
+    tree = isinstance(strat, LevelUniformTree)
+    interval = isinstance(strat, IntervalStrategy)
+    out = {}
+    n_ranges = K * (K + 1) / 2
+    lam = None
+    if est == "blue" and interval and not tree:
+        lam = interval_blue_errors(mech, K, all_range="all_range" in which)
+    f = cand.variance_factor
+    for wl in which:
+        note = ""
+        try:
+            if wl == "cdf":
+                if lam is not None:
+                    per = lam["cdf"]
+                else:
+                    if not (tree or interval) and not _dense_ok(mech):
+                        raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
+                    per = expected_error(workloads.prefix(kp), mech, est, per_query=True)[:K]
+                out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
+            elif wl == "identity":
+                if est == "covering":
+                    raise NotAvailable("n/a (covering sums answer prefixes only)")
+                if lam is not None:
+                    per = lam["identity"]
+                    if per is None:
+                        raise NotAvailable("n/a (bins are not rows of the strategy)")
+                else:
+                    if not tree and not _dense_ok(mech):
+                        raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
+                    per = expected_error(workloads.identity(kp), mech, est, per_query=True)[:K]
+                out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
+            elif wl == "all_range":
+                if est == "covering":
+                    raise NotAvailable("n/a (covering sums answer prefixes only)")
+                mx = None
+                total = None
+                if lam is not None:
+                    total, mx = lam["all_range_total"], lam["all_range_max"]
+                elif tree and kp <= MAX_ALL_RANGE_MAX_BINS or not tree and _dense_ok(mech):
+                    if kp <= MAX_ALL_RANGE_MAX_BINS:
+                        per = expected_error(workloads.all_range(kp), mech, est,
+                                             per_query=True)
+                        if kp != K:
+                            per = per[_all_range_mask(kp, K)]
+                        total, mx = float(per.sum()), float(per.max())
+                    elif kp == K:
+                        total = float(expected_error(workloads.all_range(kp), mech, est))
+                    else:
+                        raise NotAvailable("n/a (padded strategy)")
+                elif tree and kp == K:
+                    total = float(expected_error(workloads.all_range(kp), mech, est))
+                elif tree and est == "blue":
+                    total = _padded_tree_all_range_total(mech, K)
+                elif tree:
+                    raise NotAvailable(f"n/a (padded tree, {est}: needs K' <= "
+                                       f"{MAX_ALL_RANGE_MAX_BINS})")
+                else:
+                    raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
+                if mx is None:
+                    note = "max n/a (needs all K (K + 1) / 2 variances)"
+                out[wl] = WorkloadError(f * float(total) / n_ranges, None if mx is None else f * mx,
+                                        note)
+            else:
+                raise ValueError(f"unknown workload {wl!r}; choose from {WORKLOADS}")
+        except NotAvailable as exc:
+            out[wl] = WorkloadError(None, None, str(exc))
+    return out
+
+
+# ------------------------------------------------------------------ the rows
+def _tree_shape(ks) -> str:
+    ks = tuple(int(k) for k in ks)
+    if len(set(ks)) == 1 and len(ks) > 2:
+        return f"tree {ks[0]}^{len(ks)}"
+    return "tree " + ",".join(str(k) for k in ks)
+
+
+def _height(n: int, k: int) -> int:
+    h, size = 0, 1
+    while size < n:
+        size *= k
+        h += 1
+    return h
+
+
+def _root_private(s: Setting) -> bool:
+    return not s.public
+
+
+@register_row("histogram", "histogram, cumulative sums",
+              "[RTS] Lemma III.2 histogram mechanism (A = I; C_K = N when N is public)")
+def _histogram(s: Setting) -> Candidate:
+    K = s.n_bins
+    levels = [0.0, s.budget] if _root_private(s) else None  # the root row is not measured
+    mech = s.mechanism(strategies.tree(K, [K]), levels)
+    return Candidate(mech, "covering", "histogram", K,
+                     note="built as tree [K]: leaves = bins, root = N (exact or unmeasured)")
+
+
+@register_row("histogram_blue", "histogram + BLUE",
+              "A = I with the public total as a constraint (GLS)")
+def _histogram_blue(s: Setting) -> Candidate:
+    if _root_private(s):
+        raise NotAvailable("same as cumulative sums when N is private")
+    K = s.n_bins
+    return Candidate(s.mechanism(strategies.tree(K, [K])), "blue", "histogram + total", K)
+
+
+@register_row("prefix_sums", "prefix sums (range mechanism)",
+              "[RTS] Lemma III.1 range/threshold mechanism: each C_j measured directly")
+def _prefix(s: Setting) -> Candidate:
+    K = s.n_bins
+    return Candidate(s.mechanism(strategies.prefix_sums(K)), "blue", "prefix sums", K,
+                     note="BLUE = direct reading (A invertible)")
+
+
+@register_row("binary_covering", "binary tree, covering sums",
+              "Dwork et al. 2010 / Chan et al. 2011 binary tree mechanism (MATH.md 6)")
+def _binary_covering(s: Setting) -> Candidate:
+    a = anchors.binary_covering(s.n_bins, noise=s.noise, neighbours=s.neighbours,
+                                public_total=s.public_total, **_anchor_budget(s))
+    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+
+
+@register_row("binary_refined", "binary tree, refined",
+              "[RTS] App. B refined estimator on the binary tree")
+def _binary_refined(s: Setting) -> Candidate:
+    a = anchors.binary_covering(s.n_bins, noise=s.noise, neighbours=s.neighbours,
+                                public_total=s.public_total, **_anchor_budget(s))
+    return Candidate(a.mechanism, "refined", _tree_shape(a.branching), a.n_bins, a.note)
+
+
+@register_row("binary_ols", "binary tree + OLS",
+              "Hay et al. 2010 consistency = Honaker 2015 efficient estimator (MATH.md 6)")
+def _binary_ols(s: Setting) -> Candidate:
+    a = anchors.binary_ols(s.n_bins, noise=s.noise, neighbours=s.neighbours,
+                           public_total=s.public_total, **_anchor_budget(s))
+    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+
+
+@register_row("google_default", "Google default",
+              "Google DP library: b = 16, root not noised, covering sums (MATH.md 6)")
+def _google(s: Setting) -> Candidate:
+    a = anchors.google_default(s.n_bins, noise=s.noise, neighbours=s.neighbours,
+                               public_total=s.public_total, **_anchor_budget(s))
+    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+
+
+def _opendp_candidate(s: Setting, padding: str) -> Candidate:
+    a = anchors.opendp_default(s.n_bins, noise=s.noise, neighbours=s.neighbours,
+                               public_total=s.public_total, padding=padding,
+                               **_anchor_budget(s))
+    b = a.branching[0]
+    pad = ("truncated to K leaves" if padding == "known_zeros" else
+           f"padded to {b}^{len(a.branching)}, padding noised")
+    note = f"b = {b}, {len(a.branching) + 1} layers, {pad}"
+    if s.noise == "laplace":
+        note += (f"; continuous Laplace (x {a.variance_factor:.5f} for OpenDP's discrete "
+                 "Laplace)")
+    strategy = (f"truncated tree b={b}" if padding == "known_zeros"
+                else _tree_shape(a.branching))
+    return Candidate(a.mechanism, a.estimator, strategy, a.n_bins, note)
+
+
+@register_row("opendp_default", "OpenDP default (emulated)",
+              "OpenDP b-ary tree + consistency: choose_branching_factor, root noised, OLS, "
+              "padding nodes known zeros (as OpenDP's postprocessor)")
+def _opendp(s: Setting) -> Candidate:
+    return _opendp_candidate(s, "known_zeros")
+
+
+@register_row("opendp_default_noised_padding", "OpenDP default, padding noised",
+              "MATH.md 6 row 4 numbers: OpenDP's b and noise on the complete b^h tree, "
+              "padding nodes noised and estimated, OLS")
+def _opendp_noised(s: Setting) -> Candidate:
+    return _opendp_candidate(s, "noised")
+
+
+@register_row("rts_17", "17-ary tree, covering sums",
+              "[RTS] Lemma IV.3 optimal integer branching k = 17 (covering, equal budgets)")
+def _rts17(s: Setting) -> Candidate:
+    K = s.n_bins
+    h = _height(K, 17)
+    mech = s.mechanism(strategies.tree(17**h, 17))
+    note = "" if 17**h == K else f"padded {K} -> {17**h} bins"
+    return Candidate(mech, "covering", _tree_shape((17,) * h), K, note)
+
+
+def _design_candidate(s: Setting, design, estimator: str, note: str) -> Candidate:
+    ks = tuple(int(k) for k in design.branching)
+    kp = math.prod(ks)
+    b = list(design.budgets)
+    mech = s.mechanism(strategies.tree(kp, list(ks)), b)
+    pad = "" if kp == s.n_bins else f"padded {s.n_bins} -> {kp} bins; "
+    budgets = "budgets " + ",".join(f"{x:.3g}" for x in b)
+    return Candidate(mech, estimator, _tree_shape(ks), s.n_bins, pad + budgets + note)
+
+
+def _search(s: Setting, estimator: str, budgets: str, **kw):
+
+    return optimize.level_uniform(s.n_bins, estimator=estimator, noise=s.noise,
+                                  neighbours=s.neighbours, public_total=s.public_total,
+                                  budgets=budgets, top=0, **s.budget_kwargs, **kw)
+
+
+@register_row("best_covering_equal", "best tree, covering, equal budgets",
+              "[RTS] Sec. V exact integer search (optimize.level_uniform)")
+def _best_cov_eq(s: Setting) -> Candidate:
+    return _design_candidate(s, _search(s, "covering", "equal"), "covering", "")
+
+
+@register_row("best_covering_optimal", "best tree, covering, optimal budgets",
+              "[RTS] Thm IV.2(a) budgets + Sec. V search (optimize.level_uniform)")
+def _best_cov_opt(s: Setting) -> Candidate:
+    return _design_candidate(s, _search(s, "covering", "optimal"), "covering", "")
+
+
+@register_row("best_refined_equal", "best tree, refined, equal budgets",
+              "[RTS] App. B estimator, exact search (optimize.level_uniform)")
+def _best_ref_eq(s: Setting) -> Candidate:
+    if s.n_bins > MAX_REFINED_SEARCH_BINS:
+        raise NotAvailable(f"skipped for K > {MAX_REFINED_SEARCH_BINS} (search takes >10 s; "
+                           "run dptree-opt optimize --estimator refined)")
+    return _design_candidate(s, _search(s, "refined", "equal"), "refined", "")
+
+
+@register_row("best_blue_equal", "best tree, BLUE, equal budgets",
+              "exact search for the BLUE (optimize.level_uniform)")
+def _best_blue_eq(s: Setting) -> Candidate:
+    return _design_candidate(s, _search(s, "blue", "equal"), "blue", "")
+
+
+@register_row("best_blue_optimal", "best tree, BLUE, optimal budgets",
+              "BLUE-optimal per-level budgets (optimize.level_uniform / optimal_blue_budgets)")
+def _best_blue_opt(s: Setting) -> Candidate:
+
+    if s.n_bins <= MAX_OPTIMAL_BLUE_SEARCH_BINS:
+        return _design_candidate(s, _search(s, "blue", "optimal", pool=2), "blue", "")
+    # finest unpadded tree (prime factors of K, ascending): with optimal budgets a refinement
+    # is never worse than the tree it refines (tests/test_optimize_search.py)
+    primes, k, d = [], s.n_bins, 2
+    while k > 1 and d * d <= k:
+        while k % d == 0:
+            primes.append(d)
+            k //= d
+        d += 1
+    if k > 1:
+        primes.append(k)
+    design = optimize.optimal_blue_budgets(primes, s.budget, noise=s.noise,
+                                           neighbours=s.neighbours,
+                                           public_total=s.public_total)
+    return _design_candidate(s, design, "blue", f"; finest tree (search skipped for K > "
+                             f"{MAX_OPTIMAL_BLUE_SEARCH_BINS})")
+
+
+def _anchor_budget(s: Setting) -> dict:
+    return {"epsilon": s.budget, "rho": None} if s.noise == "laplace" else \
+        {"epsilon": None, "rho": s.budget}
+
+
+def _generic_candidate(s: Setting, fn, label: str) -> Candidate:
+    if s.n_bins > MAX_DENSE_BINS:
+        raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
+    try:
+        strat = fn(s.n_bins)
+    except ValueError as exc:
+        raise NotAvailable(f"n/a ({exc})") from None
+    return Candidate(s.mechanism(strat), "blue", label, s.n_bins)
+
+
+@register_row("haar", "Haar wavelet + BLUE", "Privelet (Xiao et al. 2010) Haar strategy")
+def _haar(s: Setting) -> Candidate:
+    return _generic_candidate(s, strategies.haar, "Haar wavelet")
+
+
+@register_row("sqrt_factorization", "square-root factorisation",
+              "A = W^(1/2) for the prefix workload (Henzinger et al.), BLUE")
+def _sqrt(s: Setting) -> Candidate:
+    return _generic_candidate(s, strategies.sqrt_factorization, "sqrt factorisation")
+
+
+@register_row("optimized", "optimised strategy",
+              "strategy optimised for the prefix workload (optimize."
+              "optimized_strategy), BLUE")
+def _optimized(s: Setting) -> Candidate:
+    if s.n_bins > MAX_OPTIMIZED_BINS:
+        raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS} (the optimiser takes tens of "
+                           "seconds; call optimize.optimized_strategy)")
+    res = optimize.optimized_strategy(workloads.prefix(s.n_bins), s.noise,
+                                      neighbours=s.neighbours, public_total=s.public_total)
+    return Candidate(s.mechanism(res.strategy), "blue", f"optimised ({res.strategy.name})"[:22],
+                     s.n_bins, note=f"{res.method}")
+
+
+# ------------------------------------------------------------------ bounds
+def _bounds(s: Setting, which) -> tuple[dict, str]:
+    """Mean-per-query lower bounds (counts^2) per workload from ``bounds.error_lower_bound``
+    (the SVD bound, Li & Miklau 2012)."""
+    names = {"cdf": "prefix", "identity": "identity", "all_range": "all_range"}
+    out, notes = {}, []
+    for wl in which:
+        try:
+            wk = getattr(workloads, names[wl])(s.n_bins)
+            total = bounds.error_lower_bound(wk, noise=s.noise, neighbours=s.neighbours,
+                       public_total=s.public_total, **s.budget_kwargs)
+            out[wl] = float(total) / wk.n_queries
+        except ValueError as exc:
+            out[wl] = None
+            notes.append(f"{wl}: {str(exc).split(';')[0]}")
+    note = "ratio = mean / SVD lower bound (Li & Miklau 2012)"
+    if s.noise == "laplace":
+        note += "; under Laplace the bound is the l1 analogue and loose (bounds.py)"
+    return out, note + ("; n/a: " + "; ".join(notes) if notes else "")
+
+
+# ------------------------------------------------------------------ OpenDP itself
+def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = None,
+               trials: int = 200, rng=None, time_limit: float | None = None,
+               sampler: str = "opendp") -> OpenDPRun:
+    """Run OpenDP's own b-ary tree and consistency postprocessor and measure the errors.
+
+    make_b_ary_tree(leaf_count=K, b) >> then_laplace(scale = layers / eps) (discrete Laplace
+    on integer counts, eps-DP under add/remove: the tree's l1 stability is its number of
+    layers, checked with OpenDP's own privacy map) >> make_consistent_b_ary_tree; the
+    consistent leaves give the CDF by cumulative sums. ``sampler="opendp"`` draws the noise
+    with OpenDP's exact sampler (~1 s per 10^5 nodes); ``"numpy"`` feeds OpenDP's tree and
+    postprocessor with discrete Laplace noise of the same scale drawn by numpy (difference
+    of two geometrics; fast, for large K). Returns the mean per-query squared error on the
+    CDF, the bins and all ranges (sum_{a<b} (e_b - e_a)^2 = (K + 1) sum e^2 - (sum e)^2 over
+    the prefix errors, e_0 = 0) with standard errors over trials. ``rng`` seeds the
+    Poisson(10) data and the numpy sampler. ``time_limit`` (s) stops early (>= 10 trials)."""
+    import opendp.prelude as odp
+
+    if sampler not in ("opendp", "numpy"):
+        raise ValueError(f"sampler must be 'opendp' or 'numpy', got {sampler!r}")
+    odp.enable_features("contrib")
+    K = int(n_bins)
+    b = int(odp.t.choose_branching_factor(K)) if branching is None else int(branching)
+    layers = anchors.opendp_layers(K, b)
+    scale = layers / float(epsilon)
+    space = (odp.vector_domain(odp.atom_domain(T=int)), odp.l1_distance(T=int))
+    tree = odp.t.make_b_ary_tree(*space, leaf_count=K, branching_factor=b)
+    meas = tree >> odp.m.then_laplace(scale)
+    loss = meas.map(1)
+    if loss > epsilon * (1 + 1e-9):
+        raise ValueError(f"OpenDP reports eps = {loss} > {epsilon}")
+    post = odp.t.make_consistent_b_ary_tree(branching_factor=b, TIA=int, TOA=float)
+    gen = np.random.default_rng(rng)
+    data = gen.poisson(10, K).astype(np.int64)
+    truth = np.cumsum(data)
+    exact_tree = np.asarray(tree(data.tolist()), dtype=np.int64)
+    p = -math.expm1(-1.0 / scale)
+    t0 = time.perf_counter()
+    cdf, ident, rng_all = [], [], []
+    for i in range(int(trials)):
+        if sampler == "opendp":
+            noisy = meas(data.tolist())
+        else:
+            z = gen.geometric(p, exact_tree.size) - gen.geometric(p, exact_tree.size)
+            noisy = (exact_tree + z).tolist()
+        leaves = np.asarray(post(noisy), dtype=float)
+        e = np.cumsum(leaves) - truth
+        cdf.append(np.mean(e**2))
+        ident.append(np.mean((leaves - data) ** 2))
+        rng_all.append(((K + 1) * np.sum(e**2) - np.sum(e) ** 2) / (K * (K + 1) / 2))
+        if time_limit is not None and i >= 9 and time.perf_counter() - t0 > time_limit:
+            break
+    n = len(cdf)
+    series = (("cdf", cdf), ("identity", ident), ("all_range", rng_all))
+    means = {k: float(np.mean(v)) for k, v in series}
+    ses = {k: float(np.std(v, ddof=1) / math.sqrt(n)) for k, v in series}
+    src = "OpenDP's sampler" if sampler == "opendp" else "numpy discrete-Laplace sampler"
+    return OpenDPRun(b, n, means, ses, time.perf_counter() - t0,
+                     note=f"OpenDP b = {b}, {layers} layers, discrete Laplace scale {scale:g} "
+                          f"({src}), eps = {loss:g} by OpenDP's privacy map")
+
+
+# ------------------------------------------------------------------ compare
+def _sort_key(row: CompareRow):
+    e = row.errors.get("cdf")
+    m = e.mean if e is not None and e.mean is not None else math.inf
+    return (not row.available, m)
+
+
+def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
+            noise: str = "laplace", neighbours: str = "swap", public_total=None,
+            workloads=WORKLOADS, rows=None, opendp: bool | int = False,
+            opendp_time_limit: float = 5.0, rng=0) -> Comparison:
+    """Exact mean and max per-query error of every registered row (or the keys in ``rows``).
+
+    ``opendp``: False, True (up to 2000 trials) or a number of trials: also run OpenDP itself
+    (Laplace, add/remove, N private only; needs the ``opendp`` package), stopping after
+    ``opendp_time_limit`` seconds. Rows are sorted by mean CDF error (unavailable rows last)."""
+    K = n_bins
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
+        raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
+    noise = check_noise(noise)
+    if noise == "laplace":
+        if rho is not None:
+            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
+        budget = check_budget(epsilon, "epsilon")
+    else:
+        if epsilon is not None:
+            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
+        budget = check_budget(rho, "rho")
+    neighbours = check_neighbours(neighbours)
+    resolve_public(neighbours, public_total)
+    which = tuple(workloads)
+    for wl in which:
+        if wl not in WORKLOADS:
+            raise ValueError(f"unknown workload {wl!r}; choose from {', '.join(WORKLOADS)}")
+    setting = Setting(int(K), budget, noise, neighbours, public_total)
+    keys = list(ROWS) if rows is None else list(rows)
+    for key in keys:
+        if key not in ROWS:
+            raise ValueError(f"unknown row {key!r}; choose from {', '.join(ROWS)}")
+    bounds, bound_note = _bounds(setting, which)
+    out = []
+    for key in keys:
+        spec = ROWS[key]
+        t0 = time.perf_counter()
+        try:
+            cand = spec.build(setting)
+            errs = row_errors(cand, which)
+            ratio = {wl: (errs[wl].mean / bounds[wl]) if bounds.get(wl) and
+                     errs[wl].mean is not None else None for wl in which}
+            out.append(CompareRow(key, spec.label, spec.emulates, cand.strategy,
+                                  cand.estimator, errs, cand.note, True,
+                                  time.perf_counter() - t0, ratio))
+        except NotAvailable as exc:
+            out.append(CompareRow(key, spec.label, spec.emulates, "-", "-",
+                                  {wl: WorkloadError(None, None) for wl in which}, str(exc),
+                                  False, time.perf_counter() - t0))
+    out.sort(key=_sort_key)
+    run = None
+    notes = [bound_note]
+    if opendp:
+        if importlib.util.find_spec("opendp") is None:
+            notes.append("OpenDP not installed: its own run is skipped")
+        elif noise != "laplace" or neighbours != "add_remove" or setting.public:
+            notes.append("OpenDP's own run needs Laplace noise, add/remove neighbours and a "
+                         "private N (its b-ary tree's setting)")
+        else:
+            trials = 2000 if opendp is True else int(opendp)
+            run = run_opendp(K, budget, trials=trials, rng=rng, time_limit=opendp_time_limit,
+                             sampler="opendp" if K <= OPENDP_SAMPLER_MAX_BINS else "numpy")
+    return Comparison(setting, which, tuple(out), bounds, run, tuple(notes))
+
+
+def as_dict(result: Comparison) -> dict:
+    """A JSON-ready dict of a :class:`Comparison`."""
+    def err(e):
+        return {"mean": e.mean, "max": e.max, "note": e.note}
+
+    s = result.setting
+    d = {"n_bins": s.n_bins, "noise": s.noise, "neighbours": s.neighbours,
+         "public_total": s.public, **s.budget_kwargs, "workloads": list(result.workloads),
+         "units": "expected squared error per query, counts^2",
+         "bounds_mean_per_query": result.bounds, "notes": list(result.notes),
+         "rows": [{"key": r.key, "label": r.label, "emulates": r.emulates,
+                   "strategy": r.strategy, "estimator": r.estimator, "available": r.available,
+                   "note": r.note, "seconds": r.seconds,
+                   "errors": {wl: err(e) for wl, e in r.errors.items()},
+                   "ratio_to_bound": r.ratio_to_bound} for r in result.rows]}
+    if result.opendp is not None:
+        o = result.opendp
+        d["opendp_run"] = {"branching": o.branching, "trials": o.trials, "means": o.means,
+                           "std_errors": o.std_errors, "seconds": o.seconds, "note": o.note}
+    return d
+

@@ -1,0 +1,137 @@
+"""Optimised strategies with their safety net: the best of an optimiser and the best tree.
+
+``optimized_strategy`` (what ``dptree-opt compare`` calls) runs the optimisers of
+:mod:`dptree_opt.strategies.optimized` (the Gaussian optimum; HDMM's p-Identity for Laplace)
+and, for Laplace, compares the result with the best level-uniform tree (``best_tree``, exact
+BLUE errors), returning the better. It lives here, above ``Mechanism`` and ``expected_error``,
+because scoring a candidate needs both (DESIGN.md: nothing lower imports something higher).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from functools import lru_cache
+
+from .. import strategies
+from ..error import expected_error
+from ..mechanism import Mechanism
+from ..strategies.base import check_neighbours
+from ..strategies.optimized import (
+    OptimizedStrategy,
+    _check_workload,
+    gaussian_optimal,
+    laplace_p_identity,
+)
+from ..workloads import Workload
+from .search import level_uniform
+
+__all__ = ["best_tree", "optimized_strategy", "clear_cache"]
+
+
+def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add_remove",
+              public_total=None):
+    """(error, Strategy) of the best equal-budget level-uniform tree at unit budget (eps = 1
+    or rho = 1/2), exact BLUE error from ``expected_error``.
+
+    Prefix workload: the exact integer search ``optimize.level_uniform`` (no padding),
+    confirmed with ``strategies.tree`` + ``expected_error``; other workloads: every tree
+    tree(n, k) with k^h = n."""
+    n = workload.n_bins
+    budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    cands = []
+    if workload.kind == "prefix" and n >= 2:
+        design = level_uniform(n, **budget, estimator="blue", noise=noise,
+                               neighbours=neighbours, public_total=public_total,
+                               allow_padding=False)
+        cands.append(tuple(design.branching))
+    else:
+        for k in range(2, n + 1):
+            h = round(math.log(n, k))
+            if k**h == n:
+                cands.append((k,) * h)
+    best = (math.inf, None)
+    for ks in cands:
+        strat = strategies.tree(n, list(ks))
+        mech = Mechanism(strat, noise=noise, neighbours=neighbours, public_total=public_total,
+                         **budget)
+        err = expected_error(workload, mech, "blue")
+        if err < best[0]:
+            best = (err, strat)
+    return best
+
+
+def _unit_error(workload, strategy, noise, neighbours, public_total):
+    budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, public_total=public_total,
+                     **budget)
+    return expected_error(workload, mech, "blue")
+
+
+def _workload_key(w: Workload):
+    if w.kind == "ranges":
+        return ("ranges", w.n_bins, w.lo.tobytes(), w.hi.tobytes())
+    return (w.kind, w.n_bins)
+
+
+def optimized_strategy(workload: Workload, noise: str = "gaussian", *,
+                       neighbours: str = "add_remove", public_total=None, p: int | None = None,
+                       starts: int = 2, seed=0, tol: float = 1e-5,
+                       max_iter: int = 500) -> OptimizedStrategy:
+    """The optimised strategy the ``compare`` command uses (cached in memory).
+
+    ``noise="gaussian"``: ``gaussian_optimal`` (the optimum of (P) to the certified gap
+    ``tol``, at most ``max_iter`` iterations). ``noise="laplace"``: ``laplace_p_identity``
+    (``p``, ``starts``, ``seed``, ``max_iter``) compared with ``best_tree``; the
+    better of the two is returned (``method`` says which). ``error`` is in the units of
+    ``OptimizedStrategy`` (unit budget); with neighbours other than add/remove (or a public
+    total) the Laplace comparison uses the exact ``expected_error`` of both candidates in
+    that setting, and ``error`` is that exact value.
+
+    Cache: an in-memory ``functools.lru_cache`` keyed by (workload kind, n[, intervals],
+    noise, neighbours, public_total, p, starts, seed, tol, max_iter); ``clear_cache()``
+    empties it. No disk cache."""
+    w = _check_workload(workload)
+    check_neighbours(neighbours)
+    if noise not in ("gaussian", "laplace"):
+        raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
+    return _cached(_workload_key(w), w, noise, neighbours, public_total, p, starts, seed, tol,
+                   max_iter)
+
+
+@lru_cache(maxsize=16)
+def _cached_impl(key, noise, neighbours, public_total, p, starts, seed, tol, max_iter):
+    w = _KEYED[key]
+    if noise == "gaussian":
+        return gaussian_optimal(w, tol=tol, max_iter=max_iter)
+    opt = laplace_p_identity(w, p, starts=starts, seed=seed, max_iter=max_iter)
+    t0 = time.perf_counter()
+    default = neighbours == "add_remove" and not public_total
+    opt_err = opt.error if default else _unit_error(w, opt.strategy, "laplace", neighbours,
+                                                    public_total)
+    tree_err, tree_strat = best_tree(w, "laplace", neighbours, public_total)
+    secs = opt.seconds + time.perf_counter() - t0
+    if tree_err < opt_err:
+        return OptimizedStrategy(
+            strategy=tree_strat, error=tree_err, start_error=opt.start_error,
+            lower_bound=None, iterations=opt.iterations, seconds=secs,
+            method=(f"fallback to the best level-uniform tree {tree_strat.name} (error "
+                    f"{tree_err:.6g} < p-Identity {opt_err:.6g}); {opt.method}"))
+    return OptimizedStrategy(
+        strategy=opt.strategy, error=opt_err, start_error=opt.start_error, lower_bound=None,
+        iterations=opt.iterations, seconds=secs,
+        method=f"{opt.method}; beats the best level-uniform tree ({tree_err:.6g})")
+
+
+_KEYED: dict = {}
+
+
+def _cached(key, w, *args):
+    _KEYED[key] = w
+    return _cached_impl(key, *args)
+
+
+def clear_cache() -> None:
+    """Empty the in-memory cache of ``optimized_strategy``."""
+    _cached_impl.cache_clear()
+    _KEYED.clear()

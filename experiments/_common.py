@@ -1,0 +1,85 @@
+"""Shared helpers of the experiment scripts: plot style, caption line, CSV/JSON output, CLI.
+
+Every script in ``experiments/`` has its parameters at the top and exposes
+``run(out_dir: pathlib.Path, quick: bool = True) -> dict`` writing ``NAME.csv`` or
+``NAME.json`` and ``NAME.png`` into ``out_dir``; it calls only the public API of
+``dptree_opt``. Scripts load this module by path (:func:`load` in each script), so they run
+both from ``dptree-opt experiment NAME`` and as ``python experiments/NAME.py [--full]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # scripts only write PNG files
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["plt", "style", "caption", "save_png", "write_csv", "write_json", "cli"]
+
+
+def style() -> None:
+    """A readable default style."""
+    plt.rcParams.update({
+        "font.size": 10.5, "axes.titlesize": 11, "axes.labelsize": 10.5, "legend.fontsize": 8.5,
+        "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": 110, "savefig.dpi": 110,
+        "axes.spines.top": False, "axes.spines.right": False})
+
+
+def caption(fig, text: str) -> None:
+    """The caption line at the bottom of a figure."""
+    fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8.5, style="italic", wrap=True)
+
+
+def save_png(fig, out_dir: Path, name: str, bottom: float = 0.14) -> Path:
+    """tight_layout leaving room for the caption; writes out_dir/name.png."""
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    path = Path(out_dir) / f"{name}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_json(data, out_dir: Path, name: str) -> Path:
+    path = Path(out_dir) / f"{name}.json"
+    path.write_text(json.dumps(_jsonable(data), indent=2))
+    return path
+
+
+def write_csv(rows: list[dict], out_dir: Path, name: str) -> Path:
+    path = Path(out_dir) / f"{name}.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(_jsonable(rows))
+    return path
+
+
+def cli(run, name: str) -> None:
+    """``python experiments/NAME.py [--full] [--out DIR]``."""
+    ap = argparse.ArgumentParser(description=f"experiment {name}")
+    ap.add_argument("--full", action="store_true", help="full mode (default: quick)")
+    ap.add_argument("--out", default="experiments_out", help="output folder")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = run(out, quick=not args.full)
+    print(json.dumps(_jsonable({k: v for k, v in result.items() if k not in ("rows", "tables")}), indent=2))

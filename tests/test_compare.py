@@ -1,0 +1,281 @@
+"""dptree_opt.compare / anchors and `dptree-opt compare`: MATH.md section 6 anchors, the O(K)
+interval-strategy BLUE error against dense linear algebra built here, OpenDP cross-checks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import dptree_opt as dp
+from dptree_opt import anchors, compare
+from dptree_opt import strategies as S
+from dptree_opt.cli import main
+
+
+def cdf_means(K, keys):
+    res = compare.compare(K, 1.0, neighbours="add_remove", rows=keys, workloads=("cdf",))
+    return {r.key: r.errors["cdf"].mean for r in res.rows}
+
+
+# --------------------------------------------------------------- MATH.md section 6 anchors
+# Laplace, eps = 1, add/remove, mean prefix MSE over t = 1..n; tolerance = half a unit of the
+# last printed digit.
+ANCHORS = {
+    2**10: {"binary_covering": (1210, 0.5), "binary_ols": (298.9, 0.05),
+            "google_default": (297.1, 0.05), "opendp_default_noised_padding": (284.8, 0.05)},
+    2**16: {"binary_covering": (4624, 0.5), "binary_ols": (1002.8, 0.05),
+            "google_default": (960.0, 0.05), "opendp_default_noised_padding": (615.7, 0.05)},
+}
+
+
+@pytest.mark.parametrize("K", sorted(ANCHORS))
+def test_compare_rows_reproduce_math_md_anchors(K):
+    got = cdf_means(K, list(ANCHORS[K]))
+    for key, (value, tol) in ANCHORS[K].items():
+        assert abs(got[key] - value) <= tol, (key, got[key], value)
+
+
+def test_binary_covering_anchor_closed_form():
+    """Independent: 11 levels, Lap(11) (variance 242), covering of t uses popcount(t) nodes
+    (t = 1024 is the root)."""
+    v = 2 * 11.0**2
+    t = np.arange(1, 1025)
+    nodes = np.array([bin(x % 1024).count("1") for x in t])
+    nodes[-1] = 1
+    want = v * nodes.mean()
+    assert cdf_means(1024, ["binary_covering"])["binary_covering"] == pytest.approx(want, 1e-12)
+
+
+def test_choose_branching_factor_rule():
+    assert [anchors.choose_branching_factor(n) for n in (2**10, 2**16, 2**20)] == [26, 21, 19]
+    assert anchors.opendp_layers(1024, 26) == 4 and anchors.opendp_layers(65536, 21) == 5
+
+
+def test_opendp_b_2_4_16_with_discrete_laplace():
+    """MATH.md: OpenDP at n = 1024, eps = 1, b = 2 / 4 / 16: 298.7 / 173.5 / 182.8 (discrete
+    Laplace variances, padding nodes known zeros)."""
+    for b, want in ((2, 298.7), (4, 173.5), (16, 182.8)):
+        a = anchors.opendp_default(1024, branching=b)
+        s = anchors.opendp_layers(1024, b)  # Laplace scale = layers / eps
+        q = math.exp(-1 / s)
+        assert a.variance_factor == pytest.approx(2 * q / (1 - q) ** 2 / (2 * s * s), 1e-12)
+        mean = compare.interval_blue_errors(a.mechanism, 1024)["cdf"].mean()
+        assert abs(mean * a.variance_factor - want) <= 0.05, (b, mean * a.variance_factor)
+
+
+def test_opendp_truncated_tree_shape():
+    strat = anchors.opendp_tree(10, 2)  # OpenDP's own example: 10 leaves, b = 2, 5 layers
+    widths = sorted((strat.hi - strat.lo).tolist())
+    assert strat.n_bins == 10
+    assert widths.count(1) == 10 and max(widths) == 10
+    # layers (root first): [10], [8, 2], [4, 4, 2], [2, 2, 2, 2, 2]; the padding nodes are gone
+    assert sorted(widths) == sorted([10, 8, 2, 4, 4, 2, 2, 2, 2, 2, 2] + [1] * 10)
+
+
+# --------------------------------------------------------------- dense oracle (built here)
+def dense_blue_cov(mech):
+    A = mech.released.matrix.toarray()
+    v = np.asarray(mech.variances)
+    exact = v == 0
+    noisy = np.isfinite(v) & ~exact
+    info = A[noisy].T @ (A[noisy] / v[noisy, None])
+    n = A.shape[1]
+    if exact.any():  # constrained GLS: restrict to the complement of the exact rows' span
+        E = A[exact]
+        _, sv, vt = np.linalg.svd(E)
+        Q = vt[np.sum(sv > 1e-9):].T
+        return Q @ np.linalg.inv(Q.T @ info @ Q) @ Q.T
+    return np.linalg.inv(info)
+
+
+def dense_workloads(n):
+    P = np.tril(np.ones((n, n)))
+    R = np.array([[1.0 if a <= i <= b else 0.0 for i in range(n)]
+                  for a in range(n) for b in range(a, n)])
+    return {"cdf": P, "identity": np.eye(n), "all_range": R}
+
+
+def dense_errors(mech, K):
+    cov = dense_blue_cov(mech)
+    out = {}
+    for wl, W in dense_workloads(mech.n_bins).items():
+        if wl == "all_range":
+            lo_hi = [(a, b) for a in range(mech.n_bins) for b in range(a, mech.n_bins)]
+            W = W[[i for i, (a, b) in enumerate(lo_hi) if b < K]]
+        elif wl == "cdf" or wl == "identity":
+            W = W[:K]
+        per = np.einsum("qi,ij,qj->q", W, cov, W)
+        out[wl] = (per.mean(), per.max())
+    return out
+
+
+STRATS = [
+    (lambda: anchors.opendp_tree(50, 4), "add_remove", None),
+    (lambda: anchors.opendp_tree(37, 3), "swap", None),
+    (lambda: anchors.opendp_tree(30, 5), "add_remove", True),
+    (lambda: S.prefix_sums(20), "add_remove", None),
+    (lambda: S.prefix_sums(20), "swap", None),
+    (lambda: S.histogram(15), "add_remove", None),
+]
+
+
+@pytest.mark.parametrize("make, neighbours, public", STRATS)
+def test_interval_blue_errors_equal_dense(make, neighbours, public):
+    strat = make()
+    mech = dp.Mechanism(strat, epsilon=0.7, neighbours=neighbours, public_total=public)
+    K = strat.n_bins
+    got = compare.row_errors(compare.Candidate(mech, "blue", "x", K))
+    want = dense_errors(mech, K)
+    for wl in compare.WORKLOADS:
+        assert got[wl].mean == pytest.approx(want[wl][0], rel=1e-9), wl
+        assert got[wl].max == pytest.approx(want[wl][1], rel=1e-9), wl
+    # the O(K) path itself, without the dense max
+    fast = compare.interval_blue_errors(mech, K)
+    np.testing.assert_allclose(fast["cdf"], np.diag(
+        dense_workloads(K)["cdf"] @ dense_blue_cov(mech) @ dense_workloads(K)["cdf"].T),
+        rtol=1e-9, atol=1e-8)
+
+
+@pytest.mark.parametrize("ks, K, neighbours, est", [
+    ((4, 4, 4), 50, "add_remove", "blue"), ((2,) * 5, 32, "swap", "blue"),
+    ((3, 3, 3), 20, "swap", "blue"), ((2,) * 4, 16, "add_remove", "refined")])
+def test_tree_rows_equal_dense(ks, K, neighbours, est):
+    """Padded level-uniform trees: errors over the first K prefixes / bins / ranges."""
+    Kp = math.prod(ks)
+    mech = dp.Mechanism(S.tree(Kp, list(ks)), epsilon=1.0, neighbours=neighbours)
+    got = compare.row_errors(compare.Candidate(mech, est, "x", K))
+    if est == "blue":
+        want = dense_errors(mech, K)
+        for wl in compare.WORKLOADS:
+            assert got[wl].mean == pytest.approx(want[wl][0], rel=1e-9), wl
+            assert got[wl].max == pytest.approx(want[wl][1], rel=1e-9), wl
+    else:
+        assert got["cdf"].mean > dense_errors(mech, K)["cdf"][0]  # BLUE is best
+
+
+def test_padded_all_range_total_formula():
+    """The Haar-form all-range total of a padded tree (used for K' > 4096) vs dense."""
+    mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0, neighbours="add_remove")
+    got = compare._padded_tree_all_range_total(mech, 50) / (50 * 51 / 2)
+    assert got == pytest.approx(dense_errors(mech, 50)["all_range"][0], rel=1e-9)
+    via_interval = compare.interval_blue_errors(mech, 50)["all_range_total"] / (50 * 51 / 2)
+    assert via_interval == pytest.approx(got, rel=1e-9)
+
+
+def test_compare_result_structure_and_sorting():
+    res = compare.compare(64, 1.0, neighbours="add_remove")
+    means = [r.errors["cdf"].mean for r in res.rows if r.available]
+    assert means == sorted(means)
+    keys = {r.key for r in res.rows}
+    assert {"binary_covering", "binary_ols", "google_default", "opendp_default",
+            "best_blue_equal", "best_covering_equal"} <= keys
+    cov = next(r for r in res.rows if r.key == "binary_covering")
+    assert cov.errors["identity"].mean is None and "prefixes" in cov.errors["identity"].note
+    d = compare.as_dict(res)
+    json.dumps(d)
+    assert d["rows"][0]["errors"]["cdf"]["mean"] == means[0]
+
+
+def test_compare_bad_input():
+    with pytest.raises(ValueError, match="n_bins"):
+        compare.compare(1, 1.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        compare.compare(16, -1.0)
+    with pytest.raises(ValueError, match="workload"):
+        compare.compare(16, 1.0, workloads=("cdf", "quantiles"))
+    with pytest.raises(ValueError, match="row"):
+        compare.compare(16, 1.0, rows=["nope"])
+
+
+# --------------------------------------------------------------- OpenDP itself
+def opendp_exact_error(K, b, eps=1.0):
+    """Exact mean prefix error of OpenDP's own postprocessor, by linearity: probe it with unit
+    noise on every node (padding nodes are zeroed by OpenDP itself), continuous variance."""
+    odp = pytest.importorskip("opendp.prelude")
+    odp.enable_features("contrib")
+    space = (odp.vector_domain(odp.atom_domain(T=int)), odp.l1_distance(T=int))
+    tree = odp.t.make_b_ary_tree(*space, leaf_count=K, branching_factor=b)
+    m = len(tree([0] * K))
+    post = odp.t.make_consistent_b_ary_tree(branching_factor=b, TIA=int, TOA=float)
+    layers = anchors.opendp_layers(K, b)
+    R = np.array([np.asarray(post([10**6 if i == r else 0 for i in range(m)])) / 1e6
+                  for r in range(m)])
+    return float(np.mean(np.sum(np.cumsum(R, axis=1) ** 2, axis=0))) * 2 * (layers / eps) ** 2
+
+
+@pytest.mark.parametrize("K, b", [(100, 3), (200, 6), (1000, 10)])
+def test_emulation_equals_opendp_postprocessor_exactly(K, b):
+    want = opendp_exact_error(K, b)
+    a = anchors.opendp_default(K, branching=b)
+    got = compare.interval_blue_errors(a.mechanism, K)["cdf"].mean()
+    assert got == pytest.approx(want, rel=1e-8)
+
+
+def test_choose_branching_factor_equals_opendp():
+    odp = pytest.importorskip("opendp.prelude")
+    odp.enable_features("contrib")
+    for n in (2, 3, 10, 100, 1000, 1024, 5000, 2**16):
+        assert anchors.choose_branching_factor(n) == odp.t.choose_branching_factor(n)
+
+
+def test_opendp_monte_carlo_agrees_with_emulation():
+    pytest.importorskip("opendp")
+    K = 256
+    run = compare.run_opendp(K, 1.0, trials=400, rng=3, sampler="numpy")
+    a = anchors.opendp_default(K)
+    exact = compare.row_errors(compare.Candidate(a.mechanism, "blue", "x", K))
+    for wl in compare.WORKLOADS:
+        want = exact[wl].mean * a.variance_factor
+        assert abs(run.means[wl] - want) <= 4 * run.std_errors[wl], (wl, run, want)
+    assert run.std_errors["cdf"] < 0.1 * run.means["cdf"]
+
+
+# --------------------------------------------------------------- CLI
+def run_cli(*argv, capsys):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--help"])
+    assert exc.value.code == 0
+    assert "--bins" in capsys.readouterr().out
+
+
+def test_cli_errors(capsys):
+    code, _, err = run_cli("compare", "--bins", "1", "--epsilon", "1", capsys=capsys)
+    assert code == 2 and "--bins" in err
+    code, _, err = run_cli("compare", "--bins", "64", capsys=capsys)
+    assert code == 2 and "--epsilon" in err
+    code, _, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--workloads", "cdf,x",
+                           capsys=capsys)
+    assert code == 2 and "--workloads" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--bins", "abc", "--epsilon", "1"])
+    assert exc.value.code == 2
+
+
+def test_cli_table_json_and_plot(capsys, tmp_path):
+    png = tmp_path / "c.png"
+    code, out, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--neighbours",
+                             "add_remove", "--opendp-trials", "0", "--plot", str(png),
+                             capsys=capsys)
+    assert code == 0, err
+    assert png.stat().st_size > 1000
+    assert "binary tree, covering sums" in out and "OpenDP default (emulated)" in out
+    code, out, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--neighbours",
+                             "add_remove", "--opendp-trials", "0", "--json", "--workloads",
+                             "cdf", capsys=capsys)
+    d = json.loads(out)
+    rows = {r["key"]: r for r in d["rows"]}
+    # binary tree over 64 bins, 7 levels, Lap(7): covering of t uses popcount(t mod 64) nodes
+    v = 2 * 49.0
+    nodes = [bin(t % 64).count("1") or 1 for t in range(1, 65)]
+    assert rows["binary_covering"]["errors"]["cdf"]["mean"] == pytest.approx(
+        v * np.mean(nodes), rel=1e-12)
+    assert d["workloads"] == ["cdf"]
