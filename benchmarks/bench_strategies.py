@@ -20,7 +20,6 @@ import tracemalloc
 from dptree_opt import Mechanism, bounds, expected_error, workloads
 from dptree_opt import strategies as S
 from dptree_opt.optimize import beyond_trees as B
-from dptree_opt.strategies import optimized as O
 
 
 def timed(fn, *args, **kw):

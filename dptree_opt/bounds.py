@@ -48,7 +48,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .privacy import check_budget, check_noise, resolve_public
+from .privacy import check_noise, resolve_budget, resolve_public
 from .strategies.base import check_neighbours
 from .workloads import Workload
 from . import workloads as _workloads
@@ -162,12 +162,6 @@ def error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
     eps^2 with Delta_1 >= Delta_2, bound = 2 svd_bound / eps^2 -- valid but LOOSE (module
     docstring)."""
     noise = check_noise(noise)
-    if noise == "gaussian":
-        if epsilon is not None:
-            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
-        scale = 1.0 / (2.0 * check_budget(rho, "rho"))
-    else:
-        if rho is not None:
-            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
-        scale = 2.0 / check_budget(epsilon, "epsilon") ** 2
+    budget = resolve_budget(noise, epsilon, rho)
+    scale = 1.0 / (2.0 * budget) if noise == "gaussian" else 2.0 / budget**2
     return scale * svd_bound(workload, n, neighbours=neighbours, public_total=public_total)

@@ -43,7 +43,7 @@ import numpy as np
 from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
 from .mechanism import Mechanism
-from .privacy import check_budget, check_noise, resolve_public
+from .privacy import check_noise, resolve_budget, resolve_public
 from .strategies import IntervalStrategy, LevelUniformTree
 from .strategies.base import check_neighbours
 
@@ -798,14 +798,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
         raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
     noise = check_noise(noise)
-    if noise == "laplace":
-        if rho is not None:
-            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
-        budget = check_budget(epsilon, "epsilon")
-    else:
-        if epsilon is not None:
-            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
-        budget = check_budget(rho, "rho")
+    budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
     resolve_public(neighbours, public_total)
     which = tuple(workloads)

@@ -8,10 +8,10 @@ import numpy as np
 
 from .privacy import (
     calibrate,
-    check_budget,
     check_noise,
     loss_from_sensitivity,
     norm_of,
+    resolve_budget,
     resolve_public,
     split_budget,
 )
@@ -165,16 +165,8 @@ class Mechanism:
         neighbours = check_neighbours(neighbours)
         if not isinstance(discrete, (bool, np.bool_)):
             raise ValueError(f"discrete must be True or False, got {discrete!r}")
-        if noise == "laplace":
-            if rho is not None:
-                raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
-            budget = check_budget(epsilon, "epsilon")
-            budget_name = "epsilon"
-        else:
-            if epsilon is not None:
-                raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
-            budget = check_budget(rho, "rho")
-            budget_name = "rho"
+        budget = resolve_budget(noise, epsilon, rho)
+        budget_name = "epsilon" if noise == "laplace" else "rho"
         public = resolve_public(neighbours, public_total)
 
         released = strategy

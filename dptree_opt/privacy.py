@@ -39,6 +39,18 @@ def check_budget(value, name: str) -> float:
     return value
 
 
+def resolve_budget(noise: str, epsilon=None, rho=None) -> float:
+    """The total budget for ``noise``: epsilon (Laplace, pure eps-DP) or rho (Gaussian,
+    rho-zCDP), checked finite > 0; ValueError when the other one is given (or neither)."""
+    if check_noise(noise) == "laplace":
+        if rho is not None:
+            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
+        return check_budget(epsilon, "epsilon")
+    if epsilon is not None:
+        raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
+    return check_budget(rho, "rho")
+
+
 def resolve_public(neighbours: str, public_total=None) -> bool:
     """Whether the total N is public: always under swap (N never changes; ``False`` is an
     error), under add/remove only when the caller declares it (``public_total=True``)."""

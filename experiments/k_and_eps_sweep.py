@@ -9,23 +9,11 @@ sweep checks it (``shape_depends_on_eps`` in the result). Laplace, swap neighbou
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from dptree_opt import optimize
 
-def _load_common():
-    name = "_dptree_experiments_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _load_common()
+import _experiments as C  # experiments/_experiments.py (on sys.path: script dir / load_script)
 
 NAME = "k_and_eps_sweep"
 BINS = tuple(2**m for m in range(6, 21, 2))

@@ -15,23 +15,11 @@ found by ``optimize.level_uniform`` for each noise. Estimator: BLUE; add/remove 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from dptree_opt import optimize
 
-def _load_common():
-    name = "_dptree_experiments_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _load_common()
+import _experiments as C  # experiments/_experiments.py (on sys.path: script dir / load_script)
 
 NAME = "laplace_vs_gaussian"
 EPSILON = 1.0

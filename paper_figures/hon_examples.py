@@ -14,8 +14,6 @@ depth-1 node of a tall tree with N known: s^2 / 4.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -23,19 +21,7 @@ import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import strategies
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "hon_examples"
 TITLE = "[HON] worked examples and the Sec. 3.4 erratum (exact vs claimed)"

@@ -15,27 +15,13 @@ measurement would be ignored anyway when N is known.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import strategies
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "hon_figure4"
 TITLE = "[HON] Figure 4: per-node MSE of raw, below, above and efficient estimates by depth"

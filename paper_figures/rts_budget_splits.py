@@ -17,28 +17,14 @@ Four trees over K = 1024 bins are compared: (4, 8, 32), (2, 4, 8, 16), (64, 16),
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import optimize, strategies, workloads
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_budget_splits"
 TITLE = "[RTS] Theorem IV.2: optimal per-level budgets (and branching) vs equal splits"

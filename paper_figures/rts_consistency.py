@@ -20,27 +20,13 @@ pipeline ``dptree_opt.private_cdf``. Beyond the paper the same is done for the B
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import closed_forms, consistency, strategies, workloads
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_consistency"
 TITLE = "[RTS] Sec. VI-3 (reconstruction): CDF errors before and after consistency"

@@ -31,28 +31,14 @@ plotted instead (they equal the exact values wherever both are computed).
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import closed_forms, optimize, strategies, workloads
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_figure1"
 TITLE = "[RTS] Figure 1 (reconstruction): range vs histogram vs binary vs 17-ary, K = 289 and 2^4..2^20"

@@ -18,27 +18,13 @@ With equal budgets eps/h the covering error is c h^2 sum_l (k_l - 1), c = 4K / (
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from dptree_opt import optimize
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_optimal_height"
 TITLE = "[RTS] Sec. V: optimal integer trees and heights for K = 2^m (Thm V.1, V.2, Cor. V.1)"

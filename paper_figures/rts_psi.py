@@ -12,28 +12,14 @@ formula, and the integer minimiser by a scan of k = 2..10^4.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import scipy.optimize
 
 from dptree_opt import optimize
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_psi"
 TITLE = "[RTS] Lemma IV.3: psi(k) = (k-1)/ln^3 k, k* = 16.801, integer optimum 17"

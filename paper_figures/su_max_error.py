@@ -23,9 +23,7 @@ the noise is the error). D = 1: the tree is one node, log2 D = 0 and every error
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,19 +31,7 @@ import scipy.special
 
 import dptree_opt as dp
 from dptree_opt import strategies
-
-
-def _common():
-    name = "_dptree_paper_figures_common"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_common.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-C = _common()
+import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "su_max_error"
 TITLE = "[SU] binary tree mechanism: expected max threshold error vs D, exact and bounds"

@@ -14,7 +14,7 @@ import dptree_opt as dp
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
 from dptree_opt.estimation.honaker import refined_error
-from dptree_opt.optimize.levels import level_variances, noisy_levels
+from dptree_opt.optimize.levels import noisy_levels
 from dptree_opt.optimize.search import (
     blue_level_sums,
     covering_level_sums,

@@ -21,7 +21,7 @@ from scipy import stats
 
 from dptree_opt import Mechanism, strategies
 from dptree_opt.strategies import Strategy
-from oracles import brute_loss, neighbour_differences, tree_matrix
+from oracles import brute_loss, tree_matrix
 
 REL = 1e-9
 HYP = settings(max_examples=60, deadline=None,

@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dptree_opt.estimation.honaker import refined_error, refined_recursion
 from dptree_opt.refined_error import refined_workload_error

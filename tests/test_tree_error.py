@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dptree_opt.tree_error import (
     MAX_ALL_RANGE_PER_QUERY_K,

@@ -1,12 +1,14 @@
 """Locate and load the repository's script folders (``paper_figures/``, ``experiments/``).
 
 They live next to the package in a clone (DESIGN.md layout) and call only the public API;
-each script is a module with ``run(out_dir: pathlib.Path, quick: bool = True) -> dict``.
+each script is a module with ``run(out_dir: pathlib.Path, quick: bool = True) -> dict`` that
+may import its folder's helper module (``_figures``, ``_experiments``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -33,6 +35,9 @@ def load_script(name: str, stem: str) -> ModuleType:
     if not path.is_file():
         raise ValueError(f"unknown script {stem!r} in {name}/; choose from "
                          f"{', '.join(list_scripts(name))}")
+    folder = str(path.parent)
+    if folder not in sys.path:  # the scripts import their folder's shared helper module
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(f"_dptree_{name}_{stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -73,7 +73,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ..privacy import calibrate, check_budget, check_noise, norm_of, split_budget
+from ..privacy import check_budget, check_noise, norm_of, split_budget
 from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
 from ..tree_error import (

@@ -77,7 +77,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..privacy import check_budget, check_noise
+from ..privacy import check_noise, resolve_budget
 from ..strategies.base import check_neighbours
 from .levels import level_variances, noisy_levels, resolve_public, unit_variances
 from .result import TreeDesign, error_unit
@@ -933,14 +933,7 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     """
     K = _check_int(n_bins, "n_bins", 2)
     noise = check_noise(noise)
-    if noise == "laplace":
-        if rho is not None:
-            raise ValueError("rho is for noise='gaussian'; Laplace noise takes epsilon")
-        budget = check_budget(epsilon, "epsilon")
-    else:
-        if epsilon is not None:
-            raise ValueError("epsilon is for noise='laplace'; Gaussian noise takes rho (zCDP)")
-        budget = check_budget(rho, "rho")
+    budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
     public = resolve_public(neighbours, public_total)
     if estimator not in ESTIMATORS:

@@ -55,7 +55,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import scipy.linalg as sla
@@ -63,7 +62,7 @@ import scipy.optimize as sopt
 import scipy.sparse as sp
 
 from ..workloads import Workload
-from .base import Strategy, check_neighbours
+from .base import Strategy
 
 __all__ = ["OptimizedStrategy", "gaussian_optimal", "gaussian_optimal_cvxpy",
            "p_identity", "p_identity_objective", "laplace_p_identity"]

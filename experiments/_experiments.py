@@ -3,8 +3,9 @@
 Every script in ``experiments/`` has its parameters at the top and exposes
 ``run(out_dir: pathlib.Path, quick: bool = True) -> dict`` writing ``NAME.csv`` or
 ``NAME.json`` and ``NAME.png`` into ``out_dir``; it calls only the public API of
-``dptree_opt``. Scripts load this module by path (:func:`load` in each script), so they run
-both from ``dptree-opt experiment NAME`` and as ``python experiments/NAME.py [--full]``.
+``dptree_opt``. Scripts ``import _experiments``: their folder is on ``sys.path`` both when run
+as ``python experiments/NAME.py [--full]`` and when loaded by ``dptree-opt experiment NAME``
+(``dptree_opt.cli._scripts.load_script`` puts it there).
 """
 
 from __future__ import annotations

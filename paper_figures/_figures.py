@@ -5,9 +5,9 @@ Every script in ``paper_figures/`` exposes ``run(out_dir: pathlib.Path, quick: b
 :func:`summary` (name, title, png, json, checks). A *check* compares a reproduced number with
 the value printed in the paper or restored in ``../shared/MATH.md`` (:func:`check`).
 
-Scripts load this module by path (:func:`load_common` is copied in each script as a
-three-line loader), so they work both from ``dptree-opt figures`` and as
-``python paper_figures/NAME.py --quick --out DIR``.
+Scripts ``import _figures``: their own folder is on ``sys.path`` both when run as
+``python paper_figures/NAME.py --quick --out DIR`` and when loaded by ``dptree-opt figures``
+(``dptree_opt.cli._scripts.load_script`` puts it there).
 """
 
 from __future__ import annotations
