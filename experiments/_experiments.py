@@ -74,6 +74,15 @@ def write_csv(rows: list[dict], out_dir: Path, name: str) -> Path:
     return path
 
 
+def check(what: str, reproduced: float, expected: float, source: str,
+          rel: float = 1e-9) -> dict:
+    """One comparison of a computed number with an independent value, in the format
+    ``dptree-opt figures`` summarises (what, reproduced, expected, source, ok, deviation)."""
+    dev = abs(reproduced - expected) / abs(expected) if expected else abs(reproduced)
+    return {"what": what, "reproduced": float(reproduced), "expected": float(expected),
+            "source": source, "ok": bool(dev <= rel), "deviation": dev}
+
+
 def cli(run, name: str) -> None:
     """``python experiments/NAME.py [--full] [--out DIR]``."""
     ap = argparse.ArgumentParser(description=f"experiment {name}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dptree_opt import optimize
+from dptree_opt import closed_forms, optimize
 import _experiments as C  # experiments/_experiments.py (on sys.path: script dir / load_script)
 
 NAME = "k_sweep"
@@ -69,6 +69,18 @@ def run(out_dir: Path, quick: bool = True) -> dict:
             sub = [r for r in rows if r["n_bins"] == K and r["neighbours"] == nb]
             best[f"{nb} K={K}"] = {est: min(sub, key=lambda r: r[f"{est}_mean"])["k"]
                                    for est in ESTIMATORS}
+    checks = []
+    for r in rows:  # the covering error of an unpadded tree under swap is [RTS] Theorem IV.1
+        if r["neighbours"] == "swap" and r["padded_bins"] == r["n_bins"]:
+            ks = tuple(int(k) for k in r["branching"].split())
+            thm = closed_forms.theorem_iv_1(ks, [EPSILON / len(ks)] * len(ks)) / r["n_bins"]
+            checks.append(C.check(f"covering, K = {r['n_bins']}, k = {r['k']} (swap)",
+                                  r["covering_mean"], thm, "[RTS] Theorem IV.1"))
+    # the BLUE is the best linear unbiased estimator: never above the other two
+    worst = max(r["blue_mean"] / min(r["covering_mean"], r["refined_mean"]) for r in rows)
+    checks.append({"what": "BLUE <= refined and covering (every row): max ratio", "reproduced":
+                   worst, "expected": "<= 1", "source": "Gauss-Markov", "ok": worst <= 1 + 1e-12,
+                   "deviation": None})
     C.write_csv(rows, out_dir, NAME)
 
     C.style()
@@ -97,7 +109,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                    "h = ceil(log_k K), extra bins empty). Circles: each estimator's optimal k.")
     png = C.save_png(fig, out_dir, NAME, bottom=0.05)
     return {"name": NAME, "png": str(png), "csv": str(out_dir / f"{NAME}.csv"),
-            "best_k": best, "rows": rows}
+            "best_k": best, "rows": rows, "checks": checks}
 
 
 if __name__ == "__main__":

@@ -64,6 +64,13 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                 row[f"{noise}_mean"] = err / K
             row["ratio_gaussian_over_laplace"] = row["gaussian_mean"] / row["laplace_mean"]
             rows.append(row)
+    # equal-variance trees (binary, 16-ary: the same shape for both noises): the ratio is
+    # 1 / (2 L) exactly, L = h + 1 noisy levels (module docstring)
+    checks = [C.check(f"Gaussian / Laplace ratio, {r['tree']}, K = {r['n_bins']}",
+                      r["ratio_gaussian_over_laplace"],
+                      1.0 / (2 * (len(r["laplace_branching"].split()) + 1)),
+                      "variance ratio 1 / (2 L) (module docstring)")
+              for r in rows if r["tree"] != "best"]
     C.write_csv(rows, out_dir, NAME)
     C.style()
     fig, (ax, ax2) = C.plt.subplots(1, 2, figsize=(12, 4.8))
@@ -98,7 +105,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     last = {r["tree"]: r["ratio_gaussian_over_laplace"] for r in rows
             if r["n_bins"] == rows[-1]["n_bins"]}
     return {"name": NAME, "png": str(png), "csv": str(out_dir / f"{NAME}.csv"),
-            "ratio_at_largest_K": last, "rows": rows}
+            "ratio_at_largest_K": last, "rows": rows, "checks": checks}
 
 
 if __name__ == "__main__":
