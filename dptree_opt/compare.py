@@ -59,7 +59,9 @@ MAX_LAMINAR_DENSE_BINS = 2048  # interval_blue_errors: dense M^-1 for the all-ra
 # level_uniform searches that take more than a few seconds above these sizes
 MAX_OPTIMAL_BLUE_SEARCH_BINS = 4096
 MAX_REFINED_SEARCH_BINS = 8192
-MAX_OPTIMIZED_BINS = 64        # strategies.optimized: ~25 s at K = 256, minutes at 1024
+# optimize.optimized_strategy, largest K per noise: the Gaussian fixed point takes ~3 s at
+# K = 1024 (minutes at 4096), the Laplace p-Identity ~3 s at 256 (~45 s at 1024); 2 cores
+MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
 # above this K, compare feeds OpenDP's tree + postprocessor with numpy discrete-Laplace noise
 OPENDP_SAMPLER_MAX_BINS = 4096
 
@@ -686,9 +688,10 @@ def _sqrt(s: Setting) -> Candidate:
               "strategy optimised for the prefix workload (optimize."
               "optimized_strategy), BLUE")
 def _optimized(s: Setting) -> Candidate:
-    if s.n_bins > MAX_OPTIMIZED_BINS:
-        raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS} (the optimiser takes tens of "
-                           "seconds; call optimize.optimized_strategy)")
+    if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:
+        raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS[s.noise]} with {s.noise} noise "
+                           "(the optimiser takes tens of seconds; call "
+                           "optimize.optimized_strategy)")
     res = optimize.optimized_strategy(workloads.prefix(s.n_bins), s.noise,
                                       neighbours=s.neighbours, public_total=s.public_total)
     return Candidate(s.mechanism(res.strategy), "blue", f"optimised ({res.strategy.name})"[:22],
