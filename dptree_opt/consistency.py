@@ -207,7 +207,8 @@ def _unit_steps(metric, a, b, y_seg):
     g = a + b
     g -= 2.0 * y_seg
     if metric == "l1":
-        g /= b - a
+        with np.errstate(over="ignore"):  # tiny b - a: +-inf, clipped to +-1 (exact sign)
+            g /= b - a
         np.clip(g, -1.0, 1.0, out=g)
     return g
 
