@@ -81,15 +81,6 @@ def _check_bins(n_bins) -> int:
     return n_bins
 
 
-def _height(n_bins: int, k: int) -> int:
-    """ceil(log_k n) in exact integer arithmetic."""
-    h, size = 0, 1
-    while size < n_bins:
-        size *= k
-        h += 1
-    return h
-
-
 def _pad_note(n_bins: int, padded: int) -> str:
     return "" if padded == n_bins else (f"padded {n_bins} -> {padded} bins (extra bins empty, "
                                         "noised)")
@@ -105,7 +96,7 @@ def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
     """Binary tree, covering sums, every level (root included when N is private) gets an
     equal share (Dwork et al. 2010 / Chan et al. 2011; MATH.md section 6 row 1)."""
     n = _check_bins(n_bins)
-    h = _height(n, 2)
+    h = strategies.padded_height(n, 2)
     mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
                      public_total=public_total, **_budget(noise, epsilon, rho))
     return Anchor("binary_covering", "binary tree, covering sums",
@@ -118,7 +109,7 @@ def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho=None, noise: str
     """Binary tree, equal variances, OLS = Honaker's efficient estimator (Hay et al. 2010;
     MATH.md section 6 row 2)."""
     n = _check_bins(n_bins)
-    h = _height(n, 2)
+    h = strategies.padded_height(n, 2)
     mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
                      public_total=public_total, **_budget(noise, epsilon, rho))
     return Anchor("binary_ols", "binary tree + OLS",
@@ -133,7 +124,7 @@ def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
     (MATH.md section 6 row 3). Height ceil(log16 K), leaves padded to 16^h; the budget is
     split equally over the h non-root levels."""
     n = _check_bins(n_bins)
-    h = _height(n, branching)
+    h = strategies.padded_height(n, branching)
     padded = branching**h
     levels = None
     if _root_private(neighbours, public_total):
@@ -167,7 +158,7 @@ def choose_branching_factor(size_guess: int) -> int:
 def opendp_layers(n_bins: int, branching: int) -> int:
     """Number of layers of OpenDP's b-ary tree over n leaves: ceil(log_b n) + 1 (root
     included); its l1 stability, hence the Laplace scale is layers / eps."""
-    return _height(n_bins, branching) + 1
+    return strategies.padded_height(n_bins, branching) + 1
 
 
 def opendp_tree(n_bins: int, branching: int):

@@ -480,14 +480,6 @@ def _tree_shape(ks) -> str:
     return "tree " + ",".join(str(k) for k in ks)
 
 
-def _height(n: int, k: int) -> int:
-    h, size = 0, 1
-    while size < n:
-        size *= k
-        h += 1
-    return h
-
-
 def _root_private(s: Setting) -> bool:
     return not s.public
 
@@ -585,7 +577,7 @@ def _opendp_noised(s: Setting) -> Candidate:
               "[RTS] Lemma IV.3 optimal integer branching k = 17 (covering, equal budgets)")
 def _rts17(s: Setting) -> Candidate:
     K = s.n_bins
-    h = _height(K, 17)
+    h = strategies.padded_height(K, 17)
     mech = s.mechanism(strategies.tree(17**h, 17))
     note = "" if 17**h == K else f"padded {K} -> {17**h} bins"
     return Candidate(mech, "covering", _tree_shape((17,) * h), K, note)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dptree_opt import closed_forms, optimize
+from dptree_opt.strategies import padded_height
 import _experiments as C  # experiments/_experiments.py (on sys.path: script dir / load_script)
 
 NAME = "k_sweep"
@@ -32,18 +33,9 @@ ESTIMATORS = ("covering", "refined", "blue")
 COLORS = {"covering": "#d62728", "refined": "#ff7f0e", "blue": "#1f77b4"}
 
 
-def height(n_bins: int, k: int) -> int:
-    """h = ceil(log_k K) (exact integer arithmetic)."""
-    h, size = 0, 1
-    while size < n_bins:
-        size *= k
-        h += 1
-    return h
-
-
 def branching(n_bins: int, k: int) -> tuple:
     """The padding rule: (ceil(K / k^(h-1)), k, ..., k) with h = ceil(log_k K)."""
-    h = height(n_bins, k)
+    h = padded_height(n_bins, k)
     w = k ** (h - 1)
     return (-(-n_bins // w),) + (k,) * (h - 1)
 

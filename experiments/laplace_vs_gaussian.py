@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dptree_opt import optimize
+from dptree_opt.strategies import padded_height
 
 import _experiments as C  # experiments/_experiments.py (on sys.path: script dir / load_script)
 
@@ -31,19 +32,11 @@ QUICK_BINS = tuple(2**m for m in range(4, 15, 2))  # level_uniform above 2^14 ta
 TREES = ("binary", "16-ary", "best")
 
 
-def height(n_bins: int, k: int) -> int:
-    h, size = 0, 1
-    while size < n_bins:
-        size *= k
-        h += 1
-    return h
-
-
 def _shape(tree: str, K: int, noise: str) -> tuple:
     if tree == "binary":
-        return (2,) * height(K, 2)
+        return (2,) * padded_height(K, 2)
     if tree == "16-ary":
-        return (16,) * height(K, 16)
+        return (16,) * padded_height(K, 16)
     kw = {"epsilon": EPSILON} if noise == "laplace" else {"rho": RHO}
     return optimize.level_uniform(K, estimator=ESTIMATOR, noise=noise, neighbours=NEIGHBOURS,
                                   top=0, **kw).branching

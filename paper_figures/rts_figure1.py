@@ -38,6 +38,7 @@ import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import closed_forms, optimize, strategies, workloads
+from dptree_opt.strategies import padded_height
 import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / load_script)
 
 NAME = "rts_figure1"
@@ -47,14 +48,6 @@ EPS = 1.0
 MECHS = ("range", "histogram", "binary", "17-ary")
 LABELS = {"range": "range / threshold (Lemma III.1)", "histogram": "histogram (Lemma III.2)",
           "binary": "binary tree (Thm IV.1)", "17-ary": "17-ary tree (Thm IV.1)"}
-
-
-def padded_height(K: int, k: int) -> int:
-    """Smallest h with k^h >= K."""
-    h = 0
-    while k**h < K:
-        h += 1
-    return h
 
 
 def tree_error_exact(K: int, k: int) -> float:

@@ -34,10 +34,7 @@ def parse_strategy(spec: str, n_bins: int):
         k = ks[0]
         if k < 2:
             raise ValueError(f"--strategy: branching factor must be >= 2, got {k}")
-        h = 0
-        while k**h < n_bins:
-            h += 1
-        ks = [k] * h
+        ks = [k] * strategies.padded_height(n_bins, k)
     padded = int(np.prod(ks, dtype=object)) if ks else 1
     if padded < n_bins:
         raise ValueError(f"--strategy: branching {ks} covers only {padded} < {n_bins} bins")

@@ -287,6 +287,18 @@ def prefix_sums(n: int) -> PrefixSums:
                       bin_row=idx, name="prefix")
 
 
+def padded_height(n: int, k: int) -> int:
+    """Smallest h with k^h >= n: the height of a k-ary tree over n bins padded to k^h
+    (exact integer arithmetic; 0 for n = 1)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
+        raise ValueError(f"branching factor k must be an integer >= 2, got {k!r}")
+    h, size = 0, 1
+    while size < n:
+        size *= int(k)
+        h += 1
+    return h
+
+
 def resolve_branching(n: int, branching) -> tuple[int, ...]:
     """The branching list for ``tree(n, branching)``; ValueError if it does not match n."""
     n = _check_n(n)
@@ -295,11 +307,8 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
         if k < 2:
             raise ValueError(f"branching k={k} cannot build a tree over n={n} bins: an int "
                              "branching factor must be >= 2")
-        h, size = 0, 1
-        while size < n:
-            size *= k
-            h += 1
-        if size != n:
+        h = padded_height(n, k)
+        if k**h != n:
             raise ValueError(f"n={n} bins is not a power of branching factor k={k}")
         return (k,) * h
     if isinstance(branching, (str, bytes)):
