@@ -98,7 +98,7 @@ def test_huge_tree_is_lazy():
 def test_padded_height_is_the_smallest_covering_height():
     for n in range(1, 300):
         for k in range(2, 20):
-            assert strategies.padded_height(n, k) == min(h for h in range(12) if k**h >= n)
+            assert S.padded_height(n, k) == min(h for h in range(12) if k**h >= n)
     for bad in (1, 0, 2.0, True):
         with pytest.raises(ValueError, match="branching factor k"):
-            strategies.padded_height(8, bad)
+            S.padded_height(8, bad)
