@@ -27,15 +27,19 @@ Sections
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import dptree_opt as dp
 from dptree_opt import consistency, queries, workloads
 from dptree_opt import strategies as S
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oracles import slope_trick_l1  # noqa: E402  (the tests' independent l1 oracle)
 
 
 def _best_time(fn, repeat):
@@ -47,29 +51,6 @@ def _best_time(fn, repeat):
     return best, out
 
 
-def slope_trick_l1_integer(y):
-    """Textbook heapq slope trick for unweighted integer l1 isotonic regression (comparison)."""
-    heap, tops = [], []
-    for v in y.tolist():
-        f = v - math.floor(v)
-        lo = math.floor(v)
-        if f < 1.0:
-            heapq.heappush(heap, [-lo, 2.0 * (1.0 - f)])
-        if f > 0.0:
-            heapq.heappush(heap, [-(lo + 1), 2.0 * f])
-        rem = 1.0
-        while rem > 1e-12:
-            if heap[0][1] <= rem:
-                rem -= heapq.heappop(heap)[1]
-            else:
-                heap[0][1] -= rem
-                rem = 0.0
-        tops.append(-heap[0][0])
-    c = np.array(tops, dtype=float)
-    return np.minimum.accumulate(c[::-1])[::-1]
-
-
-# --------------------------------------------------------------------------------- 1. fast
 def bench_fast(k_log2, repeat, heap):
     k, n = 2**k_log2, 10**9
     rng = np.random.default_rng(2024)
@@ -99,7 +80,7 @@ def bench_fast(k_log2, repeat, heap):
                   f"{'1/se^2' if weights is not None else '-'} | {t:.3f} | {changed} |")
         if heap:
             t0 = time.perf_counter()
-            ref = np.clip(slope_trick_l1_integer(raw[:-1]), 0, n)
+            ref = np.clip(slope_trick_l1(raw[:-1], np.ones(raw.size - 1), True), 0, n)
             t = time.perf_counter() - t0
             fast = consistency.project_cdf(raw, n, "l1")
             same = math.isclose(consistency.objective(fast[:-1], raw[:-1], "l1"),

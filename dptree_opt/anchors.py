@@ -34,8 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import strategies
-from .mechanism import Mechanism
+from .mechanism import Mechanism, discrete_variance
 
 __all__ = ["Anchor", "binary_covering", "binary_ols", "google_default", "opendp_default",
            "opendp_tree", "choose_branching_factor", "opendp_layers",
@@ -90,31 +92,32 @@ def _root_private(neighbours: str, public_total) -> bool:
     return neighbours == "add_remove" and not public_total
 
 
+def _binary(key, label, emulates, estimator, n_bins, epsilon, rho, noise, neighbours,
+            public_total) -> Anchor:
+    n = _check_bins(n_bins)
+    h = strategies.padded_height(n, 2)
+    mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
+                     public_total=public_total, **_budget(noise, epsilon, rho))
+    return Anchor(key, label, emulates, mech, estimator, n, (2,) * h, note=_pad_note(n, 2**h))
+
+
 def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                     noise: str = "laplace", neighbours: str = "add_remove",
                     public_total=None) -> Anchor:
     """Binary tree, covering sums, every level (root included when N is private) gets an
     equal share (Dwork et al. 2010 / Chan et al. 2011; MATH.md section 6 row 1)."""
-    n = _check_bins(n_bins)
-    h = strategies.padded_height(n, 2)
-    mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
-                     public_total=public_total, **_budget(noise, epsilon, rho))
-    return Anchor("binary_covering", "binary tree, covering sums",
-                  "Dwork et al. / Chan et al. binary tree mechanism (root level included)",
-                  mech, "covering", n, (2,) * h, note=_pad_note(n, 2**h))
+    return _binary("binary_covering", "binary tree, covering sums",
+                   "Dwork et al. / Chan et al. binary tree mechanism (root level included)",
+                   "covering", n_bins, epsilon, rho, noise, neighbours, public_total)
 
 
 def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho=None, noise: str = "laplace",
                neighbours: str = "add_remove", public_total=None) -> Anchor:
     """Binary tree, equal variances, OLS = Honaker's efficient estimator (Hay et al. 2010;
     MATH.md section 6 row 2)."""
-    n = _check_bins(n_bins)
-    h = strategies.padded_height(n, 2)
-    mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
-                     public_total=public_total, **_budget(noise, epsilon, rho))
-    return Anchor("binary_ols", "binary tree + OLS",
-                  "Hay et al. consistency (OLS, equal variances) = Honaker efficient estimator",
-                  mech, "blue", n, (2,) * h, note=_pad_note(n, 2**h))
+    return _binary("binary_ols", "binary tree + OLS",
+                   "Hay et al. consistency (OLS, equal variances) = Honaker efficient estimator",
+                   "blue", n_bins, epsilon, rho, noise, neighbours, public_total)
 
 
 def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
@@ -164,35 +167,38 @@ def opendp_layers(n_bins: int, branching: int) -> int:
 def opendp_tree(n_bins: int, branching: int):
     """The strategy OpenDP's tree + consistency postprocessor amounts to: the b-ary tree of
     ceil(log_b n) + 1 layers truncated to n leaves (nodes lying entirely in the padding are
-    known zeros, i.e. absent; the last node of each layer keeps only its real children), as a
-    ``strategies.hierarchy``. O(n) nodes."""
-    import networkx as nx
-
+    known zeros, i.e. absent; the last node of each layer keeps only its real children), as an
+    ``IntervalStrategy`` (rows in level order, left to right). Built with numpy per layer:
+    node i of layer d (width w_d = b^(layers - 1 - d)) covers bins [i w_d, min((i+1) w_d, n)),
+    its parent is node i // b of layer d - 1. O(n) nodes, no Python loop over them."""
     n = _check_bins(n_bins)
     b = int(branching)
     if b < 2:
         raise ValueError(f"branching must be >= 2, got {branching!r}")
     layers = opendp_layers(n, b)
-    # nodes per layer d (0 = root): ceil(n / b^(layers - 1 - d)) of the complete tree
-    counts = [-(-n // b ** (layers - 1 - d)) for d in range(layers)]
-    g = nx.DiGraph()
-    g.add_node((0, 0))
-    for d in range(layers - 1):
-        for i in range(counts[d]):
-            g.add_edges_from(((d, i), (d + 1, c))
-                             for c in range(b * i, min(b * i + b, counts[d + 1])))
-    strat = strategies.hierarchy(g)
-    return strat
+    widths = [b ** (layers - 1 - d) for d in range(layers)]
+    counts = [-(-n // w) for w in widths]  # nodes per layer that hold a real bin
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    lo, hi, parent, depth = [], [], [], []
+    for d, (w, c) in enumerate(zip(widths, counts)):  # one numpy step per layer
+        i = np.arange(c, dtype=np.int64)
+        lo.append(i * w)
+        hi.append(np.minimum((i + 1) * w, n))
+        parent.append(offsets[d - 1] + i // b if d else np.full(c, -1, dtype=np.int64))
+        depth.append(np.full(c, d, dtype=np.int64))
+    depth = np.concatenate(depth)
+    return strategies.IntervalStrategy(
+        np.concatenate(lo), np.concatenate(hi), np.concatenate(parent), depth.astype(np.int32),
+        n_bins=n, depth=depth, bin_row=offsets[layers - 1] + np.arange(n), name="opendp_tree")
 
 
 def discrete_laplace_variance(scale: float) -> float:
-    """Variance of the discrete Laplace (two-sided geometric) with scale s, P(z) ~ e^(-|z|/s):
-    2 e^(-1/s) / (1 - e^(-1/s))^2 (OpenDP's integer Laplace). Tends to 2 s^2 as s grows."""
+    """Variance of OpenDP's integer Laplace of scale s: 2 e^(-1/s) / (1 - e^(-1/s))^2
+    (``mechanism.discrete_variance``); tends to 2 s^2 as s grows."""
     s = float(scale)
     if not (s > 0 and math.isfinite(s)):
         raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-    q = math.exp(-1.0 / s)
-    return 2.0 * q / (1.0 - q) ** 2
+    return discrete_variance(s, "laplace")
 
 
 def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,

@@ -511,42 +511,42 @@ def _prefix(s: Setting) -> Candidate:
                      note="BLUE = direct reading (A invertible)")
 
 
+def _anchor_candidate(s: Setting, build, estimator: str | None = None) -> Candidate:
+    """Candidate from an ``anchors`` constructor (its own estimator unless one is given)."""
+    a = build(s.n_bins, noise=s.noise, neighbours=s.neighbours, public_total=s.public_total,
+              **s.budget_kwargs)
+    return Candidate(a.mechanism, estimator or a.estimator, _tree_shape(a.branching), a.n_bins,
+                     a.note)
+
+
 @register_row("binary_covering", "binary tree, covering sums",
               "Dwork et al. 2010 / Chan et al. 2011 binary tree mechanism (MATH.md 6)")
 def _binary_covering(s: Setting) -> Candidate:
-    a = anchors.binary_covering(s.n_bins, noise=s.noise, neighbours=s.neighbours,
-                                public_total=s.public_total, **_anchor_budget(s))
-    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+    return _anchor_candidate(s, anchors.binary_covering)
 
 
 @register_row("binary_refined", "binary tree, refined",
               "[RTS] App. B refined estimator on the binary tree")
 def _binary_refined(s: Setting) -> Candidate:
-    a = anchors.binary_covering(s.n_bins, noise=s.noise, neighbours=s.neighbours,
-                                public_total=s.public_total, **_anchor_budget(s))
-    return Candidate(a.mechanism, "refined", _tree_shape(a.branching), a.n_bins, a.note)
+    return _anchor_candidate(s, anchors.binary_covering, "refined")
 
 
 @register_row("binary_ols", "binary tree + OLS",
               "Hay et al. 2010 consistency = Honaker 2015 efficient estimator (MATH.md 6)")
 def _binary_ols(s: Setting) -> Candidate:
-    a = anchors.binary_ols(s.n_bins, noise=s.noise, neighbours=s.neighbours,
-                           public_total=s.public_total, **_anchor_budget(s))
-    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+    return _anchor_candidate(s, anchors.binary_ols)
 
 
 @register_row("google_default", "Google default",
               "Google DP library: b = 16, root not noised, covering sums (MATH.md 6)")
 def _google(s: Setting) -> Candidate:
-    a = anchors.google_default(s.n_bins, noise=s.noise, neighbours=s.neighbours,
-                               public_total=s.public_total, **_anchor_budget(s))
-    return Candidate(a.mechanism, a.estimator, _tree_shape(a.branching), a.n_bins, a.note)
+    return _anchor_candidate(s, anchors.google_default)
 
 
 def _opendp_candidate(s: Setting, padding: str) -> Candidate:
     a = anchors.opendp_default(s.n_bins, noise=s.noise, neighbours=s.neighbours,
                                public_total=s.public_total, padding=padding,
-                               **_anchor_budget(s))
+                               **s.budget_kwargs)
     b = a.branching[0]
     pad = ("truncated to K leaves" if padding == "known_zeros" else
            f"padded to {b}^{len(a.branching)}, padding noised")
@@ -635,24 +635,12 @@ def _best_blue_opt(s: Setting) -> Candidate:
         return _design_candidate(s, _search(s, "blue", "optimal", pool=2), "blue", "")
     # finest unpadded tree (prime factors of K, ascending): with optimal budgets a refinement
     # is never worse than the tree it refines (tests/test_optimize_search.py)
-    primes, k, d = [], s.n_bins, 2
-    while k > 1 and d * d <= k:
-        while k % d == 0:
-            primes.append(d)
-            k //= d
-        d += 1
-    if k > 1:
-        primes.append(k)
+    primes = optimize.finest_refinement((s.n_bins,))
     design = optimize.optimal_blue_budgets(primes, s.budget, noise=s.noise,
                                            neighbours=s.neighbours,
                                            public_total=s.public_total)
     return _design_candidate(s, design, "blue", f"; finest tree (search skipped for K > "
                              f"{MAX_OPTIMAL_BLUE_SEARCH_BINS})")
-
-
-def _anchor_budget(s: Setting) -> dict:
-    return {"epsilon": s.budget, "rho": None} if s.noise == "laplace" else \
-        {"epsilon": None, "rho": s.budget}
 
 
 def _generic_candidate(s: Setting, fn, label: str) -> Candidate:

@@ -1,5 +1,6 @@
 """Slow, obviously-correct reference constructions shared by the tests (no library code)."""
 
+import heapq
 import itertools
 import math
 from functools import lru_cache
@@ -69,3 +70,30 @@ def brute_loss(a_dense: np.ndarray, weights, model: str, p: int) -> float:
         return 0.0
     changes = (d @ a.T) * w[None, :]  # (pairs, rows)
     return float(np.max(np.linalg.norm(changes, ord=p, axis=1)))
+
+
+def slope_trick_l1(y, w, integer):
+    """Weighted isotonic median regression by the heap-based slope trick (independent of the
+    partitioning method). Real: each point adds |c - y| (breakpoint y, jump 2w); integer: the
+    interpolated |.| has breakpoints floor(y) (weight w(1 - f)) and floor(y) + 1 (weight w f).
+    After adding, w units of slope are popped from the top; the top is the stage's argmin."""
+    heap, tops = [], []
+    for yi, wi in zip(y, w):
+        if integer:
+            f = yi - math.floor(yi)
+            for pos, wt in ((math.floor(yi), wi * (1 - f)), (math.floor(yi) + 1, wi * f)):
+                if wt > 0:
+                    heapq.heappush(heap, [-float(pos), 2 * wt])
+        else:
+            heapq.heappush(heap, [-float(yi), 2 * wi])
+        rem = wi
+        while rem > 1e-15 * wi:
+            if heap[0][1] <= rem:
+                rem -= heapq.heappop(heap)[1]
+            else:
+                heap[0][1] -= rem
+                rem = 0.0
+        tops.append(-heap[0][0])
+    c = np.array(tops)
+    c = np.minimum.accumulate(c[::-1])[::-1]  # c_t = min(top_t, c_{t+1})
+    return c

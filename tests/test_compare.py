@@ -279,3 +279,24 @@ def test_cli_table_json_and_plot(capsys, tmp_path):
     assert rows["binary_covering"]["errors"]["cdf"]["mean"] == pytest.approx(
         v * np.mean(nodes), rel=1e-12)
     assert d["workloads"] == ["cdf"]
+
+
+@pytest.mark.parametrize("n, b", [(10, 2), (37, 3), (50, 4), (1000, 26), (4097, 16)])
+def test_opendp_tree_equals_the_networkx_hierarchy(n, b):
+    """The vectorised truncated tree = strategies.hierarchy of the graph built node by node
+    from OpenDP's definition (layer d: ceil(n / b^(layers-1-d)) nodes, children b i..b i+b-1)."""
+    import networkx as nx
+
+    layers = anchors.opendp_layers(n, b)
+    counts = [-(-n // b ** (layers - 1 - d)) for d in range(layers)]
+    g = nx.DiGraph()
+    g.add_node((0, 0))
+    for d in range(layers - 1):
+        for i in range(counts[d]):
+            g.add_edges_from(((d, i), (d + 1, c))
+                             for c in range(b * i, min(b * i + b, counts[d + 1])))
+    want = S.hierarchy(g)
+    got = anchors.opendp_tree(n, b)
+    for attr in ("lo", "hi", "parent", "levels", "depth", "bin_row"):
+        np.testing.assert_array_equal(getattr(got, attr), getattr(want, attr), err_msg=attr)
+    assert got.n_bins == want.n_bins == n

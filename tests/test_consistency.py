@@ -5,7 +5,6 @@ ones), scipy.optimize.linprog (real l1), cvxpy (real l2 QP), a heap-based slope-
 isotonic median regression written here, and brute-force enumeration (histograms).
 """
 
-import heapq
 import itertools
 import math
 
@@ -23,6 +22,8 @@ from dptree_opt.consistency import (
     project_histogram,
     project_tree,
 )
+from oracles import slope_trick_l1
+
 
 def examples(n):
     """Hypothesis settings: n examples, no deadline (the machine may be shared)."""
@@ -197,33 +198,6 @@ def test_fast_l2_real_matches_qp_many(inst):
     _check_l2_real(inst)
 
 
-def _slope_trick(y, w, integer):
-    """Weighted isotonic median regression by the heap-based slope trick (independent of the
-    partitioning method). Real: each point adds |c - y| (breakpoint y, jump 2w); integer: the
-    interpolated |.| has breakpoints floor(y) (weight w(1 - f)) and floor(y) + 1 (weight w f).
-    After adding, w units of slope are popped from the top; the top is the stage's argmin."""
-    heap, tops = [], []
-    for yi, wi in zip(y, w):
-        if integer:
-            f = yi - math.floor(yi)
-            for pos, wt in ((math.floor(yi), wi * (1 - f)), (math.floor(yi) + 1, wi * f)):
-                if wt > 0:
-                    heapq.heappush(heap, [-float(pos), 2 * wt])
-        else:
-            heapq.heappush(heap, [-float(yi), 2 * wi])
-        rem = wi
-        while rem > 1e-15 * wi:
-            if heap[0][1] <= rem:
-                rem -= heapq.heappop(heap)[1]
-            else:
-                heap[0][1] -= rem
-                rem = 0.0
-        tops.append(-heap[0][0])
-    c = np.array(tops)
-    c = np.minimum.accumulate(c[::-1])[::-1]  # c_t = min(top_t, c_{t+1})
-    return c
-
-
 @pytest.mark.parametrize("integer", [True, False])
 def test_fast_l1_matches_slope_trick_at_larger_k(integer):
     rng = np.random.default_rng(7)
@@ -231,7 +205,7 @@ def test_fast_l1_matches_slope_trick_at_larger_k(integer):
         y = np.cumsum(rng.poisson(3, k)) + rng.laplace(0, 15, k)
         y[rng.integers(0, k, 20)] += rng.normal(0, 500, 20)  # outliers
         w = rng.uniform(0.1, 4.0, k)
-        ref = np.maximum(_slope_trick(y, w, integer), 0.0)  # clip to [0, inf): exact (box)
+        ref = np.maximum(slope_trick_l1(y, w, integer), 0.0)  # clip to [0, inf): exact (box)
         c = project_cdf(y, metric="l1", integer=integer, weights=w)
         assert rel_close(objective(c, y, "l1", w), objective(ref, y, "l1", w), 1e-10)
 

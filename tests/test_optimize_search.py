@@ -405,3 +405,23 @@ def test_refinement_dominance_with_optimal_blue_budgets(coarse, fine):
     c = optimal_blue_budgets(coarse, 1.0, neighbours="add_remove")
     f = optimal_blue_budgets(fine, 1.0, neighbours="add_remove")
     assert f.error <= c.error * (1 + 1e-9)
+
+
+def test_finest_refinement_splits_each_factor_into_its_primes():
+    def is_prime(p):
+        return p >= 2 and all(p % d for d in range(2, int(p**0.5) + 1))
+
+    from dptree_opt.optimize import finest_refinement
+    for ks in [(12,), (2, 9, 7), (1000,), (17, 17), (97,), (64, 30)]:
+        out = finest_refinement(ks)
+        assert all(is_prime(p) for p in out)
+        pos = 0
+        for k in ks:  # level by level: each k becomes its ascending prime factors
+            n = 0
+            prod = 1
+            while prod < k:
+                prod *= out[pos + n]
+                n += 1
+            assert prod == k and list(out[pos:pos + n]) == sorted(out[pos:pos + n])
+            pos += n
+        assert pos == len(out)

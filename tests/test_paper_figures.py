@@ -170,8 +170,8 @@ def test_rts_psi_numbers(results):
     assert data["k_star"] == pytest.approx(root, rel=1e-12)
     assert data["k_star"] == pytest.approx(16.801016, abs=5e-7)  # MATH.md sec. 4
     assert data["psi16"] == pytest.approx(15 / math.log(16) ** 3, rel=1e-14)
-    assert data["psi16"] == pytest.approx(0.703777, abs=5e-7)
-    assert data["psi17"] == pytest.approx(0.703529, abs=5e-7)
+    assert data["psi17"] == pytest.approx(16 / math.log(17) ** 3, rel=1e-14)
+    assert data["psi17"] < data["psi16"]  # [RTS] Lemma IV.3: the integer optimum is 17
     assert data["k_integer"] == 17
 
 

@@ -24,10 +24,11 @@ from .rts import (
     optimal_height,
     psi,
 )
-from .search import design_error, level_uniform
+from .search import design_error, finest_refinement, level_uniform
 
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
            "branching_closed_form", "joint", "degenerate_optimum", "psi",
            "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
+           "finest_refinement",
            "optimal_blue_budgets", "level_variances", "noisy_levels", "best_tree",
            "optimized_strategy", "clear_cache"]

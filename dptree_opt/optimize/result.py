@@ -47,6 +47,7 @@ class TreeDesign:
 
     @property
     def height(self) -> int:
+        """Number of levels below the root, h = len(branching)."""
         return len(self.branching)
 
 

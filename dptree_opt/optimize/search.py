@@ -1057,7 +1057,7 @@ def _refined_optimal_budgets(s: _Setting, ks: tuple) -> tuple[float, tuple]:
     return float(best_f * f0), tuple(float(v) for v in best_x * B)
 
 
-def _finest_refinement(ks: tuple) -> tuple:
+def finest_refinement(ks) -> tuple:
     """Split every branching factor into its prime factors (ascending), level by level: the
     tree keeps all of ks's nodes and gains intermediate levels."""
     out = []
@@ -1082,9 +1082,9 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
         # with optimal budgets a refinement never hurts (a coarse tree is its refinement with
         # the inserted levels unfunded), so each pool tree's finest refinement joins the pool
         candidates = dict.fromkeys(ks for _, ks, _ in ranked[:pool])
-        candidates.update(dict.fromkeys(_finest_refinement(ks) for ks in list(candidates)))
+        candidates.update(dict.fromkeys(finest_refinement(ks) for ks in list(candidates)))
         if s.K > 1:  # and the finest unpadded tree: K's prime factorisation
-            candidates.setdefault(_finest_refinement((s.K,)), None)
+            candidates.setdefault(finest_refinement((s.K,)), None)
         for ks in candidates:
             d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
                                      public_total=s.public, workload="prefix", n_queries=s.K)
