@@ -594,7 +594,6 @@ def _design_candidate(s: Setting, design, estimator: str, note: str) -> Candidat
 
 
 def _search(s: Setting, estimator: str, budgets: str, **kw):
-
     return optimize.level_uniform(s.n_bins, estimator=estimator, noise=s.noise,
                                   neighbours=s.neighbours, public_total=s.public_total,
                                   budgets=budgets, top=0, **s.budget_kwargs, **kw)
@@ -630,7 +629,6 @@ def _best_blue_eq(s: Setting) -> Candidate:
 @register_row("best_blue_optimal", "best tree, BLUE, optimal budgets",
               "BLUE-optimal per-level budgets (optimize.level_uniform / optimal_blue_budgets)")
 def _best_blue_opt(s: Setting) -> Candidate:
-
     if s.n_bins <= MAX_OPTIMAL_BLUE_SEARCH_BINS:
         return _design_candidate(s, _search(s, "blue", "optimal", pool=2), "blue", "")
     # finest unpadded tree (prime factors of K, ascending): with optimal budgets a refinement
