@@ -300,3 +300,24 @@ def test_opendp_tree_equals_the_networkx_hierarchy(n, b):
     for attr in ("lo", "hi", "parent", "levels", "depth", "bin_row"):
         np.testing.assert_array_equal(getattr(got, attr), getattr(want, attr), err_msg=attr)
     assert got.n_bins == want.n_bins == n
+
+
+def test_cli_plot_path_is_reported_as_written(capsys, tmp_path):
+    """--plot DIR (an existing directory) writes DIR/compare_K<bins>.png, --plot NAME (no
+    suffix) writes NAME.png, and the path printed is the file that exists (issue 12 item 6);
+    a missing parent fails before the comparison runs."""
+    from dptree_opt.cli.compare_cmd import plot_path
+
+    assert plot_path(str(tmp_path), 64) == tmp_path / "compare_K64.png"
+    assert plot_path(str(tmp_path / "fig"), 64) == tmp_path / "fig.png"
+    for target, written in [(tmp_path, tmp_path / "compare_K64.png"),
+                            (tmp_path / "fig", tmp_path / "fig.png")]:
+        code, out, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--workloads",
+                                 "cdf", "--opendp-trials", "0", "--plot", str(target),
+                                 capsys=capsys)
+        assert code == 0, err
+        assert written.stat().st_size > 1000
+        assert f"plot written to {written}" in out
+    code, out, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--plot",
+                             str(tmp_path / "missing" / "x.png"), capsys=capsys)
+    assert code == 2 and "does not exist" in err

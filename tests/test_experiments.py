@@ -120,3 +120,22 @@ def test_experiment_cli(tmp_path, capsys):
     assert "unknown script" in capsys.readouterr().err
     assert main(["experiment"]) == 2
     assert "NAME" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["EVIL_ABS", "../experiments/k_sweep", "k_sweep.py",
+                                  "_experiments", "EVIL_REL"])
+def test_experiment_runs_only_shipped_scripts(tmp_path, capsys, name):
+    """`dptree-opt experiment PATH` must never execute a file outside experiments/ (issue 12
+    item 6): an evil script that would create a marker file is refused by name."""
+    marker = tmp_path / "executed"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').write('x')\ndef run(out_dir, quick=True):\n"
+                    "    return {}\n")
+    name = {"EVIL_ABS": str(tmp_path / "evil"),
+            "EVIL_REL": "../../../../../../../../" + str(tmp_path / "evil")}.get(name, name)
+    assert main(["experiment", name, "--out", str(tmp_path / "o")]) == 2
+    assert "unknown script" in capsys.readouterr().err
+    assert not marker.exists()
+    with pytest.raises(ValueError, match="unknown script"):
+        load_script("experiments", name)
+    assert not marker.exists()

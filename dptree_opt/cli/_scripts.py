@@ -31,10 +31,12 @@ def list_scripts(name: str) -> list[str]:
 
 def load_script(name: str, stem: str) -> ModuleType:
     """Import ``name``/``stem``.py as a module (ValueError listing the choices if unknown)."""
+    choices = list_scripts(name)
+    # only a shipped script, by its bare name: never a path (an absolute or "../" name would
+    # otherwise run any Python file on the machine)
+    if not isinstance(stem, str) or stem not in choices:
+        raise ValueError(f"unknown script {stem!r} in {name}/; choose from {', '.join(choices)}")
     path = script_dir(name) / f"{stem}.py"
-    if not path.is_file():
-        raise ValueError(f"unknown script {stem!r} in {name}/; choose from "
-                         f"{', '.join(list_scripts(name))}")
     folder = str(path.parent)
     if folder not in sys.path:  # the scripts import their folder's shared helper module
         sys.path.insert(0, folder)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from .. import compare as cmp
 from ._common import add_budget_arguments, budget_kwargs
@@ -81,7 +82,22 @@ def _print_table(res) -> None:
         print("note: " + n)
 
 
-def _plot(res, path: str) -> None:
+def plot_path(arg: str, n_bins: int) -> Path:
+    """Where ``--plot ARG`` writes: ARG itself when it names a file (".png" appended when it
+    has no suffix, as matplotlib would), ``ARG/compare_K<bins>.png`` when ARG is an existing
+    directory. ValueError when the parent directory does not exist (checked before the
+    comparison runs)."""
+    path = Path(arg)
+    if path.is_dir():
+        path = path / f"compare_K{n_bins}.png"
+    elif not path.suffix:
+        path = path.with_suffix(".png")
+    if not path.parent.is_dir():
+        raise ValueError(f"--plot: directory {str(path.parent)!r} does not exist")
+    return path
+
+
+def _plot(res, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,21 +146,24 @@ def run(args) -> int:
         raise ValueError(f"--bins must be an integer >= 2, got {args.bins}")
     which = _parse_workloads(args.workloads)
     budget = budget_kwargs(args)
+    plot = plot_path(args.plot, args.bins) if args.plot else None
     t0 = time.perf_counter()
     res = cmp.compare(args.bins, **budget, noise=args.noise, neighbours=args.neighbours,
                       public_total=True if args.public_total else None, workloads=which,
                       opendp=(args.opendp_trials if args.opendp_trials > 0 else False),
                       opendp_time_limit=args.opendp_seconds)
     seconds = time.perf_counter() - t0
-    if args.plot:
-        _plot(res, args.plot)
+    if plot is not None:
+        _plot(res, plot)
     if args.json:
         out = cmp.as_dict(res)
         out["seconds"] = seconds
+        if plot is not None:
+            out["plot"] = str(plot)
         print(json.dumps(out, indent=2))
         return 0
     _print_table(res)
-    print(f"({seconds:.1f} s)" + (f"; plot written to {args.plot}" if args.plot else ""))
+    print(f"({seconds:.1f} s)" + (f"; plot written to {plot}" if plot is not None else ""))
     return 0
 
 
