@@ -23,6 +23,10 @@ __all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance"]
 # Discrete Gaussian: beyond this sigma its variance equals sigma^2 to double precision (the
 # Poisson-summation correction is of order sigma^2 * 8 pi^2 sigma^2 exp(-2 pi^2 sigma^2)).
 _DGAUSS_EXACT_SIGMA = 4.0
+# simulation samplers: geometric by inversion below this success probability; discrete
+# Gaussian by rounding a normal above this sigma (its rejection step overflows near 1e154)
+_GEOMETRIC_INVERSION_P = 2.0**-30
+_DGAUSS_ROUNDED_SIGMA = 2.0**30
 
 
 def discrete_variance(scale: float, noise: str) -> float:
@@ -45,6 +49,8 @@ def discrete_variance(scale: float, noise: str) -> float:
     if not s > 0:
         raise ValueError(f"scale must be >= 0, got {scale!r}")
     if noise == "laplace":
+        if s > 1e6:  # 2q/(1-q)^2 = 1/(2 sinh^2(1/(2s))) = 2 s^2 - 1/6 + O(1/s^2)
+            return 2.0 * s * s - 1.0 / 6.0
         q = math.exp(-1.0 / s)
         return 2.0 * q / (-math.expm1(-1.0 / s)) ** 2
     if s >= _DGAUSS_EXACT_SIGMA:
@@ -56,10 +62,25 @@ def discrete_variance(scale: float, noise: str) -> float:
 
 def _discrete_laplace(rng: np.random.Generator, scale: np.ndarray, shape) -> np.ndarray:
     """Discrete Laplace draws (scale s per entry, s finite >= 0): G1 - G2 with G_i i.i.d.
-    geometric(1 - exp(-1/s)); s = 0 gives 0. Simulation only (numpy Generator)."""
+    geometric(1 - exp(-1/s)) (failures before the first success); s = 0 gives 0. Simulation
+    only (numpy Generator).
+
+    numpy's geometric sampler works in int64 and saturates when 1/p approaches 2^63 (every draw
+    equal, so G1 - G2 = 0: no noise at tiny eps). For p < 2^-30 the geometric is drawn by
+    inversion in floating point instead, floor(log U / log(1 - p)) with U uniform on (0, 1]
+    (exactly geometric up to rounding; relative error ~1e-16, irrelevant for a simulation)."""
+    scale = np.broadcast_to(np.asarray(scale, dtype=float), shape)
     with np.errstate(divide="ignore"):
         p = np.where(scale > 0, -np.expm1(-1.0 / np.where(scale > 0, scale, 1.0)), 1.0)
-    return (rng.geometric(p, size=shape) - rng.geometric(p, size=shape)).astype(float)
+    tiny = p < _GEOMETRIC_INVERSION_P
+    if not tiny.any():
+        return (rng.geometric(p, size=shape) - rng.geometric(p, size=shape)).astype(float)
+    safe_p = np.where(tiny, 0.5, p)
+    g = (rng.geometric(safe_p, size=shape) - rng.geometric(safe_p, size=shape)).astype(float)
+    log_q = np.log1p(-p[tiny])  # < 0, tiny in magnitude: -p
+    u1, u2 = 1.0 - rng.random((2, int(tiny.sum())))  # uniform on (0, 1]
+    g[tiny] = np.floor(np.log(u1) / log_q) - np.floor(np.log(u2) / log_q)
+    return g
 
 
 def _discrete_gaussian(rng: np.random.Generator, sigma: np.ndarray, shape) -> np.ndarray:
@@ -71,6 +92,10 @@ def _discrete_gaussian(rng: np.random.Generator, sigma: np.ndarray, shape) -> np
     todo = np.flatnonzero(sigma.ravel() > 0)
     flat_sigma = sigma.ravel()
     flat = out.ravel()
+    huge = todo[flat_sigma[todo] > _DGAUSS_ROUNDED_SIGMA]
+    if huge.size:  # rounding a normal: total variation distance below 1e-300 at this sigma
+        flat[huge] = np.rint(flat_sigma[huge] * rng.standard_normal(huge.size))
+        todo = todo[flat_sigma[todo] <= _DGAUSS_ROUNDED_SIGMA]
     while todo.size:
         s = flat_sigma[todo]
         t = np.floor(s) + 1.0
@@ -362,7 +387,9 @@ class Mechanism:
         return np.where(finite, z, np.nan)
 
     def measure(self, histogram, rng) -> np.ndarray:
-        """Noisy answers y = A h + z for the released rows (simulation noise from ``rng``)."""
+        """Noisy answers y = A h + z for the released rows: a SIMULATION (numpy noise from
+        ``rng``, floating-point samplers) with no privacy guarantee; a real release draws z
+        with ``dptree_opt.data_release.secure_noise.secure_measure``."""
         h = check_histogram(histogram, self.n_bins)
         return self._released.apply(h) + self.sample_noise(rng)
 
@@ -376,7 +403,9 @@ class Mechanism:
         lines = [
             f"{self._released.name}: {self._released.n_rows} rows over {self.n_bins} bins, "
             f"{kind} noise, {self._neighbours} neighbours",
-            f"guarantee: {guarantee} (requested {unit} = {self._requested:.6g})",
+            f"guarantee: {guarantee} (requested {unit} = {self._requested:.6g}) only when the "
+            "noise is drawn by a secure sampler (dptree_opt.release); measure() and "
+            "sample_noise() draw numpy SIMULATION noise, which carries no privacy guarantee",
         ]
         if self._public_total:
             why = ("invariant under swap" if self._neighbours == "swap"

@@ -20,7 +20,7 @@ directly. It
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,6 +31,8 @@ from .mechanism import Mechanism
 __all__ = ["PrivateCDF", "private_cdf", "cdf_from_measurements", "CONSISTENCY"]
 
 CONSISTENCY = ("l2", "l1", None)
+SIMULATION_NOTE = ("SIMULATION: numpy noise from rng, not a private release: no privacy "
+                   "guarantee (real releases: dptree_opt.release)")
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -226,5 +228,6 @@ def private_cdf(histogram, mechanism: Mechanism, rng, consistency: str | None = 
     through). Returns a :class:`PrivateCDF`."""
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
-    return cdf_from_measurements(mechanism, mechanism.measure(histogram, rng), consistency,
-                                 estimator, **kwargs)
+    res = cdf_from_measurements(mechanism, mechanism.measure(histogram, rng), consistency,
+                                estimator, **kwargs)
+    return replace(res, description=SIMULATION_NOTE + "\n" + res.description)

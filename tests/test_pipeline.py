@@ -34,7 +34,9 @@ def test_private_cdf_is_measure_then_cdf_from_measurements():
     assert res.total == N and res.total_public
     assert res.consistent.dtype == np.int64 and res.consistent[-1] == N
     assert res.consistent[0] >= 0 and np.all(np.diff(res.consistent) >= 0)
-    assert res.description == mech.describe()
+    # a simulation never describes itself as a DP release (issue 12 item 12)
+    assert res.description.startswith("SIMULATION") and "no privacy guarantee" in res.description
+    assert res.description.endswith(mech.describe())
     assert (res.consistency, res.estimator) == ("l2", "blue")
     cov = dp.blue_covariance(mech)
     prefix = np.tril(np.ones((64, 64)))

@@ -1,18 +1,39 @@
-"""Equal-width binning of raw values into K bins over [lower, upper).
+"""Equal-width binning of raw values into K bins over [lower, upper), by published edges.
 
-The bin rule (the same in numpy here and in the SQL / Spark / Dask one-liners of the README):
+The bin rule (source: MATH.md section 10). The edges are
 
-    bin(x) = min(floor(((x - lower) / (upper - lower)) * K), K - 1)   for lower <= x < upper
+    e_i = lower + ((upper - lower) * i) / K     for i = 0..K-1,     e_K = upper exactly,
 
-evaluated in IEEE double precision in exactly this order. The interval is half-open: ``upper``
+evaluated in IEEE double precision in exactly this order (Python: ``lower + (upper - lower)
+* i / K``); they are what ``BinSpec.bin_edges`` returns and what a release writes to its JSON.
+A value x in [lower, upper) is in bin i iff ``e_i <= x < e_(i+1)``, for EVERY double x: a
+value equal to an edge is in the bin that starts there. The interval is half-open: ``upper``
 itself is out of range (with ``out_of_range="clip"`` it goes to the last bin, as does
-everything above; everything below ``lower`` goes to bin 0). The ``min`` only catches
-x just below ``upper`` whose quotient rounds up to K. The nominal edges
-``lower + i (upper - lower) / K`` (``bin_edges``) are what quantiles and range queries are
-reported in; a value within a rounding error of a nominal edge may sit on either side of it,
-identically in every engine that evaluates the formula above in double precision.
+everything above; everything below ``lower`` goes to bin 0).
 
-Every step is vectorised (one pass of numpy ufuncs and one ``np.bincount`` per chunk).
+The shortcut ``floor(((x - lower) / (upper - lower)) * K)`` is NOT this rule in double
+precision (lower 0, upper 101, K 101 puts 29, 57, 58 and 59 one bin low: (29 / 101) * 101 =
+28.999999999999996). It is used only as a guess, corrected by comparing x with the edges:
+
+    g = clamp(floor(((x - lower) / (upper - lower)) * K), 0, K - 1)
+    bin = g - [x < e_g] + [x >= e_(g+1)]
+
+The guess is within one bin of the right one (so one correction suffices) for every spec
+``BinSpec`` accepts. Proof sketch, with u = 2^-53, d = fl(upper - lower), w = d / K, M =
+max(|lower|, |upper|), h = spacing(M) / 2 (half a unit in the last place at M), errors in
+units of one bin: the guess q = fl(fl(fl(x - lower) / d) K) has relative error <= 3u, so
+|q - (x - lower) / w| <= 3.1 u K (x - lower <= (1 + u) d); each edge e_j (0 < j < K) is
+lower + j w (1 + theta), |theta| <= 2.1 u (two roundings of (d j) / K, all normal because w >=
+the smallest normal double), plus the rounding of the sum, at most h (|e_j| <= M), and e_0 =
+lower, e_K = upper are exact. So e_i <= x < e_(i+1) gives i - 1 < q < i + 2 as soon as
+h / w + 5.2 u K < 1; ``BinSpec`` refuses specs with h > (1 - 10^-6) w (K <= 2^26 keeps 5.2 u K
+< 10^-7), and specs whose edges are not strictly increasing. The implementation still
+re-checks the values the correction moved (a vectorised loop over those few; by the proof it
+ends after one pass). The README's DuckDB recipe evaluates the same guess and correction in
+SQL, on the same doubles; ``tests/test_binning.py`` runs it against this module.
+
+Every step is vectorised: per block, one pass of numpy ufuncs, two gathers from the edges and
+one ``np.bincount``: O(n) time, O(K + block) memory.
 """
 
 from __future__ import annotations
@@ -23,7 +44,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["BinSpec", "HistogramAccumulator", "OUT_OF_RANGE", "check_out_of_range"]
+__all__ = ["BinSpec", "HistogramAccumulator", "OUT_OF_RANGE", "check_out_of_range", "MAX_BINS"]
 
 OUT_OF_RANGE = ("error", "clip")
 
@@ -44,11 +65,34 @@ def _finite_number(value, name: str) -> float:
     return value
 
 
+MAX_BINS = 1 << 26  # the edges are computed (and kept) once: 8 (K + 1) bytes
+_MIN_NORMAL = float(np.finfo(np.float64).tiny)  # 2^-1022
+
+
+def _edges(lower: float, upper: float, bins: int) -> np.ndarray:
+    """e_i = lower + ((upper - lower) * i) / K for i < K, e_K = upper; float64 (K + 1,).
+
+    numpy evaluates the same IEEE operations in the same order as the Python expression
+    ``lower + (upper - lower) * i / K`` (i and K are exact in double for K <= 2^53). O(K)."""
+    edges = np.empty(bins + 1, dtype=np.float64)
+    np.multiply(np.arange(bins, dtype=np.float64), upper - lower, out=edges[:-1])
+    edges[:-1] /= bins
+    edges[:-1] += lower
+    edges[-1] = upper
+    return edges
+
+
 @dataclass(frozen=True)
 class BinSpec:
     """K equal-width bins over [lower, upper) (public: chosen without looking at the data).
 
-    Attributes: ``lower``, ``upper`` (finite, lower < upper), ``bins`` (K >= 1)."""
+    Attributes: ``lower``, ``upper`` (finite, lower < upper), ``bins`` (1 <= K <= 2^26).
+    The bin rule and the edges are in the module docstring (MATH.md section 10). Refused at
+    construction (ValueError naming lower, upper and bins): specs whose edges are not
+    strictly increasing in double precision, or whose bins are narrower than the float
+    resolution (half the spacing of doubles at max(|lower|, |upper|), or the smallest normal
+    double), e.g. lower = 1e15, upper = 1e15 + 1, bins = 1024. The edges are computed once
+    (O(K)) and kept, read-only."""
 
     lower: float
     upper: float
@@ -66,34 +110,79 @@ class BinSpec:
             raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
         if bins < 1:
             raise ValueError(f"bins must be >= 1, got {bins}")
-        if bins > 2**31:
-            raise ValueError(f"bins must be <= 2^31, got {bins}")
+        if bins > MAX_BINS:
+            raise ValueError(f"bins must be <= 2^26 = {MAX_BINS}, got {bins}")
+        bins = int(bins)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
-        object.__setattr__(self, "bins", int(bins))
+        object.__setattr__(self, "bins", bins)
+        spec = f"lower={lower!r}, upper={upper!r}, bins={bins}"
+        width = (upper - lower) / bins
+        half_ulp = float(np.spacing(max(abs(lower), abs(upper)))) / 2
+        if width < _MIN_NORMAL or half_ulp > (1 - 1e-6) * width:
+            raise ValueError(
+                f"lower, upper, bins: bins of width {width!r} are narrower than the float "
+                f"resolution near {max(abs(lower), abs(upper))!r} (spacing of doubles "
+                f"{2 * half_ulp!r}): {spec}. Use fewer bins, or shift the data so that the "
+                "range is closer to 0")
+        with np.errstate(over="ignore", invalid="ignore"):
+            edges = _edges(lower, upper, bins)
+        if not np.isfinite(edges).all():
+            raise ValueError(f"lower, upper, bins: (upper - lower) * i overflows for the bin "
+                             f"edges: {spec}. Use a narrower range or fewer bins")
+        flat = edges[1:] <= edges[:-1]
+        if flat.any():
+            i = int(np.argmax(flat))
+            raise ValueError(
+                f"lower, upper, bins: the bin edges are not strictly increasing in double "
+                f"precision (edge {i} = edge {i + 1} = {float(edges[i])!r}; bins narrower than "
+                f"the float resolution): {spec}. Use fewer bins, or shift the data so that the "
+                "range is closer to 0")
+        edges.flags.writeable = False
+        object.__setattr__(self, "_edges", edges)
 
     @property
     def width(self) -> float:
-        """Nominal bin width (upper - lower) / K."""
+        """Nominal bin width (upper - lower) / K (the edges are the published values)."""
         return (self.upper - self.lower) / self.bins
 
     @property
     def bin_edges(self) -> np.ndarray:
-        """Nominal edges, shape (K + 1,): lower + i (upper - lower) / K, last = upper."""
-        edges = self.lower + np.arange(self.bins + 1) * ((self.upper - self.lower) / self.bins)
-        edges[-1] = self.upper
-        return edges
+        """The published edges, float64 (K + 1,), read-only: e_i = lower + ((upper - lower) *
+        i) / K in double for i < K, and e_K = upper exactly (module docstring)."""
+        return self._edges
 
-    def bin_index(self, values: np.ndarray) -> np.ndarray:
-        """Bin of each finite value (int64, same shape), after clipping to [lower, upper].
+    def bin_index(self, values) -> np.ndarray:
+        """Bin of each value (int64, same shape): i with e_i <= x < e_(i+1) (module docstring).
 
-        In-range values get the rule of the module docstring; values below ``lower`` get 0 and
-        values >= ``upper`` get K - 1 (callers that forbid them check first). O(n)."""
-        v = np.clip(values, self.lower, self.upper)
-        q = np.floor(((v - self.lower) / (self.upper - self.lower)) * self.bins)
-        idx = q.astype(np.int64)
-        np.minimum(idx, self.bins - 1, out=idx)  # x = upper (clipped), or rounding up to K
-        return idx
+        Values below ``lower`` (or -inf) get 0 and values >= ``upper`` (or +inf) get K - 1
+        (callers that forbid them check first); NaN raises ValueError. O(n): one guess, one
+        +-1 correction against the edges, then a re-check of the (few) values it moved."""
+        x = np.asarray(values, dtype=np.float64)
+        if np.isnan(x).any():
+            raise ValueError("bin_index: NaN has no bin (remove or impute missing values)")
+        e, K = self._edges, self.bins
+        # every value into [lower, prev(upper)]: the bin of prev(upper) is K - 1 (e_(K-1) <
+        # upper), so clipped values land in bins 0 / K - 1 and the loop below stays in 0..K-1
+        v = np.clip(x.ravel(), self.lower, np.nextafter(self.upper, -np.inf))
+        q = np.subtract(v, self.lower)
+        q /= self.upper - self.lower
+        q *= K
+        np.floor(q, out=q)
+        g = q.astype(np.int64)
+        np.clip(g, 0, K - 1, out=g)
+        right = e[1:]  # right[g] = e_(g+1)
+        step = (v >= right[g]).astype(np.int64)
+        step -= v < e[g]
+        g += step
+        moved = np.flatnonzero(step)
+        while moved.size:  # one pass by the proof in the module docstring; O(#moved)
+            gm, vm = g[moved], v[moved]
+            step = (vm >= right[gm]).astype(np.int64)
+            step -= vm < e[gm]
+            g[moved] = gm + step
+            moved = moved[step != 0]
+        return g.reshape(x.shape)
 
     def count(self, values, *, out_of_range: str = "error", name: str = "data") -> np.ndarray:
         """Histogram (int64, shape (K,)) of one 1-D float array, validated (see

@@ -1,0 +1,134 @@
+"""Benchmark of the CSV readers considered for ``data_release.io``: read one numeric column of
+a 10^7-row CSV and bin it (2^16 bins, ``BinSpec.bin_index`` + ``np.bincount``).
+
+Readers: pyarrow's streaming ``pyarrow.csv.open_csv`` (the one ``io.read_csv_column`` uses,
+at two block sizes) and DuckDB's ``read_csv`` (embedded, fetched in Arrow record batches and
+binned by the same numpy code (``to_arrow_reader``); and, for reference, binned and counted inside DuckDB by the
+README's SQL recipe). Each reader runs in a fresh subprocess, so its peak RSS (``ru_maxrss``,
+minus the RSS after imports) is its own. Prints a markdown table.
+
+Usage: ``python benchmarks/bench_reader.py [--rows 10000000] [--repeat 3] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+LOWER, UPPER, BINS = 0.0, 1e6, 1 << 16
+READERS = {
+    "pyarrow-64MiB": "pyarrow `open_csv`, 64 MiB blocks (io.read_csv_column default)",
+    "pyarrow-16MiB": "pyarrow `open_csv`, 16 MiB blocks",
+    "duckdb": "DuckDB `read_csv`, Arrow reader (2^20 rows), binned in numpy",
+    "duckdb-sql": "DuckDB `read_csv`, binned and counted in SQL (README recipe)",
+}
+
+
+def write_csv(path: str, rows: int) -> None:
+    """``id,value,note`` with value ~ lognormal(10, 1) rounded to cents; pyarrow's writer."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    rng = np.random.default_rng(0)
+    with pacsv.CSVWriter(path, pa.schema([("id", pa.int64()), ("value", pa.float64()),
+                                          ("note", pa.string())])) as w:
+        for start in range(0, rows, 1 << 20):
+            n = min(1 << 20, rows - start)
+            w.write_table(pa.table({
+                "id": np.arange(start, start + n),
+                "value": np.round(np.minimum(rng.lognormal(10.0, 1.0, n), UPPER - 1), 2),
+                "note": pa.array(np.where(rng.random(n) < 0.5, "a,b", "c"))}))
+
+
+def _readme_sql() -> str:
+    readme = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+    with open(readme, encoding="utf-8") as f:
+        return re.search(r"```sql\n(.*?)```", f.read(), re.S).group(1)
+
+
+def child(reader: str, path: str) -> dict:
+    """Run one reader once in this (fresh) process: seconds, rows, peak RSS increase (MB)."""
+    from dptree_opt.data_release import BinSpec
+    from dptree_opt.data_release.io import read_csv_column
+    import duckdb  # noqa: F401  (imported before the baseline, like pyarrow)
+    import pyarrow  # noqa: F401
+    spec = BinSpec(LOWER, UPPER, BINS)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    hist = np.zeros(BINS, dtype=np.int64)
+    if reader.startswith("pyarrow"):
+        chunk = (64 if reader.endswith("64MiB") else 16) << 20
+        for values, _ in read_csv_column(path, "value", chunk_bytes=chunk):
+            hist += np.bincount(spec.bin_index(values), minlength=BINS)
+    elif reader == "duckdb":
+        con = duckdb.connect()
+        quoted = path.replace("'", "''")
+        rel = con.sql(f"SELECT value FROM read_csv('{quoted}', header = true)")
+        for batch in rel.to_arrow_reader(1 << 20):
+            values = batch.column(0).to_numpy()
+            hist += np.bincount(spec.bin_index(values), minlength=BINS)
+    else:
+        sql = _readme_sql()
+        sql = sql.replace("read_csv('incomes.csv')", f"read_csv('{path}', header = true)")
+        sql = sql.replace("income", "value").replace("'counts.csv'", "'/dev/null'")
+        sql = re.sub(r"CAST\('0' AS DOUBLE\) AS L, CAST\('500000' AS DOUBLE\) AS U, "
+                     r"CAST\('1000' AS DOUBLE\) AS K",
+                     f"CAST('{LOWER!r}' AS DOUBLE) AS L, CAST('{UPPER!r}' AS DOUBLE) AS U, "
+                     f"CAST('{BINS}' AS DOUBLE) AS K", sql)
+        sql = sql.replace("COPY (", "").rsplit(") TO", 1)[0]
+        counts = duckdb.connect().execute(sql).fetchnumpy()
+        hist[counts["bin"].astype(np.int64)] = counts["count"]
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds": seconds, "rows": int(hist.sum()), "rss_mb": (peak - base) / 1024,
+            "checksum": int((hist * np.arange(BINS)).sum())}
+
+
+def main(argv=None) -> None:
+    """Write the CSV, run every reader ``--repeat`` times (fresh processes), print a table."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=10**7)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="10^6 rows, one run")
+    ap.add_argument("--child", nargs=2, metavar=("READER", "FILE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+    rows, repeat = (10**6, 1) if args.quick else (args.rows, args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "data.csv")
+        t0 = time.perf_counter()
+        write_csv(path, rows)
+        size = os.path.getsize(path) / 1e6
+        print(f"{rows} rows (id,value,note), {size:.0f} MB, written in "
+              f"{time.perf_counter() - t0:.1f} s; value binned into {BINS} bins; median of "
+              f"{repeat} run(s), each in a fresh process\n")
+        print("| reader | time (s) | rows/s | MB/s | peak RSS increase (MB) |")
+        print("|---|---:|---:|---:|---:|")
+        sums = set()
+        for name, label in READERS.items():
+            runs = []
+            for _ in range(repeat):
+                out = subprocess.run([sys.executable, __file__, "--child", name, path],
+                                     check=True, capture_output=True, text=True).stdout
+                runs.append(json.loads(out.strip().splitlines()[-1]))
+            runs.sort(key=lambda r: r["seconds"])
+            r = runs[len(runs) // 2]
+            assert r["rows"] == rows, (name, r)
+            sums.add(r["checksum"])
+            print(f"| {label} | {r['seconds']:.2f} | {rows / r['seconds'] / 1e6:.2f} M | "
+                  f"{size / r['seconds']:.0f} | {max(run['rss_mb'] for run in runs):.0f} |")
+        print("\nsame histogram from every reader:", len(sums) == 1)
+
+
+if __name__ == "__main__":
+    main()

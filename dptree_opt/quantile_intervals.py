@@ -1,0 +1,544 @@
+"""Confidence intervals for the true quantiles of the data from a private CDF release.
+
+Setting. A mechanism measures a tree (or any strategy) over K' >= K bins with independent,
+symmetric noise z (discrete or continuous Laplace / Gaussian); the estimator is linear, so the
+raw cumulative counts are raw[b] = C_b + e_b, e = R z, with exact variances V_b (``queries``).
+Bins are 0-based, C_b = count in bins 0..b, C_{-1} = 0, C_{K-1} = N; ``bin_edges`` e_0 < ... < e_K.
+
+Target. The true q-quantile of the data x_1..x_N is ``np.quantile(x, q, method="inverted_cdf")``
+= the m-th order statistic, m = max(ceil(q N), 1) (the minimum for q = 0). It lies in the bin
+
+    b* = the first b with C_b >= m,   i.e.  C_{b*-1} < m <= C_{b*}.
+
+Construction (exact test inversion per bin). For q > 0, C_b >= m  <=>  D_b := C_b - q N >= 0
+(counts are integers). Its estimate Dhat_b = raw[b] - q Nhat, with Nhat = N when N is public
+(swap neighbours: N is read from the exact total row) and Nhat = raw[K-1] otherwise (an
+unbiased estimate of C_{K-1} = N; padding bins are empty). Bin b is REJECTED when
+
+    (1) Dhat_b + c sd_b < t_1       evidence that C_b < m      (b is left of b*), or
+    (2) Dhat_{b-1} - c sd_{b-1} > t_2   evidence that C_{b-1} >= m  (b is right of b*),
+
+with targets t_1 = t_2 = 0 (private N, q > 0). With N public the integer targets are exact:
+Dhat_b = raw[b], t_1 = m, t_2 = m - 1; for q = 0 (m = 1): Dhat_b = raw[b], t_1 = 1, t_2 = 0.
+b = -1 is the empty prefix: Dhat_{-1} = -q Nhat (exactly 0 with N public or q = 0).
+The interval is the hull [e_lo, e_{hi+1}] of the kept bins lo..hi (value units, bin edges). If
+no bin is kept the estimate's bin is returned; if ``estimates`` fall outside they are added
+(both are supersets on the event that b* is kept, so coverage is unchanged).
+
+Guarantee. b* is rejected only if (1) fails at b* although D_{b*} >= 0, or (2) fails at b*
+although D_{b*-1} < 0; each has probability <= P(Z_b < -c_b) resp. P(Z_{b-1} > c_{b-1}) where
+Z_b = (Dhat_b - D_b) / sd_b is the standardised estimation error. The noise is symmetric and
+the estimator linear, so both are <= alpha / 2 when the critical value c satisfies
+P(|Z_b| > c) <= alpha for every b, and then, for EVERY data set and every q,
+
+    P(true quantile in [lower, upper]) >= 1 - alpha = level.
+
+The union bound is nearly tight (the errors at b and b-1 are strongly positively correlated,
+so the two rejection events are almost disjoint): coverage is close to ``level`` when bin b*
+holds few records relative to sd, and higher otherwise.
+
+Variance (exact). e_{K-1} - e_b is the error of the range [b+1, K-1], VR_b = its variance
+(``queries.range_standard_errors``, O(h) per range on trees), V_K := V_{K-1}. Then
+Cov(e_b, e_{K-1}) = (V_b + V_K - VR_b) / 2 and
+
+    Var(e_b - q e_{K-1}) = (1 - q) V_b + q VR_b - q (1 - q) V_K           (private N),
+
+= V_b with N public; b = -1 has V = 0, VR = V_K, giving q^2 V_K (tests check it against
+the dense covariance).
+
+Critical value: the exact distribution of Z_b, not the normal approximation. Z_b = sum_r a_r z_r
+is a linear combination of the independent row noises with weights a = R' (p_b - q p_{K-1}),
+computed exactly (no simulation): R' p = V^-1 A Cov p (BLUE: R = P Cov A' V^-1; Cov from the
+tree's covariance coefficients, MATH.md section 3, or the generic GLS solver). Its
+characteristic function is the product of the rows' characteristic functions:
+
+* discrete Laplace, P(z) ~ exp(-|z| / s):  phi(u) = 1 / (1 + 4 p sin^2(u/2) / (1 - p)^2),
+  p = exp(-1/s)  (the two-sided geometric law; [GRS12], [CKS20] Sec. 2);
+* discrete Gaussian, P(z) ~ exp(-z^2 / (2 s^2)): phi(u) = theta(u) / theta(0) with
+  theta(u) = sum_z exp(-z^2 / 2 s^2) cos(u z) (direct sum for s < 1, else its Poisson-summed
+  form sum_k exp(-s^2 (u - 2 pi k)^2 / 2); [CKS20] Sec. 2);
+* continuous Laplace 1 / (1 + s^2 u^2); continuous Gaussian exp(-s^2 u^2 / 2).
+
+The rows carrying at least ``_KEEP_SHARE`` of Var(Z_b) (times their excess kurtosis / 3) enter
+exactly; the many small ones are replaced by one normal of their exact total variance (a CLT
+approximation: their neglected 4th cumulant is below 0.1 % of Var^2). The tail
+P(Z > x) = 1/2 - (1/pi) int_0^inf sin(t x) phi(t) / t dt (Gil-Pelaez 1951) is integrated by the
+trapezoid rule (step 0.05 in standardised units; the integrand is analytic in a strip, so the
+error is far below 1e-10) up to the point where the normal factor is below e^-40. When the
+normal part is below ``_MIN_SMOOTH`` sd (a few rows carry everything: tiny trees), an
+independent U ~ N(0, eta^2) is added and the bound P(Z > x) <= P(Z + U > x - 6 eta) + P(U < -6 eta)
+is used (so the atoms of a lattice law are handled conservatively). c is the smallest point
+of a 0.002 grid with P(Z_b > c) <= alpha / 2, maximised over the checked prefixes b:
+
+* every prefix whose count b + 1 is a sum/difference of at most two tree nodes (the minimal
+  signed mixed-radix digit weight <= 2; these are the heavy-tailed prefixes: few rows
+  dominate; at most ``_MAX_HEAVY`` of them, evenly spread, when there are more), b = -1, 0, 1,
+  K-3, K-2, K-1, and ``_N_RANDOM`` prefixes drawn with a fixed seed (a public,
+  data-independent choice); all prefixes when K <= 64 or the mechanism is not a tree.
+  At K = 1024 the maximum over the checked prefixes equals the maximum over all prefixes
+  (``benchmarks/bench_coverage.py --check-subsample``).
+
+Gaussian noise with every sigma >= 4 is normal to double precision (the discrete Gaussian's
+characteristic function differs from exp(-s^2 u^2 / 2) by O(exp(-2 pi^2 s^2))) and linear
+combinations of normals are normal: c = z_{1 - alpha/2} exactly. Laplace noise is never normal:
+a single Laplace exceeds 1.96 sd with probability 0.031 per side (c = 2.12 for a single term);
+typical BLUE prefixes of a tree need c ~ 1.98-2.05.
+
+The critical values and variances depend only on public parameters (mechanism, K, qs, level):
+:func:`calibrate_quantile_tests` computes them before the noise is drawn (cached by the
+mechanism's parameters); :func:`quantile_intervals` itself only does array arithmetic on the
+release and never raises. It costs O(K) per quantile; the calibration ~0.1-3 s (see
+``benchmarks/bench_coverage.py --timing``).
+
+Noise-only interval. The reported estimate is the quantile of a CDF linear inside bins
+(``queries.quantiles``). With Dhat(x), sd(x) interpolated linearly between the edges (sd
+linearly interpolated is >= the true sd of the interpolated error, by Minkowski's inequality),
+the interpolated true quantile x* has D(x*) = 0 and |Dhat(x*)| <= c sd(x*) with probability
+>= level, so x* lies in [noise_lower, noise_upper] = [inf{x : Dhat + c sd >= 0},
+sup{x : Dhat - c sd <= 0}] (q = 0: the rule gives e_0 for every CDF, so [e_0, e_0]). It
+measures how far the noise can move the estimate; it ignores where the data sit inside bins.
+It is widened to contain the estimate.
+
+References: [CKS20] Canonne, Kamath, Steinke, "The discrete Gaussian for differential
+privacy" (NeurIPS 2020); [GRS12] Ghosh, Roughgarden, Sundararajan, "Universally
+utility-maximizing privacy mechanisms" (SIAM J. Comput. 2012); Gil-Pelaez, "Note on the
+inversion theorem", Biometrika 38 (1951); MATH.md sections 2-3 (BLUE, covariance on trees).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass, field
+from numbers import Real
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import ndtri
+
+from . import queries as _queries
+from . import tree_error
+from .estimation.gls import gls
+from .estimation.tree import is_tree_mechanism, tree_parameters
+from .mechanism import Mechanism
+
+__all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",
+           "calibrate_quantile_tests", "quantile_intervals"]
+
+_KEEP_SHARE = 1e-3      # rows with at least this share of Var(Z_b) enter the CF exactly
+_MAX_TERMS = 400        # at most this many exact rows per prefix (the rest: normal)
+_MIN_SMOOTH = 0.02      # smallest normal part (sd units) before smoothing is added
+_SMOOTH_K = 6.0         # smoothing shift in units of its sd: P(U < -6 eta) = 1e-9
+_STEP = 0.05            # trapezoid step in t (standardised units)
+_ENVELOPE = 40.0        # integrate until the normal factor is exp(-40)
+_GRID = 0.002           # resolution of the critical value (rounded up)
+_MAX_HEAVY = 160        # heavy (few-node) prefixes checked at most
+_N_RANDOM = 32          # random prefixes checked in addition
+_ALL_PREFIXES = 64      # check every prefix up to this K
+_NORMAL_SIGMA = 4.0     # discrete Gaussian with sigma >= this is normal to double precision
+_CACHE_SIZE = 64
+_CHUNK = 32             # prefixes per weight block
+
+
+# ============================================================================ results
+@dataclass(frozen=True, eq=False)
+class QuantileCalibration:
+    """The data-independent part: critical values and variances (public; compute it before
+    the noise is drawn with :func:`calibrate_quantile_tests`).
+
+    Attributes
+    ----------
+    qs, level : the quantile levels and the confidence level.
+    critical : float (len(qs),) -- c per quantile (P(|Z_b| > c) <= 1 - level for every b).
+    variances : float (K + 1,) -- V_b of raw[b], b = -1..K-1 (V_{-1} = 0).
+    range_variances : float (K + 1,) -- VR_b = Var(raw[K-1] - raw[b]), b = -1..K-1.
+    total_public : bool -- N public (exact) or estimated by raw[K-1].
+    method : str -- how c was obtained ("normal" or "characteristic function").
+    prefixes_checked : int -- how many prefixes entered the maximum.
+    seconds : float -- the time the calibration took.
+    notes : tuple of str.
+    """
+
+    qs: np.ndarray
+    level: float
+    critical: np.ndarray
+    variances: np.ndarray
+    range_variances: np.ndarray
+    total_public: bool
+    n_bins: int
+    method: str
+    prefixes_checked: int
+    seconds: float
+    notes: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class QuantileIntervals:
+    """Per-quantile intervals (all arrays float (len(qs),), read-only).
+
+    lower, upper : ``level`` confidence interval for the TRUE quantile of the data
+        (``np.quantile(data, q, method="inverted_cdf")``), bin-edge aligned (module docstring).
+    noise_lower, noise_upper : noise-only interval of the reported (interpolated) estimate.
+    critical : the critical value c used per quantile.
+    extended : bool (len(qs),) -- the estimate fell outside [lower, upper] and was added.
+    empty : bool (len(qs),) -- no bin survived the tests (the estimate's bin was returned).
+    notes : tuple of str -- everything unusual (never an exception after the noise).
+    """
+
+    qs: np.ndarray
+    level: float
+    lower: np.ndarray
+    upper: np.ndarray
+    noise_lower: np.ndarray
+    noise_upper: np.ndarray
+    critical: np.ndarray
+    extended: np.ndarray
+    empty: np.ndarray
+    notes: tuple = field(default=())
+
+
+def _ro(a) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+# ============================================================================ validation
+def _check_qs(qs) -> np.ndarray:
+    try:
+        q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise ValueError(f"qs must be probabilities in [0, 1], got {qs!r}") from None
+    if q.ndim != 1 or not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)):
+        raise ValueError(f"qs must be a 1-D array of probabilities in [0, 1], got {qs!r}")
+    return q
+
+
+def _check_level(level) -> float:
+    if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
+            or not 0 < float(level) < 1):
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    return float(level)
+
+
+def check_quantile_intervals(mechanism, bin_edges, qs, level=0.95, *,
+                             total_public=None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Validate the arguments of :func:`quantile_intervals` BEFORE the noise is drawn.
+
+    mechanism : a Mechanism over K' >= K bins; bin_edges : K + 1 strictly increasing finite
+    values (K >= 1); qs : probabilities in [0, 1]; level in (0, 1); total_public : None or a
+    bool equal to ``mechanism.public_total``. Returns (edges, qs, level); ValueError otherwise.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    try:
+        e = np.asarray(bin_edges, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError("bin_edges must be a 1-D array of numbers") from None
+    if e.ndim != 1 or e.size < 2 or not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
+        raise ValueError("bin_edges must hold K + 1 >= 2 finite, strictly increasing values")
+    k = e.size - 1
+    if mechanism.n_bins < k:
+        raise ValueError(f"the mechanism has {mechanism.n_bins} bins, fewer than the K = {k} "
+                         "bins of bin_edges")
+    if total_public is not None:
+        if not isinstance(total_public, (bool, np.bool_)):
+            raise ValueError(f"total_public must be a bool, got {total_public!r}")
+        if bool(total_public) != mechanism.public_total:
+            raise ValueError(f"total_public={bool(total_public)} but the mechanism has "
+                             f"public_total={mechanism.public_total}")
+    return e, _check_qs(qs), _check_level(level)
+
+
+# ============================================================================ noise model
+def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
+    """Rows r_b of the raw-CDF estimator's noise map: e_b = r_b . z (shape (len(bs), rows)).
+
+    r_b = V^-1 A Cov p_b on noisy rows, 0 on exact and unmeasured ones (BLUE: R = P Cov A' V^-1,
+    Cov symmetric, constrained when N is public). Trees: Cov = sum_l c_l (I kron J_{w_l})
+    (``tree_error.blue_covariance_coefficients``), O(K' h) per prefix; otherwise the GLS
+    solver's Cov @ p. b = -1 gives zeros."""
+    kp = mechanism.n_bins
+    var = mechanism.variances
+    inv = np.zeros(var.size)
+    noisy = (var > 0) & np.isfinite(var)
+    inv[noisy] = 1.0 / var[noisy]
+    bins = np.arange(kp)
+    out = np.zeros((bs.size, var.size))
+    if is_tree_mechanism(mechanism):
+        tree = mechanism.released
+        ks, v = tree_parameters(mechanism)
+        coef = tree_error.blue_covariance_coefficients(ks, v)
+        widths = [int(w) for w in tree.level_widths]
+        for start in range(0, bs.size, _CHUNK):
+            b = bs[start:start + _CHUNK]
+            u = (bins[None, :] <= b[:, None]).astype(np.float64)  # p_b, (m, K')
+            x = np.zeros_like(u)
+            for c_l, w in zip(coef, widths):  # Cov p: O(K') per level
+                s = u.reshape(b.size, kp // w, w).sum(axis=2)
+                x += np.repeat(c_l * s, w, axis=1)
+            ax = np.concatenate([x.reshape(b.size, kp // w, w).sum(axis=2) for w in widths],
+                                axis=1)  # node sums in level order = A Cov p
+            out[start:start + _CHUNK] = ax * inv
+        return out
+    solver = gls(mechanism)
+    a = sp.csr_matrix(mechanism.released.matrix)
+    for start in range(0, bs.size, _CHUNK):
+        b = bs[start:start + _CHUNK]
+        u = (bins[:, None] <= b[None, :]).astype(np.float64)  # (K', m)
+        x = solver.cov_times(u)
+        out[start:start + _CHUNK] = np.asarray(a @ x).T * inv
+    return out
+
+
+def _level_kurtosis(scale: float, noise: str, discrete: bool) -> float:
+    """Excess kurtosis of one row's noise (to rank how non-normal a small term is)."""
+    if noise == "gaussian":
+        if not discrete or scale >= _NORMAL_SIGMA:
+            return 0.0
+        z = np.arange(-math.ceil(12 * scale) - 2, math.ceil(12 * scale) + 3, dtype=float)
+        w = np.exp(-z * z / (2 * scale * scale))
+    else:
+        if not discrete:
+            return 3.0
+        p = math.exp(-1.0 / scale)
+        zmax = math.ceil(60 * scale) + 2
+        z = np.arange(-zmax, zmax + 1, dtype=float)
+        w = p ** np.abs(z)
+    w = w / w.sum()
+    m2 = float(np.sum(w * z ** 2))
+    m4 = float(np.sum(w * z ** 4))
+    return m4 / (m2 * m2) - 3.0 if m2 > 0 else 0.0
+
+
+def _log_cf(u: np.ndarray, scale: np.ndarray, noise: str, discrete: bool) -> np.ndarray:
+    """log of the characteristic function of one row's noise at u (elementwise; scale > 0)."""
+    if noise == "laplace":
+        if discrete:
+            p = np.exp(-1.0 / scale)
+            return -np.log1p(4.0 * p * np.sin(u / 2) ** 2 / (1.0 - p) ** 2)
+        return -np.log1p((scale * u) ** 2)
+    if not discrete:
+        return -0.5 * (scale * u) ** 2
+    out = -0.5 * (scale * u) ** 2
+    lattice = np.broadcast_to(scale < _NORMAL_SIGMA, u.shape)
+    if np.any(lattice):
+        s = np.broadcast_to(scale, u.shape)[lattice]
+        uu = u[lattice]
+        ur = np.remainder(uu + np.pi, 2 * np.pi) - np.pi  # theta is 2 pi periodic
+        small = s < 1.0
+        val = np.empty(uu.shape)
+        if np.any(small):  # direct sum over |z| <= 12 s + 2 (the rest is below e^-72)
+            zz = np.arange(0, 15, dtype=float)
+            ss = s[small][:, None]
+            wz = np.exp(-zz ** 2 / (2 * ss * ss)) * np.where(zz == 0, 1.0, 2.0)
+            val[small] = np.log(np.maximum(
+                np.sum(wz * np.cos(ur[small][:, None] * zz), axis=1) / wz.sum(axis=1),
+                1e-300))
+        if np.any(~small):  # Poisson summation, |k| <= 3 (the rest is below e^-180)
+            kk = np.arange(-3, 4, dtype=float) * 2 * np.pi
+            ss = s[~small][:, None]
+            num = np.exp(-0.5 * ss * ss * (ur[~small][:, None] - kk) ** 2).sum(axis=1)
+            den = np.exp(-0.5 * ss * ss * kk ** 2).sum(axis=1)
+            val[~small] = np.log(np.maximum(num / den, 1e-300))
+        out = out.copy()
+        out[lattice] = val
+    return out
+
+
+def _tail_critical(a: np.ndarray, scale: np.ndarray, kurt: np.ndarray, noise: str,
+                   discrete: bool, alpha: float) -> float:
+    """Smallest c (on a _GRID grid) with P(S > c) <= alpha / 2 for S = sum_r a_r z_r
+    standardised (sum a_r^2 var_r = 1), by Gil-Pelaez inversion (module docstring)."""
+    share = a * a * scale_var(scale, noise, discrete)
+    total = float(share.sum())
+    if not total > 0:
+        return 0.0
+    a = a / math.sqrt(total)
+    share = share / total
+    rank = share * np.maximum(1.0, kurt / 3.0)
+    order = np.argsort(rank)[::-1][:_MAX_TERMS]
+    keep = order[rank[order] >= _KEEP_SHARE]
+    rest = max(1.0 - float(share[keep].sum()), 0.0)
+    eta2 = max(_MIN_SMOOTH ** 2 - rest, 0.0)
+    shift = _SMOOTH_K * math.sqrt(eta2)
+    target = alpha / 2 - (0.5 * math.erfc(_SMOOTH_K / math.sqrt(2)) if eta2 > 0 else 0.0)
+    sig2 = rest + eta2
+    t_max = math.sqrt(2 * _ENVELOPE / sig2)
+    t = np.arange(1, int(t_max / _STEP) + 2) * _STEP
+    logphi = -0.5 * sig2 * t * t
+    for j in range(0, keep.size, 64):  # blocks of rows: (64, n_t) at a time
+        idx = keep[j:j + 64]
+        logphi = logphi + _log_cf(a[idx, None] * t[None, :], scale[idx, None], noise,
+                                  discrete).sum(axis=0)
+    g = np.exp(logphi) / t
+
+    def tail(x):
+        x = np.atleast_1d(np.asarray(x, dtype=float))
+        integral = _STEP * (0.5 * x + np.sin(np.outer(x, t)) @ g)  # trapezoid, f(0) = x
+        return 0.5 - integral / np.pi
+
+    # bracket on a coarse grid, then refine; tails are non-increasing in x
+    hi = 1.0
+    while tail(hi)[0] > target and hi < 1e4:
+        hi *= 2.0
+    coarse = np.arange(0.0, hi + 0.25, 0.25)
+    above = np.flatnonzero(tail(coarse) > target)
+    lo = coarse[above[-1]] if above.size else 0.0
+    fine = lo + np.arange(0, int(0.25 / _GRID) + 2) * _GRID
+    ok = np.flatnonzero(tail(fine) <= target)
+    c = fine[ok[0]] if ok.size else lo + 0.25
+    return float(c + shift)
+
+
+def scale_var(scale, noise: str, discrete: bool) -> np.ndarray:
+    """Per-row noise variances from scales (the mechanism's own rule)."""
+    from .mechanism import discrete_variance
+    scale = np.asarray(scale, dtype=float)
+    if discrete:
+        uniq, inv = np.unique(scale, return_inverse=True)
+        return np.array([discrete_variance(s, noise) for s in uniq])[inv]
+    return 2 * scale ** 2 if noise == "laplace" else scale ** 2
+
+
+def _signed_digit_weight(widths, n: np.ndarray, root_free: bool) -> np.ndarray:
+    """Fewest tree nodes (with signs) summing to n: min sum |d_l| over n = sum_l d_l w_l,
+    w_0 = K' the root (free when N is public). DP over the carry, leaves up; O(len(n) h)."""
+    widths = [int(w) for w in widths]
+    f0 = np.zeros(n.size)
+    f1 = np.full(n.size, np.inf)
+    for lvl in range(len(widths) - 1, 0, -1):
+        w, k = widths[lvl], widths[lvl - 1] // widths[lvl]
+        digit = (n // w) % k
+        x0, x1 = digit, digit + 1  # value at this level with carry in 0 / 1
+        n0 = np.minimum(f0 + x0, f1 + x1)                 # digit x, no carry out
+        n1 = np.minimum(f0 + (k - x0), f1 + (k - x1))     # digit x - k, carry out
+        f0, f1 = n0, n1
+    top = n // widths[0]
+    root = (lambda v: 0.0 * v) if root_free else (lambda v: v.astype(float))
+    return np.minimum(f0 + root(top), f1 + root(top + 1))
+
+
+def _checked_prefixes(mechanism: Mechanism, k: int) -> np.ndarray:
+    """The prefixes b whose critical values enter the maximum (module docstring)."""
+    if k <= _ALL_PREFIXES or (not is_tree_mechanism(mechanism) and k <= 4 * _ALL_PREFIXES):
+        return np.arange(-1, k)
+    rng = np.random.default_rng(20240917)  # fixed: a public, data-independent choice
+    rand = rng.choice(k, size=min(_N_RANDOM, k), replace=False)
+    ends = np.array([-1, 0, 1, k - 3, k - 2, k - 1])
+    if not is_tree_mechanism(mechanism):
+        b = np.concatenate([np.linspace(0, k - 1, _MAX_HEAVY).round().astype(int), rand, ends])
+        return np.unique(b[(b >= -1) & (b < k)])
+    tree = mechanism.released
+    n = np.arange(1, k + 1)
+    weight = _signed_digit_weight(tree.level_widths, n, mechanism.public_total)
+    heavy = np.flatnonzero(weight <= 1)
+    two = np.flatnonzero(weight == 2)
+    room = max(_MAX_HEAVY - heavy.size, 0)
+    if two.size > room:
+        two = two[np.unique(np.linspace(0, two.size - 1, room).round().astype(int))] \
+            if room else two[:0]
+    b = np.concatenate([heavy, two, rand, ends])
+    return np.unique(b[(b >= -1) & (b < k)])
+
+
+# ============================================================================ calibration
+_CAL_CACHE: dict = {}
+_CAL_WEAK: "weakref.WeakKeyDictionary[Mechanism, dict]" = weakref.WeakKeyDictionary()
+
+
+def _cache_key(mechanism: Mechanism):
+    """Parameters that determine the noise law and the estimator (trees), else None."""
+    if not is_tree_mechanism(mechanism):
+        return None
+    return (mechanism.released.branching, mechanism.noise, mechanism.discrete,
+            mechanism.public_total,
+            tuple(sorted((int(k), float(v)) for k, v in mechanism.level_scales.items())))
+
+
+def calibrate_quantile_tests(mechanism: Mechanism, n_bins: int, qs, level: float = 0.95,
+                             ) -> QuantileCalibration:
+    """Critical values and variances for :func:`quantile_intervals` (data-independent).
+
+    Parameters: the mechanism (K' >= ``n_bins`` bins; the BLUE is the estimator), K =
+    ``n_bins``, the quantile levels ``qs`` and ``level``. Raises ValueError on bad input; run
+    it before the noise. Cached by the mechanism's parameters. Cost: module docstring."""
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    if isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer)) \
+            or not 1 <= n_bins <= mechanism.n_bins:
+        raise ValueError(f"n_bins must be an integer in [1, {mechanism.n_bins}], got {n_bins!r}")
+    q = _check_qs(qs)
+    level = _check_level(level)
+    key = (int(n_bins), tuple(q.tolist()), level)
+    mkey = _cache_key(mechanism)
+    store = _CAL_CACHE.setdefault(mkey, {}) if mkey is not None else \
+        _CAL_WEAK.setdefault(mechanism, {})
+    if key in store:
+        return store[key]
+    cal = _calibrate(mechanism, int(n_bins), q, level)
+    if mkey is not None and len(_CAL_CACHE) > _CACHE_SIZE:
+        _CAL_CACHE.pop(next(iter(_CAL_CACHE)))
+    store[key] = cal
+    return cal
+
+
+def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> QuantileCalibration:
+    t0 = time.perf_counter()
+    alpha = 1.0 - level
+    public = mechanism.public_total
+    notes = []
+    se = _queries.cdf_standard_errors(mechanism)[:k]
+    var = np.concatenate([[0.0], se ** 2])  # b = -1..K-1
+    vk = float(var[-1])
+    if k > 1:
+        rse = _queries.range_standard_errors(mechanism, np.arange(1, k), np.full(k - 1, k - 1))
+        rvar = np.concatenate([[vk], rse ** 2, [0.0]])
+    else:
+        rvar = np.array([vk, 0.0])
+    noise, discrete = mechanism.noise, mechanism.discrete
+    scales = mechanism.scales
+    noisy = (mechanism.variances > 0) & np.isfinite(mechanism.variances)
+    normal = noise == "gaussian" and (not discrete or float(np.min(scales[noisy],
+                                                                    initial=np.inf))
+                                      >= _NORMAL_SIGMA)
+    z = float(-ndtri(alpha / 2))
+    if normal:
+        crit = np.full(q.size, z)
+        method, checked = "normal", 0
+    else:
+        bs = _checked_prefixes(mechanism, k)
+        weights = _prefix_weights(mechanism, bs)[:, noisy]
+        w_total = _prefix_weights(mechanism, np.array([k - 1]))[0, noisy]
+        s = scales[noisy]
+        uniq = np.unique(s)
+        kurt_u = {float(v): _level_kurtosis(float(v), noise, discrete) for v in uniq}
+        kurt = np.array([kurt_u[float(v)] for v in s])
+        crit = np.empty(q.size)
+        done: dict = {}
+        for i, qi in enumerate(q):
+            # the standardised error of Dhat_b: weights r_b - q r_{K-1} (private N, q > 0)
+            qq = 0.0 if (public or qi == 0) else float(qi)
+            if qq in done:
+                crit[i] = done[qq]
+                continue
+            best = 0.0
+            for j, b in enumerate(bs):
+                a = weights[j] - qq * w_total
+                if not np.any(a):
+                    continue
+                best = max(best, _tail_critical(a, s, kurt, noise, discrete, alpha))
+            # never below the normal value (numerical noise in the near-normal case)
+            crit[i] = done[qq] = max(best, z)
+        method, checked = "characteristic function", int(bs.size)
+        if checked < k + 1:
+            notes.append(f"critical values: maximum over {checked} of the {k + 1} prefixes "
+                         "(all few-node prefixes, the ends and a fixed random sample)")
+    if alpha < 1e-4:
+        notes.append(f"level {level}: the critical value relies on far tails of the noise law "
+                     "(approximation: small terms as one normal)")
+    return QuantileCalibration(qs=_ro(q), level=level, critical=_ro(crit), variances=_ro(var),
+                               range_variances=_ro(rvar), total_public=public, n_bins=k,
+                               method=method, prefixes_checked=checked,
+                               seconds=time.perf_counter() - t0, notes=tuple(notes))
