@@ -378,3 +378,12 @@ def test_expected_error_tree_unmeasured_leaves_not_identified(neighbours, budget
     wl = getattr(workloads, workload)(n)
     with pytest.raises(ValueError, match="identif"):
         expected_error(wl, mech, "blue")
+
+
+@pytest.mark.parametrize("ks", [[float("inf")], [float("nan")], [2.0, 5], [True, 10], ["2", 5],
+                                [2.5, 4], [0, 10]])
+def test_tree_branching_must_be_positive_integers(ks):
+    """tree(10, [inf]) raised OverflowError (issue 12 item 11); floats, bools and strings are
+    not branching factors."""
+    with pytest.raises(ValueError, match="branching"):
+        strategies.tree(10, ks)

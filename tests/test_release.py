@@ -12,8 +12,10 @@ from dptree_opt.cli import main
 from dptree_opt.data_release import Release, release, release_file
 
 # A huge budget makes the discrete noise exactly 0 with overwhelming probability
-# (q = exp(-eps_l / sensitivity) < e^-300 per node): the release is then exact and testable.
-HUGE = 3000.0
+# (q = exp(-eps_l / sensitivity) < e^-30 per node, e.g. eps_l = 300 / 5 levels = 60 at
+# sensitivity 1): the release is then exact and testable. (Above eps_l ~ 745 the noise is
+# identically 0 in double precision and the release refuses the budget.)
+HUGE = 300.0
 
 
 def _data(n=2000, seed=0):
@@ -44,8 +46,11 @@ def test_release_structure_and_guarantee():
     levels = {lv["level"]: lv for lv in r.privacy["levels"]}
     assert sorted(levels) == [0, 1, 2, 3]
     for lvl, info in levels.items():
-        assert info["scale"] == pytest.approx(mech.level_scales[lvl])
-        assert info["variance"] == pytest.approx(mech.level_variances[lvl])
+        s, v = mech.level_scales[lvl], mech.level_variances[lvl]
+        if np.isinf(s):  # optimal budgets: a level may get none (written as null)
+            assert info["scale"] is None and info["released"] == "not measured"
+        else:
+            assert info["scale"] == pytest.approx(s) and info["variance"] == pytest.approx(v)
     assert "OpenDP" in r.privacy["sampler"] and "discrete Laplace" in r.privacy["sampler"]
     assert "WARNING" not in r.description
     out = json.loads(r.to_json())
@@ -98,8 +103,14 @@ def test_padding_bins_are_public_zeros():
 def test_optimal_tree_is_the_optimisers_and_swap_is_loud():
     x = _data(500)
     r = release(x, lower=0, upper=100, bins=100, epsilon=1.0, neighbours="swap")
-    d = optimize.level_uniform(100, 1.0, estimator="blue", neighbours="swap")
+    d = optimize.level_uniform(100, 1.0, estimator="blue", neighbours="swap",
+                               budgets="optimal")  # the release's default (issue 12 item 13)
     assert r.branching == tuple(d.branching)
+    assert [r.mechanism.level_budgets.get(lvl + 1, 0.0) for lvl in range(len(d.budgets))] \
+        == pytest.approx(list(d.budgets))
+    # the JSON reports the design's exact error: the mean of the SE^2 of the raw CDF
+    assert r.expected_error["mean_prefix_mse"] == pytest.approx(
+        float(np.mean(r.standard_errors ** 2)), rel=1e-12)
     assert r.cdf.total_public and r.total == 500 and r.consistent_cdf[-1] == 500
     assert r.description.startswith("WARNING: swap neighbours -- the number of records N is "
                                     "released EXACTLY")
@@ -137,14 +148,15 @@ def _kw(**over):
     ([1, np.nan, 3], {}, r"data: 1 NaN/missing value\(s\); first at data row 2"),
     ([1, np.inf, -np.inf], {}, r"data: 2 infinite value\(s\)"),
     ([1, np.inf], {"out_of_range": "clip"}, r"data: 1 infinite"),
-    (["1", "x"], {}, r"data: non-numeric value 'x' at data row 2"),
+    (["1", "x"], {}, r"data: text '1' \(numeric strings are not converted"),
+    ([1.0, "x"], {}, r"data: .*'x'.* at data row 2"),
     ([], {}, r"data: no values \(empty input\)"),
     ([1], {"lower": 5, "upper": 5}, "lower must be < upper"),
     ([1], {"lower": 6, "upper": 5}, "lower must be < upper"),
     ([1], {"lower": -np.inf}, "lower must be finite"),
     ([1], {"upper": np.nan}, "upper must be finite"),
-    ([1], {"bins": 0}, "bins must be >= 1"),
-    ([1], {"bins": -3}, "bins must be >= 1"),
+    ([1], {"bins": 0}, "bins must be an integer >= 1"),
+    ([1], {"bins": -3}, "bins must be an integer >= 1"),
     ([1], {"tree": [2, 2]}, r"tree: branching \[2, 2\] has 4 leaves, fewer than bins = 8"),
     ([1], {"tree": [2, 0, 4]}, "branching factors must be integers >= 1"),
     ([1], {"tree": "binary"}, "tree must be 'optimal' or a list"),
@@ -237,7 +249,7 @@ def test_cli_release_counts_file_and_swap_warning(tmp_path, capsys):
     (["--column", "value", "--tree", "two"], "--tree: expected 'optimal' or branching"),
     (["--column", "value", "--quantiles", "0.5,x"], "--quantiles: expected comma-separated"),
     (["--column", "value", "--upper", "50"], r"value\(s\) outside"),
-    (["--column", "value", "--bins", "0"], "bins must be >= 1"),
+    (["--column", "value", "--bins", "0"], "bins must be an integer >= 1"),
     ([], "--column: name the column"),
 ])
 def test_cli_hostile_input_exits_2_with_a_message(tmp_path, capsys, args, match):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..data_release import DEFAULT_QUANTILES, release_file
+from ..data_release.output import check_output_path
 
 ORDER = 60  # position in `dptree-opt --help`
 
@@ -27,11 +28,16 @@ def _tree(text: str):
 
 
 def run(args) -> int:
-    """Read, bin, release; print the summary and write the JSON (``--out``)."""
+    """Check --out, read, bin, release; print the summary and write the JSON (``--out``).
+
+    The output path is validated before any data is read (and so before the noise); if
+    writing fails after the release, the JSON goes to stdout instead of being lost."""
     if (args.file is None) == (args.counts is None):
         raise ValueError("give a data FILE (with --column) or --counts FILE, not both")
     if args.file is not None and not args.column:
         raise ValueError("--column: name the column of FILE to release")
+    out = (check_output_path(args.out, inputs=(args.file, args.counts), force=args.force)
+           if args.out else None)
     result = release_file(
         args.file, column=args.column, counts_file=args.counts, lower=args.lower,
         upper=args.upper, bins=args.bins, epsilon=args.epsilon, rho=args.rho,
@@ -46,13 +52,23 @@ def run(args) -> int:
         print("WARNING: swap neighbours: N is released exactly and is not protected",
               file=sys.stderr)
     print(result.summary())
-    if args.out:
-        result.to_json(args.out, include_measurements=args.include_measurements)
-        print(f"written: {args.out}")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    code = 0 if result.complete else 1
+    if out is not None:
+        kw = {"include_measurements": args.include_measurements}
+        try:
+            result.to_json(out, force=args.force, **kw)
+            print(f"written: {out}")
+        except OSError as exc:  # the release is made: never lose it
+            print(f"dptree-opt: error: could not write {str(out)!r} ({exc}); the release "
+                  "follows on stdout", file=sys.stderr)
+            print(result.to_json(include_measurements=True))
+            code = 1
     if args.describe:
         print()
         print(result.description)
-    return 0
+    return code
 
 
 def register(sub) -> None:
@@ -63,8 +79,9 @@ def register(sub) -> None:
                     "file), count it into K equal-width bins over [lower, upper), measure the "
                     "optimal (or given) tree with OpenDP's exact discrete Laplace/Gaussian "
                     "samplers, estimate (BLUE), make the CDF consistent, print quantiles with "
-                    "intervals and write the full result as JSON. Bin rule: bin(x) = "
-                    "min(floor(((x - lower) / (upper - lower)) * K), K - 1).",
+                    "intervals and write the full result as JSON. Bins: edges e_i = lower + "
+                    "(upper - lower) * i / K (double precision), bin(x) = i iff e_i <= x < "
+                    "e_(i+1). Everything is validated before the noise is drawn.",
         epilog="example: dptree-opt release incomes.csv --column income --lower 0 "
                "--upper 500000 --bins 1000 --epsilon 1 --out release.json")
     p.add_argument("file", nargs="?", help="CSV/TSV with a header row, or .parquet")
@@ -82,8 +99,8 @@ def register(sub) -> None:
     p.add_argument("--tree", default="optimal",
                    help="'optimal' (default: the optimiser's tree for the BLUE) or branching "
                         "factors k1,k2,... (root first; product >= bins)")
-    p.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
-                   help="per-level budget split")
+    p.add_argument("--budgets", choices=("equal", "optimal"), default="optimal",
+                   help="per-level budget split (default: optimal for the BLUE)")
     p.add_argument("--out-of-range", choices=("error", "clip"), default="error",
                    help="values outside [lower, upper): error (default) or clip to the "
                         "first/last bin")
@@ -93,7 +110,9 @@ def register(sub) -> None:
                    help="coverage of the quantile intervals (default 0.95)")
     p.add_argument("--consistency", choices=("l2", "l1", "none"), default="l2")
     p.add_argument("--delimiter", help="CSV delimiter (default ',' or tab for .tsv)")
-    p.add_argument("--out", help="write the release as JSON to this file")
+    p.add_argument("--out", help="write the release as JSON to this file (checked before the "
+                                 "data are read; never the input file)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     p.add_argument("--include-measurements", action="store_true",
                    help="also write the noisy node answers to the JSON")
     p.add_argument("--describe", action="store_true",

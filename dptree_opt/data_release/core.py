@@ -21,12 +21,20 @@ Pipeline (DESIGN.md: select a strategy, measure, infer):
 5. **Consistency** (post-processing): ``consistency.project_cdf`` onto integer, non-decreasing
    counts in [0, N] ending at N -- N public under swap; under add/remove the pipeline's rule
    N_hat = max(0, round(raw total)).
-6. **Quantiles**: ``queries.quantiles`` of the consistent CDF (linear inside bins); intervals
-   by inverting the pointwise normal band raw +- z se (``_interval``): an edge-aligned one
-   that covers the true quantile of the raw data (bin resolution included), and a noise-only
-   one around the interpolated estimate. Normal critical values: approximate for Laplace
-   noise (a sum of many discrete Laplace terms is close to normal; the simulated critical
-   values of ``PrivateCDF.band`` would need simulation noise, which a release never draws).
+6. **Quantiles**: ``queries.quantiles`` of the consistent CDF (linear inside bins) and
+   ``quantile_intervals``: per quantile, an interval for the TRUE quantile of the data with
+   coverage >= ``interval_level`` (exact test inversion per bin; critical values calibrated
+   to the discrete noise, Laplace tails included; see that module), and the noise-only
+   interval of the estimate; both contain the estimate.
+
+Validation first, nothing after the noise. Every argument, the bins (edges strictly
+increasing), the output of the design, the memory the tree needs, the noise scales (not so
+small that the noise is identically 0, not so large that answers + noise leave the exact
+integer range of doubles), the quantile tests' calibration, the exact total of the counts
+(< 2^53) are checked BEFORE ``secure_measure`` draws the noise. After it, post-processing
+never raises: undefined answers (quantiles when N_hat <= 0) are NaN with a line in
+``Release.notes``, and an unexpected failure still returns the noisy measurements (the DP
+output) in a Release marked incomplete.
 
 Padding. With K' > K the tree is over K' leaves, the last K' - K empty. The BLUE is computed
 on the whole tree (it treats the padded bins as unknown rather than as known zeros: still
@@ -45,7 +53,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -55,17 +65,28 @@ from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
 from ..privacy import check_budget
-from ..queries import confidence_band, quantiles as _quantiles
+from ..queries import cdf_standard_errors, quantiles as _quantiles
+from ..quantile_intervals import (QuantileCalibration, calibrate_quantile_tests,
+                                  check_quantile_intervals, quantile_intervals)
 from ..strategies.base import check_neighbours
 from .binning import BinSpec, check_out_of_range
-from .io import histogram_from_file, histogram_from_values, read_counts
+from .io import check_chunk_bytes, histogram_from_file, histogram_from_values, read_counts
 from .result import Release
 from .secure_noise import sampler_description, secure_measure
 
-__all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_LEAVES"]
+__all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_BINS", "MAX_LEAVES",
+           "EXACT_LIMIT", "NOISE_TAIL"]
 
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-MAX_LEAVES = 1 << 26  # a tree with more leaves than this is refused (memory)
+MAX_BINS = 1 << 24  # K above this is refused (the secure sampler alone takes ~6 min at 2^24)
+MAX_LEAVES = 1 << 25  # a tree with more leaves than this is refused (memory)
+# Peak memory of a release per tree leaf (measured: ~210 bytes at 2^20 leaves, tree [16]*5,
+# benchmarks/bench_release.py), with a margin for the design search and the quantile tests.
+BYTES_PER_LEAF = 512
+EXACT_LIMIT = 2**53  # counts and noisy answers must stay exact integers in float64
+# Answers + noise must stay below EXACT_LIMIT: |noise| <= NOISE_TAIL scales except with
+# probability exp(-64) ~ 1.6e-28 per node (Laplace; far less for the Gaussian).
+NOISE_TAIL = 64.0
 
 
 # ------------------------------------------------------------------ argument checks
@@ -81,6 +102,8 @@ def _budget(epsilon, rho) -> tuple[str, str, float]:
 
 
 def _check_quantiles(qs) -> tuple:
+    if isinstance(qs, (str, bytes)):
+        raise ValueError(f"quantiles must be probabilities in [0, 1], got {qs!r}")
     try:
         q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
     except (TypeError, ValueError):
@@ -94,7 +117,48 @@ def _check_level(level) -> float:
     if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
             or not 0 < float(level) < 1):
         raise ValueError(f"interval_level must be in (0, 1), got {level!r}")
+    if 1 - float(level) < 1e-9:
+        raise ValueError(f"interval_level must be <= 1 - 1e-9 (the critical values are not "
+                         f"meaningful closer to 1), got {level!r}")
     return float(level)
+
+
+def _check_bins(bins) -> int:
+    """K: an integer in [1, MAX_BINS] whose tree fits in memory (checked before the O(K)
+    edges are built)."""
+    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral) or bins < 1:
+        raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
+    if bins > MAX_BINS:
+        raise ValueError(f"bins = {bins} is above the limit {MAX_BINS} (2^24): a release over "
+                         "that many bins needs gigabytes and many minutes; use fewer bins")
+    _check_memory(int(bins), "bins")
+    return int(bins)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to this process (Linux MemAvailable; else physical)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_memory(leaves: int, what: str) -> None:
+    """Refuse a tree whose estimated peak memory (BYTES_PER_LEAF per leaf) exceeds half the
+    available memory."""
+    need = leaves * BYTES_PER_LEAF
+    avail = _available_memory()
+    if avail is not None and need > avail // 2:
+        raise ValueError(f"{what}: a release over {leaves} leaves needs about "
+                         f"{need / 2**30:.1f} GiB of memory; only {avail / 2**30:.1f} GiB is "
+                         "available. Use fewer bins")
 
 
 def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
@@ -118,6 +182,7 @@ def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
     if leaves > MAX_LEAVES:
         raise ValueError(f"tree: branching {ks} has {leaves} leaves (> {MAX_LEAVES}); use "
                          "factors whose product is close to bins")
+    _check_memory(leaves, "tree")
     return tuple(int(k) for k in ks)
 
 
@@ -134,6 +199,17 @@ def _check_counts(counts, bins: int) -> np.ndarray:
     except ValueError as exc:
         raise ValueError(f"counts: {exc} (need {bins} non-negative integer counts, one per "
                          "bin)") from None
+
+
+def exact_total(hist: np.ndarray) -> int:
+    """The exact sum of non-negative int64 counts as a Python int (int64 sums can wrap: a
+    file of 4096 counts of 2^52 once summed to 100). O(K): a float sum decides whether the
+    int64 sum is safe (below 2^62 it cannot have wrapped); only near the limit are the counts
+    summed as Python ints."""
+    approx = float(np.sum(hist, dtype=np.float64))  # relative error <= K * 2^-53
+    if approx < 2.0**62:
+        return int(np.sum(hist, dtype=np.int64))
+    return sum(int(v) for v in hist.tolist())  # rare: only for absurd totals
 
 
 # ------------------------------------------------------------------ design
@@ -157,38 +233,101 @@ def _design(bins: int, branching, noise: str, budget_name: str, budget: float,
     return branching, None, "given branching, equal budgets"
 
 
-def _interval(raw, se, total, public, qs, edges, level):
-    """Per-quantile intervals from the pointwise band raw +- z se (z for ``level``).
+@dataclass(frozen=True)
+class _Plan:
+    """Everything about a release that does not depend on the data, validated."""
 
-    Test inversion: x is kept when the band at x contains the target q N (under add/remove
-    q N uses N's own band: the lower end targets q L_N, the upper end q U_N). With the first
-    crossings i = first bin whose upper band reaches the target, j = first bin whose lower
-    band does:
+    spec: BinSpec
+    noise: str
+    budget_name: str
+    budget: float
+    branching: tuple
+    note: str
+    mechanism: Mechanism
+    quantiles: tuple
+    consistency: str | None
+    interval_level: float
+    out_of_range: str
+    standard_errors: np.ndarray  # exact SEs of the raw CDF over the K' leaves
+    calibration: QuantileCalibration
 
-    * (lower, upper) = (e_i, e_{j+1}): edge-aligned, it contains the true quantile of the
-      raw data whenever the band covers the true cumulative counts at those edges (no
-      assumption on where data sit inside a bin);
-    * (noise_lower, noise_upper): the same crossings with linear interpolation inside bins
-      (the quantile rule): the noise-only uncertainty of the reported estimate.
+    @property
+    def padded(self) -> int:
+        return int(math.prod(self.branching))
 
-    Returns four (len(qs),) arrays. O(K + len(qs) log K)."""
-    q = np.asarray(qs, dtype=float)
-    if q.size == 0:
-        return (np.zeros(0),) * 4
-    lo, up = confidence_band(raw, se, level, "pointwise")
-    up_first = np.maximum.accumulate(np.maximum(up, 0.0))  # first t with up_t >= target
-    lo_first = np.maximum.accumulate(np.maximum(lo, 0.0))
-    n_lo, n_up = (total, total) if public else (max(lo[-1], 0.0), max(up[-1], 0.0))
-    k = raw.size
-    i = np.searchsorted(up_first, q * n_lo, side="left")
-    j = np.searchsorted(lo_first, q * n_up, side="left")
-    lower = edges[np.minimum(i, k - 1)]
-    upper = np.where(j < k, edges[np.minimum(j, k - 1) + 1], edges[-1])
-    noise_lower = (_quantiles(up_first, edges, q, n_lo) if up_first[-1] > 0
-                   else np.full(q.size, edges[0]))
-    noise_upper = (_quantiles(lo_first, edges, q, n_up) if lo_first[-1] > 0
-                   else np.full(q.size, edges[-1]))
-    return lower, upper, noise_lower, noise_upper
+
+def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> None:
+    """Refuse budgets whose noise is meaningless: identically 0 in double precision (the
+    release would publish exact counts), or so wide that answers + noise leave the exact
+    integer range of doubles (|noise| <= NOISE_TAIL scales must stay below 2^53)."""
+    for lvl, scale in mech.level_scales.items():
+        if scale == 0 or math.isinf(scale):
+            continue  # exact or unmeasured level
+        if not mech.level_variances[lvl] > 0:
+            raise ValueError(f"{budget_name} = {budget!r} is too large: the discrete noise of "
+                             f"level {lvl} (scale {scale:.3g}) is identically 0, so the release "
+                             "would publish exact counts")
+        if NOISE_TAIL * scale >= EXACT_LIMIT:
+            raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale "
+                             f"{scale:.3g} of level {lvl} makes the noisy counts exceed 2^53 "
+                             "(no longer exact integers in double precision)")
+
+
+def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+          consistency, budgets, interval_level, before_design=None) -> _Plan:
+    """Validate every argument and build the mechanism before any data is read (cheap
+    failures first, then ``before_design()`` (e.g. input files exist), then the design search
+    and the quantile tests' calibration, which take seconds at large K)."""
+    bins = _check_bins(bins)
+    spec = BinSpec(lower, upper, bins)
+    noise, budget_name, budget = _budget(epsilon, rho)
+    check_neighbours(neighbours)
+    check_out_of_range(out_of_range)
+    if consistency not in CONSISTENCY:
+        raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
+    given = _check_tree(tree, spec.bins)
+    _check_budgets(budgets)
+    qs, level = _check_quantiles(quantiles), _check_level(interval_level)
+    # every noisy level has sensitivity >= 1 and at most the whole budget, so its scale is at
+    # least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian): refuse hopeless budgets before
+    # the design search (whose error formulas divide by eps^2)
+    least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
+    if NOISE_TAIL * least >= EXACT_LIMIT:
+        raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale (>= "
+                         f"{least:.3g}) makes the noisy counts exceed 2^53")
+    if before_design is not None:
+        before_design()
+    branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
+                                             neighbours, budgets)
+    padded = math.prod(branching)
+    _check_memory(padded, "tree")
+    mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
+                     noise=noise, neighbours=neighbours,
+                     level_budgets=None if level_budgets is None else list(level_budgets),
+                     discrete=True)
+    _check_noise_scales(mech, budget_name, budget)
+    edges = spec.bin_edges
+    check_quantile_intervals(mech, edges, qs, level, total_public=mech.public_total)
+    calibration = calibrate_quantile_tests(mech, spec.bins, qs, level)
+    se = np.asarray(cdf_standard_errors(mech, "blue"), dtype=np.float64)
+    return _Plan(spec=spec, noise=noise, budget_name=budget_name, budget=budget,
+                 branching=tuple(branching), note=note, mechanism=mech, quantiles=qs,
+                 consistency=consistency, interval_level=level, out_of_range=out_of_range,
+                 standard_errors=_readonly(se), calibration=calibration)
+
+
+def _check_histogram_total(hist: np.ndarray, plan: _Plan) -> int:
+    """The exact total N of the counts; refuse N >= 2^53 and N + noise tail >= 2^53 (the
+    node answers and the noisy answers must be exact integers in int64 and float64)."""
+    total = exact_total(hist)
+    if total >= EXACT_LIMIT:
+        raise ValueError(f"the counts sum to {total} >= 2^53: too large to release exactly "
+                         "(cumulative counts must be exact integers in double precision)")
+    scales = [s for s in plan.mechanism.level_scales.values() if 0 < s < math.inf]
+    if scales and total + NOISE_TAIL * max(scales) >= EXACT_LIMIT:
+        raise ValueError(f"the counts sum to {total}: with noise scale {max(scales):.3g} the "
+                         "noisy counts could exceed 2^53; use a larger budget or smaller counts")
+    return total
 
 
 def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec: BinSpec,
@@ -248,7 +387,11 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching) -> st
                      "and is not protected.")
     lines += [f"Private CDF of {spec.bins} equal-width bins over [{spec.lower!r}, "
               f"{spec.upper!r}) ({privacy['definition']}, {privacy['neighbours_meaning']}).",
-              mech.describe(), f"sampler: {privacy['sampler']}",
+              mech.describe().replace(
+                  "only when the noise is drawn by a secure sampler (dptree_opt.release); "
+                  "measure() and sample_noise() draw numpy SIMULATION noise, which carries no "
+                  "privacy guarantee", "(noise drawn by the secure sampler below)"),
+              f"sampler: {privacy['sampler']}",
               f"tree: {privacy['design']}"]
     if math.prod(branching) != spec.bins:
         lines.append(f"padding: {math.prod(branching)} leaves for {spec.bins} bins; the extra "
@@ -259,63 +402,113 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching) -> st
     return "\n".join(lines)
 
 
+def _expected_error(plan: _Plan) -> dict:
+    """The exact error of the raw CDF the release publishes (data-independent)."""
+    var = np.asarray(plan.standard_errors[:plan.spec.bins], dtype=np.float64) ** 2
+    return {"mean_prefix_mse": float(np.mean(var)), "max_prefix_mse": float(np.max(var)),
+            "unit": "counts^2: E (C_hat_t - C_t)^2 of the raw BLUE cumulative counts, "
+                    "t over the K real bins, under the discrete noise actually drawn (exact)"}
+
+
 # ------------------------------------------------------------------ the release
-def _release_histogram(hist: np.ndarray, spec: BinSpec, *, epsilon, rho, tree, neighbours,
-                       quantiles, consistency, budgets, interval_level, out_of_range,
-                       timings: dict) -> Release:
-    noise, budget_name, budget = _budget(epsilon, rho)
+def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
+    """Measure the validated histogram with secure noise, then post-process (never raises
+    after the noise is drawn)."""
     t0 = time.perf_counter()
-    branching = _check_tree(tree, spec.bins)
-    branching, level_budgets, note = _design(spec.bins, branching, noise, budget_name, budget,
-                                             neighbours, budgets)
-    padded = math.prod(branching)
-    mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
-                     noise=noise, neighbours=neighbours,
-                     level_budgets=None if level_budgets is None else list(level_budgets),
-                     discrete=True)
-    full = np.zeros(padded, dtype=np.int64)
-    full[:spec.bins] = hist  # the padding bins are empty (public zeros)
+    _check_histogram_total(hist, plan)
+    full = np.zeros(plan.padded, dtype=np.int64)
+    full[:plan.spec.bins] = hist  # the padding bins are empty (public zeros)
+    mech = plan.mechanism
+    privacy = _privacy(mech, plan.noise, plan.budget_name, plan.budget, plan.spec,
+                       plan.branching, plan.out_of_range, plan.note)
+    description = _description(mech, privacy, plan.spec, plan.branching)
     t1 = time.perf_counter()
     y = secure_measure(mech, full)  # OpenDP's exact samplers; no rng on this path
     y.flags.writeable = False
+    timings.update(prepare=t1 - t0, noise=time.perf_counter() - t1)
+    # ---- the privacy budget is spent: from here on nothing may raise
+    try:
+        return _infer(plan, y, privacy, description, timings)
+    except Exception as exc:  # noqa: BLE001 - a bug must not lose the DP output y
+        return _incomplete(plan, y, privacy, description, timings, exc)
+
+
+def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
+           timings: dict) -> Release:
+    """Post-processing of the noisy answers y: BLUE, consistency, quantiles, intervals."""
     t2 = time.perf_counter()
+    mech, spec, K = plan.mechanism, plan.spec, plan.spec.bins
+    notes = []
     est = cdf_from_measurements(mech, y, consistency=None, estimator="blue")
-    raw, se = np.asarray(est.raw), np.asarray(est.standard_errors)
-    K = spec.bins
+    raw = np.asarray(est.raw, dtype=np.float64)
+    se = np.asarray(plan.standard_errors, dtype=np.float64)
     if mech.public_total:
         total, public = int(est.total), True
     else:  # the better (public SE) unbiased estimate of N: C_K, or C_K' (padding is empty)
-        pick = K - 1 if se[K - 1] <= se[-1] else padded - 1
+        pick = K - 1 if se[K - 1] <= se[-1] else plan.padded - 1
         total, public = max(0, int(np.rint(raw[pick]))), False
+        if total == 0:
+            notes.append(f"the estimated total N_hat = {float(raw[pick]):.4g} rounds to <= 0: "
+                         "the consistent CDF is all zeros and the quantiles are undefined (NaN)")
     t3 = time.perf_counter()
     raw, se = raw[:K], se[:K]
-    if consistency is None:
+    if plan.consistency is None:
         consistent = raw.copy()
     else:
-        consistent = project_cdf(raw, total=total, metric=consistency, integer=True)
+        consistent = project_cdf(raw, total=total, metric=plan.consistency, integer=True)
     cdf = PrivateCDF(raw=_readonly(raw), consistent=_readonly(consistent),
                      standard_errors=_readonly(se), total=total, total_public=public,
-                     description=mech.describe(), consistency=consistency, estimator="blue",
+                     description=description, consistency=plan.consistency, estimator="blue",
                      integer=True, weighted=False, mechanism=mech)
     t4 = time.perf_counter()
-    edges = spec.bin_edges
-    qs = quantiles
-    if consistency is None:
-        qv = np.full(len(qs), np.nan)  # quantiles need a consistent CDF
-        ql = qu = nl = nu = qv
+    edges, qs = spec.bin_edges, plan.quantiles
+    if plan.consistency is None and qs:
+        notes.append("consistency=None: no point quantiles (they need a consistent CDF); the "
+                     "intervals are still given")
+    if plan.consistency is None or total <= 0:
+        qv = np.full(len(qs), np.nan)
     else:
-        qv = _quantiles(consistent, edges, qs, total)
-        ql, qu, nl, nu = _interval(raw, se, total, public, qs, edges, interval_level)
-    t5 = time.perf_counter()
-    timings.update(design=t1 - t0, noise=t2 - t1, estimation=t3 - t2, consistency=t4 - t3,
-                   quantiles=t5 - t4)
-    privacy = _privacy(mech, noise, budget_name, budget, spec, branching, out_of_range, note)
+        qv = np.asarray(_quantiles(consistent, edges, qs, total), dtype=np.float64)
+    qi = quantile_intervals(mech, raw, edges, qs, total_public=public, total=total,
+                            level=plan.interval_level, estimates=qv,
+                            calibration=plan.calibration)
+    notes += list(qi.notes)
+    timings.update(estimation=t3 - t2, consistency=t4 - t3,
+                   quantiles=time.perf_counter() - t4)
     return Release(spec=spec, cdf=cdf, quantile_levels=tuple(qs), quantiles=_readonly(qv),
-                   quantile_lower=_readonly(ql), quantile_upper=_readonly(qu),
-                   quantile_noise_lower=_readonly(nl), quantile_noise_upper=_readonly(nu),
-                   interval_level=interval_level, mechanism=mech, branching=tuple(branching),
-                   measurements=y, privacy=privacy,
-                   description=_description(mech, privacy, spec, branching), timings=timings)
+                   quantile_lower=_readonly(qi.lower), quantile_upper=_readonly(qi.upper),
+                   quantile_noise_lower=_readonly(qi.noise_lower),
+                   quantile_noise_upper=_readonly(qi.noise_upper),
+                   interval_level=plan.interval_level, mechanism=mech,
+                   branching=plan.branching, measurements=y, privacy=privacy,
+                   description=description, timings=timings,
+                   expected_error=_expected_error(plan), notes=tuple(notes))
+
+
+def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, timings: dict,
+                exc: Exception) -> Release:
+    """A Release that keeps the noisy measurements y (the DP output) when post-processing
+    failed unexpectedly (a bug: please report it); every estimate is NaN."""
+    K, nq = plan.spec.bins, len(plan.quantiles)
+    nan_k, nan_q = np.full(K, np.nan), np.full(nq, np.nan)
+    se = np.asarray(plan.standard_errors[:K], dtype=np.float64)
+    cdf = PrivateCDF(raw=_readonly(nan_k), consistent=_readonly(nan_k),
+                     standard_errors=_readonly(se), total=None,
+                     total_public=plan.mechanism.public_total, description=description,
+                     consistency=plan.consistency, estimator="blue", integer=False,
+                     weighted=False, mechanism=plan.mechanism)
+    note = (f"post-processing failed after the noise was drawn ({type(exc).__name__}: {exc}); "
+            "the noisy measurements (the DP output) are kept in `measurements` and written to "
+            "the JSON: re-run the estimation from them (dptree_opt.cdf_from_measurements). "
+            "This is a bug: please report it")
+    return Release(spec=plan.spec, cdf=cdf, quantile_levels=tuple(plan.quantiles),
+                   quantiles=_readonly(nan_q), quantile_lower=_readonly(nan_q),
+                   quantile_upper=_readonly(nan_q), quantile_noise_lower=_readonly(nan_q),
+                   quantile_noise_upper=_readonly(nan_q),
+                   interval_level=plan.interval_level, mechanism=plan.mechanism,
+                   branching=plan.branching, measurements=y, privacy=privacy,
+                   description=description, timings=timings,
+                   expected_error=_expected_error(plan), notes=(note,), complete=False)
 
 
 def _readonly(a) -> np.ndarray:
@@ -324,24 +517,10 @@ def _readonly(a) -> np.ndarray:
     return a
 
 
-def _common(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-            consistency, budgets, interval_level):
-    """Validate every argument before any data is read (cheap failures first)."""
-    spec = BinSpec(lower, upper, bins)
-    _budget(epsilon, rho)
-    check_neighbours(neighbours)
-    check_out_of_range(out_of_range)
-    if consistency not in CONSISTENCY:
-        raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
-    _check_tree(tree, spec.bins)
-    _check_budgets(budgets)
-    return spec, _check_quantiles(quantiles), _check_level(interval_level)
-
-
 def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
             tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
             quantiles=DEFAULT_QUANTILES, consistency: str | None = "l2",
-            budgets: str = "equal", interval_level: float = 0.95) -> Release:
+            budgets: str = "optimal", interval_level: float = 0.95) -> Release:
     """Release a differentially private CDF and quantiles of real data (secure noise).
 
     Parameters
@@ -357,57 +536,61 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
     neighbours : "add_remove" (default; N protected) or "swap" (N RELEASED EXACTLY).
     out_of_range : "error" (default; counts the offending rows) or "clip" (values below lower
         go to the first bin, values >= upper to the last).
-    quantiles : probabilities in [0, 1] to report.
-    consistency : "l2" (default), "l1" or None (raw only; then no quantiles).
-    budgets : "equal" or "optimal" per-level budgets (for the BLUE).
+    quantiles : probabilities in [0, 1] to report (may be empty).
+    consistency : "l2" (default), "l1" or None (raw only; then no point quantiles).
+    budgets : "optimal" (default: the per-level budgets minimising the BLUE's exact CDF error,
+        ``optimize``) or "equal".
     interval_level : coverage of the per-quantile intervals (default 0.95).
 
-    Returns a :class:`Release`. Raises ValueError naming the input for every bad input
-    (module docs of ``binning``/``io``). Privacy: ``Release.description``; module docstring.
+    Returns a :class:`Release`. Every argument and the data are validated BEFORE the secure
+    noise is drawn (ValueError naming the input); after it nothing raises (module docstring).
+    Privacy: ``Release.description``; module docstring.
     """
     timings: dict = {}
-    spec, qs, level = _common(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
-                              quantiles, consistency, budgets, interval_level)
+    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+                 consistency, budgets, interval_level)
     t0 = time.perf_counter()
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (the values) or counts (the K bin counts)")
     if counts is not None:
-        hist = _check_counts(counts, spec.bins)
+        hist = _check_counts(counts, plan.spec.bins)
     else:
-        hist, _ = histogram_from_values(data, spec, out_of_range=out_of_range, name="data")
+        hist, _ = histogram_from_values(data, plan.spec, out_of_range=out_of_range, name="data")
     timings["read_and_bin"] = time.perf_counter() - t0
-    return _release_histogram(hist, spec, epsilon=epsilon, rho=rho, tree=tree,
-                              neighbours=neighbours, quantiles=qs, consistency=consistency,
-                              budgets=budgets, interval_level=level, out_of_range=out_of_range,
-                              timings=timings)
+    return _release_histogram(hist, plan, timings)
 
 
 def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins,
                  epsilon=None, rho=None, tree="optimal", neighbours: str = "add_remove",
                  out_of_range: str = "error", quantiles=DEFAULT_QUANTILES,
-                 consistency: str | None = "l2", budgets: str = "equal",
+                 consistency: str | None = "l2", budgets: str = "optimal",
                  interval_level: float = 0.95, delimiter=None,
                  chunk_bytes: int | None = None) -> Release:
     """``release`` of one column of a CSV/TSV/Parquet file read in bounded memory (blocks of
     ``chunk_bytes``), or of a counts file (``counts_file``: one count per bin, or
     ``bin,count`` lines). Other parameters as for :func:`release`."""
     timings: dict = {}
-    spec, qs, level = _common(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
-                              quantiles, consistency, budgets, interval_level)
-    t0 = time.perf_counter()
     if (path is None) == (counts_file is None):
         raise ValueError("give exactly one of a data file (with column) or a counts file")
+    if counts_file is None and (not isinstance(column, str) or not column):
+        raise ValueError("column: name the column of the data file to release")
+    if chunk_bytes is not None:
+        chunk_bytes = check_chunk_bytes(chunk_bytes)
+
+    def inputs_exist():
+        for name, f in (("file", path), ("counts file", counts_file)):
+            if f is not None and not os.path.isfile(os.fspath(f)):
+                raise ValueError(f"{name} not found: {os.fspath(f)!r}")
+
+    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+                 consistency, budgets, interval_level, before_design=inputs_exist)
+    t0 = time.perf_counter()
     if counts_file is not None:
-        hist = read_counts(counts_file, spec.bins)
+        hist = read_counts(counts_file, plan.spec.bins)
     else:
-        if not isinstance(column, str) or not column:
-            raise ValueError("column: name the column of the data file to release")
         kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
         if delimiter is not None:
             kw["delimiter"] = delimiter
-        hist, _ = histogram_from_file(path, column, spec, out_of_range=out_of_range, **kw)
+        hist, _ = histogram_from_file(path, column, plan.spec, out_of_range=out_of_range, **kw)
     timings["read_and_bin"] = time.perf_counter() - t0
-    return _release_histogram(hist, spec, epsilon=epsilon, rho=rho, tree=tree,
-                              neighbours=neighbours, quantiles=qs, consistency=consistency,
-                              budgets=budgets, interval_level=level, out_of_range=out_of_range,
-                              timings=timings)
+    return _release_histogram(hist, plan, timings)

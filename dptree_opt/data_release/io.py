@@ -1,19 +1,20 @@
 """Reading the data of a release in bounded memory: CSV / Parquet columns, counts files.
 
-* CSV / TSV (``read_csv_column``): pyarrow's streaming CSV reader
-  (``pyarrow.csv.open_csv``), one column converted to float64 by Arrow's own number parser,
-  block by block (``chunk_bytes`` of text per block, default 64 MiB). Memory stays
-  O(chunk_bytes) whatever the file size; only the K bin counts are accumulated. Rules:
+* CSV / TSV (``read_csv_column``): the text is cut into blocks of ``chunk_bytes`` (default
+  16 MiB) at the last line end, and each block is parsed by pyarrow's CSV reader
+  (``pyarrow.csv.read_csv``, one Arrow block, no threads), one column converted to float64
+  by Arrow's own number parser. Memory stays O(chunk_bytes) whatever the file size; only the
+  K bin counts are accumulated. Rules:
 
   - the first non-blank row is the header; names are compared after trimming whitespace; a
     UTF-8 byte-order mark is skipped; duplicate names are an error; ``column`` must be one of
     them;
   - every row has exactly one field per header column (else an error naming the data row and
     quoting it); blank lines are skipped; LF, CRLF or CR line ends; fields may be quoted
-    (``"1.5"``, ``"a,b"``), one record per line (no newline inside a quoted field);
-  - a line longer than ``chunk_bytes`` (the block size) is an error, not gigabytes of memory;
+    (``"1.5"``, ``"a,b"``), one record per line (no line end inside a quoted field);
+  - a line longer than ``chunk_bytes`` is an error, not gigabytes of memory;
   - every cell of the column is a number (Arrow's parser: ``1.5``, ``-2e3``, ``.5``; spaces
-    around it are trimmed). Empty cells and any other text (``NA``, ``n/a``, ``"3 kg"``) are
+    around it are trimmed). Empty cells and any other text (``NA``, ``n/a``, ``3 kg``) are
     errors naming the file, the column and the first offending data row; ``nan`` / ``inf``
     parse, and then fail validation (``HistogramAccumulator``) with the same naming;
   - the header and the released column must be UTF-8 (a UTF-16/32 file is refused); the other
@@ -23,23 +24,29 @@
 
   "Data row" n is the n-th non-blank row after the header (1-based), in every message.
 
-  Why pyarrow (``python benchmarks/bench_reader.py``: 10^7 rows, 3 columns, 242 MB; one
-  column read and binned into 2^16 bins, 2 shared cores, median of 3 runs):
+  The reader (``python benchmarks/bench_reader.py``: a CSV ``id,value,note`` of 10^7 rows,
+  216 MB, in the page cache; ``value`` read and binned into 2^16 bins; median of 3 runs,
+  each in a fresh process; 2 shared cores, so +-30% noise):
 
-  =========================================  ===========  ==========  ==============
-  reader                                     time         rows/s      peak RSS
-  =========================================  ===========  ==========  ==============
-  pyarrow ``open_csv``, 64 MiB blocks        1.23 s       8.1 M/s     +232 MB
-  pyarrow ``open_csv``, 16 MiB blocks        1.33 s       7.5 M/s     +82 MB
-  DuckDB ``read_csv`` (embedded), batches    1.57 s       6.4 M/s     +285 MB
-  =========================================  ===========  ==========  ==============
+  ==========================================  ========  =========  ==================
+  reader                                      time      rows/s     peak RSS increase
+  ==========================================  ========  =========  ==================
+  this module, 16 MiB blocks (default)        1.23 s    8.2 M      135 MB
+  this module, 64 MiB blocks                  1.44 s    6.9 M      390 MB
+  pyarrow streaming ``open_csv``, 16 MiB      0.78 s    12.8 M     256 MB
+  DuckDB ``read_csv`` -> Arrow, numpy bins    0.81 s    12.3 M     174 MB
+  DuckDB, binned and counted in SQL           1.16 s    8.6 M      160 MB
+  ==========================================  ========  =========  ==================
 
-  (numbers: see the table ``bench_reader.py`` prints; the old ``readlines`` +
-  ``numpy.loadtxt`` tokenizer took 4.9 s). Both are maintained, vectorised parsers. pyarrow is
-  chosen: it is as fast or faster here, its memory is bounded by the block size we choose
-  (DuckDB sizes its own buffers and threads), its errors carry the row number
-  (``use_threads=False``), it already reads the Parquet files, and it is one dependency, not
-  an embedded database engine.
+  At 3 x 10^7 rows (671 MB, one run): this module 4.3 s / 135 MB (the same memory), open_csv
+  4.6 s / 625 MB, DuckDB 5.5 s / 233 MB. The old ``readlines`` + ``numpy.loadtxt`` tokenizer
+  was several times slower and accepted ragged rows. Chosen: pyarrow, parsing blocks we cut.
+  Its throughput is that of DuckDB within the noise, its memory is bounded by the block size
+  we choose (``open_csv`` reads ahead of a slower consumer without bound: it held most of the
+  671 MB file; DuckDB sizes its own buffers and threads, and grew with the file), its errors
+  carry the row number, it already reads the Parquet files, and it is one library rather
+  than an embedded database engine. The price of the bound is the overlap of reading and
+  parsing that ``open_csv`` gets from its read-ahead thread.
 * Parquet (``read_parquet_column``): ``pyarrow.parquet.ParquetFile.iter_batches`` over the one
   column; integer, floating or decimal columns only, no nulls.
 * Counts files (``read_counts``): the K bin counts produced elsewhere (a distributed engine),
@@ -65,8 +72,8 @@ from .binning import BinSpec, HistogramAccumulator
 __all__ = ["read_csv_column", "read_parquet_column", "read_column", "histogram_from_file",
            "histogram_from_values", "read_counts", "DEFAULT_CHUNK_BYTES"]
 
-DEFAULT_CHUNK_BYTES = 1 << 26  # 64 MiB of text per block: also the longest line accepted
-_MAX_CHUNK_BYTES = (1 << 31) - 1  # Arrow's block size is an int32
+DEFAULT_CHUNK_BYTES = 1 << 24  # 16 MiB of text per block: also the longest line accepted
+_MAX_CHUNK_BYTES = (1 << 30) - 1  # a block plus a carried-over line fits Arrow's int32 sizes
 _VALUES_PER_CHUNK = 1 << 22  # in-memory arrays are binned in blocks of 4M values
 _EXACT = 1 << 53  # integers up to 2^53 are exact in double (and sums below it)
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
@@ -84,7 +91,8 @@ def _check_file(path) -> str:
     return path
 
 
-def _check_chunk_bytes(chunk_bytes) -> int:
+def check_chunk_bytes(chunk_bytes) -> int:
+    """``chunk_bytes``: an integer in 1..2^30 - 1 (bytes per CSV block, also the longest line)."""
     if isinstance(chunk_bytes, (bool, np.bool_)) or not isinstance(chunk_bytes, Integral):
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
     if not 0 < chunk_bytes <= _MAX_CHUNK_BYTES:
@@ -126,45 +134,47 @@ def _open_stream(pa, path: str):
 
 
 # ------------------------------------------------------------------ CSV
-def _header_line(pa, path: str, limit: int) -> bytes:
-    """The first non-blank line of the file (bytes, no BOM, no line end), read in pieces of
-    64 KiB up to ``limit`` bytes: O(limit) time and memory at most."""
-    stream = _open_stream(pa, path)
+def _read(pa, stream, n: int, path: str) -> bytes:
+    try:
+        return stream.read(n)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read ({exc})") from None
+
+
+def _split_header(pa, stream, path: str, limit: int) -> tuple[bytes, bytes]:
+    """(header line, bytes read after its line end) from the start of ``stream``: the first
+    non-blank line (no BOM, no line end), read in pieces of min(64 KiB, limit) bytes (so the
+    bytes after it are at most ``limit``); a header longer than ``limit`` bytes is an error.
+    O(header) time and memory."""
     buf = bytearray()
     start = scanned = None  # start of the header line; bytes already searched for a line end
-    try:
-        while True:
-            try:
-                piece = stream.read(1 << 16)
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise ValueError(f"{path}: cannot read ({exc})") from None
-            buf += piece
+    while True:
+        piece = _read(pa, stream, min(1 << 16, limit), path)
+        buf += piece
+        if start is None:
+            if len(buf) < 4 and piece:
+                continue
+            for bom, name in _WIDE_BOMS:
+                if buf.startswith(bom):
+                    raise ValueError(f"{path}: a {name} text file; convert it to UTF-8")
+            skip = len(_UTF8_BOM) if buf.startswith(_UTF8_BOM) else 0
+            m = _TEXT_BYTE.search(buf, skip)
+            if m is not None:
+                start = scanned = m.start()
+        if start is not None:
+            end = _LINE_END.search(buf, scanned)
+            scanned = len(buf) if end is None else end.start()
+            if scanned - start > limit:
+                raise ValueError(f"{path}: the header row is longer than chunk_bytes = {limit} "
+                                 "bytes (the longest line this reader accepts; pass a larger "
+                                 "chunk_bytes)")
+            if end is not None:
+                return bytes(buf[start:end.start()]), bytes(buf[end.start():])
+        if not piece:  # end of file: a header without a line end, or nothing
             if start is None:
-                if len(buf) < 4 and piece:
-                    continue
-                for bom, name in _WIDE_BOMS:
-                    if buf.startswith(bom):
-                        raise ValueError(f"{path}: a {name} text file; convert it to UTF-8")
-                skip = len(_UTF8_BOM) if buf.startswith(_UTF8_BOM) else 0
-                m = _TEXT_BYTE.search(buf, skip)
-                if m is not None:
-                    start = scanned = m.start()
-            if start is not None:
-                end = _LINE_END.search(buf, scanned)
-                scanned = len(buf) if end is None else end.start()
-                if scanned - start > limit:
-                    raise ValueError(f"{path}: the header row is longer than chunk_bytes = "
-                                     f"{limit} bytes (the longest line this reader accepts; "
-                                     "pass a larger chunk_bytes)")
-                if end is not None:
-                    return bytes(buf[start:end.start()])
-            if not piece:  # end of file: a header without a line end, or nothing
-                if start is None:
-                    raise ValueError(f"{path}: empty file (expected a header row naming the "
-                                     "columns)")
-                return bytes(buf[start:])
-    finally:
-        stream.close()
+                raise ValueError(f"{path}: empty file (expected a header row naming the "
+                                 "columns)")
+            return bytes(buf[start:]), b""
 
 
 def _header_names(pa, pacsv, path: str, line: bytes, parse) -> list[str]:
@@ -206,13 +216,13 @@ def read_csv_column(path, column: str, *, delimiter=None,
                     chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[np.ndarray, int]]:
     """Yield (values float64 (n,), data rows before this block) for one CSV/TSV column.
 
-    Parsed by pyarrow's streaming CSV reader in blocks of ``chunk_bytes`` bytes of text
-    (also the longest line accepted); rules and error messages in the module docstring.
-    The file, the header and ``column`` are checked when this is called; the rows as they
-    are read (ValueError naming the file, the column and the data row). Memory
-    O(chunk_bytes)."""
+    The text is read in blocks of ``chunk_bytes`` bytes cut at the last line end, each
+    parsed by ``pyarrow.csv.read_csv`` (one column converted to float64); rules and error
+    messages in the module docstring. The file, the header and ``column`` are checked when
+    this is called; the rows as they are read (ValueError naming the file, the column and the
+    data row). Memory O(chunk_bytes); a line longer than ``chunk_bytes`` is an error."""
     path = _check_file(path)
-    chunk = _check_chunk_bytes(chunk_bytes)
+    chunk = check_chunk_bytes(chunk_bytes)
     delim = _delimiter(path, delimiter)
     if not isinstance(column, str):
         raise ValueError(f"column must be a column name (str), got {column!r}")
@@ -220,38 +230,66 @@ def read_csv_column(path, column: str, *, delimiter=None,
     parse = pacsv.ParseOptions(delimiter=delim, quote_char='"', double_quote=True,
                                escape_char=False, newlines_in_values=False,
                                ignore_empty_lines=True)
-    names = _header_names(pa, pacsv, path, _header_line(pa, path, chunk), parse)
+    stream = _open_stream(pa, path)
+    try:
+        line, _ = _split_header(pa, stream, path, chunk)
+    finally:
+        stream.close()
+    names = _header_names(pa, pacsv, path, line, parse)
     raw = _pick_column(names, column, path)
     convert = pacsv.ConvertOptions(include_columns=[raw], column_types={raw: pa.float64()},
                                    null_values=[], strings_can_be_null=False,
                                    quoted_strings_can_be_null=False)
-    # use_threads=False: Arrow then knows (and reports) the row of a bad cell
-    read = pacsv.ReadOptions(block_size=chunk, use_threads=False)
-    return _csv_blocks(pa, pacsv, path, column, chunk, read, parse, convert)
+    return _csv_blocks(pa, pacsv, path, column, chunk, names, parse, convert)
 
 
-def _csv_blocks(pa, pacsv, path, column, chunk, read, parse, convert):
-    rows = 0
-    stream = _open_stream(pa, path)
+def _csv_blocks(pa, pacsv, path, column, chunk, names, parse, convert):
+    """The blocks of ``read_csv_column``. Blocks are cut here, not by pyarrow's streaming
+    reader: ``pyarrow.csv.open_csv`` reads ahead of a slower consumer without bound (the whole
+    of a 670 MB file was buffered), so each block is parsed alone with ``read_csv`` (one
+    Arrow block, no threads; Arrow then reports the row of a bad cell within the block).
+    Memory: the block and the partial line carried over, < 2 chunk_bytes, plus the parse."""
     errors = (pa.ArrowException, OSError, ValueError, UnicodeDecodeError)
+    stream = _open_stream(pa, path)
+    rows = 0  # data rows (non-blank rows after the header) yielded so far
     try:
-        try:
-            reader = pacsv.open_csv(stream, read_options=read, parse_options=parse,
-                                    convert_options=convert)
-        except errors as exc:
-            raise _csv_error(exc, path, column, rows, chunk) from None
-        while True:
+        _, piece = _split_header(pa, stream, path, chunk)  # the first piece: read with it
+        carry, eof, first = b"", False, True
+        while not eof:
+            if not first:
+                piece = _read(pa, stream, chunk, path)
+                eof = not piece
+            # a line longer than chunk can only be the one continuing the carried partial
+            # line: every other line lies inside one piece, and pieces are <= chunk bytes
+            end = _LINE_END.search(piece)
+            head = end.start() if end else len(piece)
+            if len(carry) + head > chunk:
+                raise ValueError(f"{path}: a line at or after data row {rows + 1} is longer than "
+                                 f"chunk_bytes = {chunk} bytes (the longest line this reader "
+                                 "accepts; pass a larger chunk_bytes if the file really has "
+                                 "such lines)")
+            first = False
+            buf = carry + piece if carry else piece
+            del piece
+            cut = len(buf) if eof else max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+            carry = buf[cut:]
+            if _TEXT_BYTE.search(buf, 0, cut) is None:  # nothing but line ends (or nothing)
+                continue
             try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
+                table = pacsv.read_csv(
+                    pa.py_buffer(memoryview(buf)[:cut]), parse_options=parse,
+                    convert_options=convert,
+                    read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                                   block_size=cut + 1))
             except errors as exc:
-                raise _csv_error(exc, path, column, rows, chunk) from None
-            col = batch.column(0)
+                raise _csv_error(exc, path, column, rows) from None
+            del buf
+            col = table.column(0)
             if col.null_count:  # not expected: null_values=[] makes no nulls
                 raise ValueError(f"{path}: column {column!r} has missing values in data rows "
                                  f"{rows + 1}..{rows + len(col)}")
             values = col.to_numpy()
+            del table, col
             if values.size:
                 yield values, rows
                 rows += values.size
@@ -259,18 +297,12 @@ def _csv_blocks(pa, pacsv, path, column, chunk, read, parse, convert):
         stream.close()
 
 
-def _csv_error(exc: Exception, path: str, column: str, rows: int, chunk: int) -> ValueError:
-    """A readable ValueError for a pyarrow CSV failure after ``rows`` data rows were read."""
+def _csv_error(exc: Exception, path: str, column: str, rows: int) -> ValueError:
+    """A readable ValueError for a pyarrow CSV failure in the block after ``rows`` data rows
+    (Arrow numbers the rows of the block from 1, blank lines not counted)."""
     msg = str(exc)
     m = re.search(r"Row #(\d+)", msg)
-    row = int(m.group(1)) - 1 if m else None  # Arrow counts the header as row 1
-    where = f"data row {row}" if row else f"a data row after row {rows}"
-    if "Empty CSV file" in msg and rows == 0:  # a header without a line end, no rows
-        return ValueError(f"{path}: column {column!r}: no data rows (empty input)")
-    if "straddl" in msg:
-        return ValueError(f"{path}: a line after data row {rows} is longer than chunk_bytes = "
-                          f"{chunk} bytes (the longest line this reader accepts; pass a larger "
-                          "chunk_bytes if the file really has such lines)")
+    where = f"data row {rows + int(m.group(1))}" if m else f"a data row after row {rows}"
     m = re.search(r"Expected (\d+) columns, got (\d+):? ?(.*)", msg, re.S)
     if m:
         text = m.group(3).rstrip("\r\n")
@@ -367,7 +399,7 @@ def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]
         if kwargs.get("delimiter") is not None:
             raise ValueError("delimiter: a Parquet file has no delimiter")
         if "chunk_bytes" in kwargs:
-            _check_chunk_bytes(kwargs["chunk_bytes"])
+            check_chunk_bytes(kwargs["chunk_bytes"])
         return read_parquet_column(path, column, **{k: v for k, v in kwargs.items()
                                                     if k == "batch_rows"})
     return read_csv_column(path, column, **kwargs)
@@ -406,7 +438,7 @@ def _describe_bad(v) -> str:
     if isinstance(v, (str, bytes, np.str_, np.bytes_)):
         return f"text {v!r} (numeric strings are not converted: parse them first)"
     if isinstance(v, (bool, np.bool_)):
-        return f"boolean {v!r}"
+        return f"boolean {bool(v)}"
     if isinstance(v, (list, tuple, np.ndarray)):
         return f"nested sequence {v!r} (data must be 1-D: one value per record)"
     return f"non-numeric value {v!r} of type {type(v).__name__}"

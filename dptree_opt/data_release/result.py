@@ -12,10 +12,19 @@ import numpy as np
 from ..mechanism import Mechanism
 from ..pipeline import PrivateCDF
 from .binning import BinSpec
+from .output import write_text_atomic
 
 __all__ = ["Release", "FORMAT"]
 
 FORMAT = "dptree_opt.release/1"
+BIN_RULE = ("edges[i] = lower + (upper - lower) * i / K (IEEE double, in this order) for "
+            "i < K, edges[K] = upper; bin(x) = i iff edges[i] <= x < edges[i+1]")
+INTERVAL_GUARANTEE = (
+    "lower/upper: an interval_level confidence interval for the true quantile of the data "
+    "(np.quantile(data, q, method='inverted_cdf')), bin-edge aligned, by exact test inversion "
+    "with critical values calibrated to the discrete noise (dptree_opt.quantile_intervals); "
+    "noise_lower/noise_upper: the noise-only uncertainty of the reported estimate; both "
+    "contain the estimate")
 
 
 def _floats(a) -> list:
@@ -46,10 +55,10 @@ class Release:
     quantiles : (q,) estimates (linear inside bins, ``queries.quantiles`` rule, from the
         consistent CDF).
     quantile_lower, quantile_upper : (q,) ``interval_level`` intervals for the true quantiles
-        of the data: bin-edge aligned (test inversion of the pointwise normal band of the raw
-        CDF; they include the bin resolution). See ``core._interval``.
-    quantile_noise_lower, quantile_noise_upper : (q,) the noise-only intervals (same band,
-        interpolated inside bins): how far noise can move the reported estimate.
+        of the data: bin-edge aligned, coverage >= interval_level for each q (exact test
+        inversion, ``dptree_opt.quantile_intervals``; they include the bin resolution).
+    quantile_noise_lower, quantile_noise_upper : (q,) the noise-only intervals (interpolated
+        inside bins): how far noise can move the reported estimate. Both contain it.
     mechanism : the discrete Mechanism actually used (strategy over ``padded_bins`` leaves).
     branching : tuple of branching factors (root first); padded_bins = prod(branching) >= K.
     measurements : float (rows,) -- the noisy node answers y (DP output; NaN = unmeasured).
@@ -58,6 +67,13 @@ class Release:
     description : str -- a human-readable account of all of the above.
     timings : dict of seconds per phase (NOT in ``to_json`` unless asked: the time to read and
         bin the data grows with N, which is private under add/remove).
+    expected_error : dict -- the exact mean and max squared error (counts^2) of the raw CDF
+        over the K real bins under the noise actually drawn (data-independent).
+    notes : tuple of str -- anything unusual in the post-processing (e.g. quantiles undefined
+        because N_hat <= 0); empty for an ordinary release.
+    complete : bool -- False only if post-processing failed after the noise was drawn (a bug);
+        the estimates are then NaN and ``measurements`` (always in the JSON then) hold the DP
+        output.
     """
 
     spec: BinSpec
@@ -75,6 +91,9 @@ class Release:
     privacy: dict = field(repr=False)
     description: str = field(repr=False)
     timings: dict = field(default_factory=dict, repr=False)
+    expected_error: dict = field(default_factory=dict, repr=False)
+    notes: tuple = ()
+    complete: bool = True
 
     # ------------------------------------------------------------------ views
     @property
@@ -130,8 +149,7 @@ class Release:
         out = {
             "format": FORMAT,
             "bins": {"lower": self.spec.lower, "upper": self.spec.upper, "K": self.spec.bins,
-                     "rule": "bin(x) = min(floor(((x - lower) / (upper - lower)) * K), K - 1) "
-                             "for lower <= x < upper (IEEE double)",
+                     "rule": BIN_RULE,
                      "edges": _floats(self.bin_edges)},
             "total": c.total, "total_public": c.total_public,
             "cdf": {"raw": _floats(c.raw), "consistent": _floats(c.consistent),
@@ -145,24 +163,38 @@ class Release:
                               _floats(self.quantile_noise_lower),
                               _floats(self.quantile_noise_upper))],
             "interval_level": self.interval_level,
+            "interval_guarantee": INTERVAL_GUARANTEE,
+            "expected_error": dict(self.expected_error),
+            "notes": list(self.notes),
+            "complete": self.complete,
             "tree": {"branching": list(self.branching), "padded_bins": self.padded_bins},
             "privacy": self.privacy,
             "description": self.description,
         }
-        if include_measurements:
+        if include_measurements or not self.complete:
             out["measurements"] = _floats(self.measurements)
         if include_timings:
             out["timings_seconds"] = dict(self.timings)
         return out
 
-    def to_json(self, path=None, *, indent: int | None = 2, **kwargs) -> str:
+    def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
+                **kwargs) -> str:
         """The release as JSON text (``to_dict`` keywords pass through); written to ``path``
-        when given. Returns the text."""
+        when given: atomically (a temporary file in the same directory, then a rename), never
+        over an existing file unless ``force`` (``output.write_text_atomic``). Returns the
+        text."""
         text = json.dumps(self.to_dict(**kwargs), indent=indent)
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+            write_text_atomic(path, text + "\n", force=force)
         return text
+
+    def plot(self, ax=None, truth=None):
+        """The private CDF with its band, the quantiles with their intervals and, for a
+        simulation, the ``truth`` (true cumulative counts, (K,)); returns the matplotlib Axes
+        (``plotting.plot_release``)."""
+        from ..plotting import plot_release
+
+        return plot_release(self, ax=ax, truth=truth)
 
     def summary(self) -> str:
         """A short human summary: bins, guarantee, total and the quantiles with intervals."""

@@ -314,11 +314,14 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
     if isinstance(branching, (str, bytes)):
         raise ValueError(f"branching must be an int or a list of ints, got {branching!r}")
     try:
-        ks = [int(k) for k in branching]
-    except (TypeError, ValueError):
+        orig = list(branching)
+    except TypeError:
         raise ValueError(f"branching must be an int or a list of ints, got {branching!r}") from None
-    if any(float(k) != float(orig) for k, orig in zip(ks, branching)) or any(k < 1 for k in ks):
-        raise ValueError(f"branching factors must be integers >= 1, got {list(branching)}")
+    # integers only: no bools, no floats (2.0, inf, nan), no strings
+    if any(isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1
+           for k in orig):
+        raise ValueError(f"branching factors must be integers >= 1, got {orig!r}")
+    ks = [int(k) for k in orig]
     prod = int(np.prod(ks, dtype=object)) if ks else 1
     if prod != n:
         raise ValueError(
