@@ -16,6 +16,10 @@ directly. It
    estimate of N from every measurement) rounded to a count and clipped at 0 -- and the
    consistent CDF is made to end at N_hat (``PrivateCDF.total_public`` tells which);
 4. projects with ``consistency.project_cdf`` ("l2", "l1"; None keeps the raw estimate).
+
+The result, :class:`PrivateCDF`, answers quantiles, ranges, bands, intervals for the true
+quantiles (``quantile_intervals``, :mod:`dptree_opt.quantile_intervals`) and plots itself
+(``plot``, :mod:`dptree_opt.plotting`).
 """
 
 from __future__ import annotations
@@ -143,6 +147,46 @@ class PrivateCDF:
         lo, up = self.band(level, True, method, rng, draws, monotone=True)
         return (_queries.quantiles(up, bin_edges, qs, self.total),
                 _queries.quantiles(lo, bin_edges, qs, self.total))
+
+    def quantile_intervals(self, bin_edges, qs, level: float = 0.95, estimates="auto"):
+        """Confidence intervals for the TRUE quantiles of the data (coverage >= ``level`` for
+        every data set; exact test inversion per bin, critical values from the noise law:
+        :mod:`dptree_opt.quantile_intervals`), and noise-only intervals of the estimates.
+
+        bin_edges : (K + 1,); qs : probabilities; ``estimates`` : "auto" (the quantiles of the
+        consistent CDF, when there is one and N > 0), None, or an array (len(qs),) that both
+        intervals are widened to contain. BLUE only. Returns a ``QuantileIntervals``."""
+        from .quantile_intervals import check_quantile_intervals, quantile_intervals
+
+        self._need_mechanism()
+        if self.estimator != "blue":
+            raise ValueError("quantile intervals are derived for the BLUE estimator, not "
+                             f"{self.estimator!r}")
+        edges, q, level = check_quantile_intervals(self.mechanism, bin_edges, qs, level,
+                                                   total_public=self.total_public)
+        if edges.size != self.n_bins + 1:
+            raise ValueError(f"bin_edges must have K + 1 = {self.n_bins + 1} entries, got "
+                             f"{edges.size}")
+        if isinstance(estimates, str):
+            if estimates != "auto":
+                raise ValueError(f"estimates must be 'auto', None or an array, got "
+                                 f"{estimates!r}")
+            estimates = (self.quantiles(edges, q) if self.consistency is not None
+                         and self.total else None)
+        return quantile_intervals(self.mechanism, self.raw, edges, q,
+                                  total_public=self.total_public, total=self.total,
+                                  level=level, estimates=estimates)
+
+    def plot(self, bin_edges=None, ax=None, band: str | None = "pointwise",
+             level: float = 0.95, truth=None):
+        """Plot the consistent CDF (step function over the bin edges, or bin index), the raw
+        estimate faintly, a ``band`` ("pointwise", "simultaneous" or None) at ``level``
+        shaded and, for simulations, the ``truth`` (true cumulative counts); the title names
+        the mechanism and its guarantee. Returns the matplotlib Axes (``plotting.plot_cdf``;
+        matplotlib is imported only here)."""
+        from .plotting import plot_cdf
+
+        return plot_cdf(self, bin_edges=bin_edges, ax=ax, band=band, level=level, truth=truth)
 
     def _need_mechanism(self) -> None:
         if self.mechanism is None:

@@ -59,30 +59,46 @@ characteristic function is the product of the rows' characteristic functions:
   form sum_k exp(-s^2 (u - 2 pi k)^2 / 2); [CKS20] Sec. 2);
 * continuous Laplace 1 / (1 + s^2 u^2); continuous Gaussian exp(-s^2 u^2 / 2).
 
-The rows carrying at least ``_KEEP_SHARE`` of Var(Z_b) (times their excess kurtosis / 3) enter
-exactly; the many small ones are replaced by one normal of their exact total variance (a CLT
-approximation: their neglected 4th cumulant is below 0.1 % of Var^2). The tail
+The rows whose share of Var(Z_b), times max(1, excess kurtosis / 3), is at least
+``_KEEP_SHARE`` = 1 % enter exactly (at most ``_MAX_TERMS``); the many small ones are replaced
+by one normal of their exact total variance (a CLT approximation: their neglected 4th
+cumulant is below 3 % of Var^2, which moves a tail probability at 2 sd by about 1e-4). The tail
 P(Z > x) = 1/2 - (1/pi) int_0^inf sin(t x) phi(t) / t dt (Gil-Pelaez 1951) is integrated by the
 trapezoid rule (step 0.05 in standardised units; the integrand is analytic in a strip, so the
 error is far below 1e-10) up to the point where the normal factor is below e^-40. When the
-normal part is below ``_MIN_SMOOTH`` sd (a few rows carry everything: tiny trees), an
-independent U ~ N(0, eta^2) is added and the bound P(Z > x) <= P(Z + U > x - 6 eta) + P(U < -6 eta)
-is used (so the atoms of a lattice law are handled conservatively). c is the smallest point
-of a 0.002 grid with P(Z_b > c) <= alpha / 2, maximised over the checked prefixes b:
+normal part is below ``_MIN_SMOOTH`` = 0.01 sd (a few rows carry everything: tiny trees), an
+independent U ~ N(0, eta^2) brings it to 0.01 sd and the bound
+P(Z > x) <= P(Z + U > x - 4 eta) + P(U < -4 eta) is used (the atoms of a lattice law are
+handled conservatively; c grows by at most 0.04). c is found by bisection to 0.002 (the
+upper end of the last bracket, P(Z_b > c) <= alpha / 2), maximised over the checked
+prefixes b:
 
-* every prefix whose count b + 1 is a sum/difference of at most two tree nodes (the minimal
-  signed mixed-radix digit weight <= 2; these are the heavy-tailed prefixes: few rows
-  dominate; at most ``_MAX_HEAVY`` of them, evenly spread, when there are more), b = -1, 0, 1,
-  K-3, K-2, K-1, and ``_N_RANDOM`` prefixes drawn with a fixed seed (a public,
-  data-independent choice); all prefixes when K <= 64 or the mechanism is not a tree.
-  At K = 1024 the maximum over the checked prefixes equals the maximum over all prefixes
-  (``benchmarks/bench_coverage.py --check-subsample``).
+* every prefix whose count b + 1, or whose complement K' - b - 1 or K - b - 1, is a
+  sum/difference of at most two tree nodes (minimal signed mixed-radix digit weight <= 2;
+  the heavy-tailed prefixes: few rows dominate; at most ``_MAX_HEAVY`` of them, evenly
+  spread, when there are more), the first and last ``_ENDS`` = 16 prefixes (b = -1
+  included), and ``_N_RANDOM`` = 32 prefixes drawn with a fixed seed (a public,
+  data-independent choice). Every prefix when K <= 64, or K <= 256 for a non-tree mechanism
+  (larger non-tree mechanisms: 160 evenly spaced prefixes, the ends and the random ones).
+  For the trees the release picks at K = 1000 and 1024 (Laplace eps 1 and 10, discrete
+  Gaussian rho 5 and 50, both neighbour models, padded or not) the maximum over the checked
+  prefixes equals the maximum over all prefixes, except where both lie below the normal
+  value, which is the floor of c (rho = 50 on [4, 16, 16]: sigma = 0.2, the noise is 0 with
+  probability ~0.99; ``benchmarks/bench_coverage.py --check-subsample``;
+  ``tests/test_quantile_intervals.py`` at K = 256). c is never below z_{1 - alpha/2}.
 
-Gaussian noise with every sigma >= 4 is normal to double precision (the discrete Gaussian's
-characteristic function differs from exp(-s^2 u^2 / 2) by O(exp(-2 pi^2 s^2))) and linear
-combinations of normals are normal: c = z_{1 - alpha/2} exactly. Laplace noise is never normal:
-a single Laplace exceeds 1.96 sd with probability 0.031 per side (c = 2.12 for a single term);
-typical BLUE prefixes of a tree need c ~ 1.98-2.05.
+Gaussian noise with every sigma >= 3 is normal to double precision (the discrete Gaussian's
+characteristic function differs from exp(-s^2 u^2 / 2) by at most ~2 exp(-pi^2 s^2 / 2) =
+1e-19) and linear combinations of normals are normal: c = z_{1 - alpha/2} exactly. Smaller
+sigma (large rho) is a lattice law: e.g. rho = 50 at K = 1024 needs c up to 2.9. Laplace
+noise is never normal: a single Laplace exceeds 1.96 sd with probability 0.031 per side
+(c = 2.12 for a single term); the BLUE prefixes of the release's trees need c = 1.97 (median
+prefix) to 2.10 (prefixes that one node dominates) at eps = 1, up to 2.24 at eps = 10.
+
+Width. The hull of the kept bins is wide where the CDF is flat within c sd of q N (sparse
+tails, small N): every bin there is a plausible location of the quantile, or is kept by
+chance among many bins with independent-ish errors. Coverage of the hull is >= that of the
+kept set; in the benchmark's worst case (three adjacent atoms) it is 0.955-0.99 at 0.95.
 
 The critical values and variances depend only on public parameters (mechanism, K, qs, level):
 :func:`calibrate_quantile_tests` computes them before the noise is drawn (cached by the
@@ -94,7 +110,8 @@ Noise-only interval. The reported estimate is the quantile of a CDF linear insid
 (``queries.quantiles``). With Dhat(x), sd(x) interpolated linearly between the edges (sd
 linearly interpolated is >= the true sd of the interpolated error, by Minkowski's inequality),
 the interpolated true quantile x* has D(x*) = 0 and |Dhat(x*)| <= c sd(x*) with probability
->= level, so x* lies in [noise_lower, noise_upper] = [inf{x : Dhat + c sd >= 0},
+>= level (c is calibrated for the prefixes; an interpolated point mixes two adjacent ones),
+so x* lies in [noise_lower, noise_upper] = [inf{x : Dhat + c sd >= 0},
 sup{x : Dhat - c sd <= 0}] (q = 0: the rule gives e_0 for every CDF, so [e_0, e_0]). It
 measures how far the noise can move the estimate; it ignores where the data sit inside bins.
 It is widened to contain the estimate.
@@ -126,17 +143,18 @@ from .mechanism import Mechanism
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",
            "calibrate_quantile_tests", "quantile_intervals"]
 
-_KEEP_SHARE = 1e-3      # rows with at least this share of Var(Z_b) enter the CF exactly
-_MAX_TERMS = 400        # at most this many exact rows per prefix (the rest: normal)
-_MIN_SMOOTH = 0.02      # smallest normal part (sd units) before smoothing is added
-_SMOOTH_K = 6.0         # smoothing shift in units of its sd: P(U < -6 eta) = 1e-9
+_KEEP_SHARE = 1e-2      # rows with share * max(1, kurtosis / 3) >= this enter exactly
+_MAX_TERMS = 200        # at most this many exact rows per prefix (the rest: normal)
+_MIN_SMOOTH = 0.01      # smallest normal part (sd units) before smoothing is added
+_SMOOTH_K = 4.0         # smoothing shift in units of its sd: P(U < -4 eta) = 3.2e-5
 _STEP = 0.05            # trapezoid step in t (standardised units)
 _ENVELOPE = 40.0        # integrate until the normal factor is exp(-40)
-_GRID = 0.002           # resolution of the critical value (rounded up)
+_GRID = 0.002           # resolution of the critical value (bisection, rounded up)
 _MAX_HEAVY = 160        # heavy (few-node) prefixes checked at most
 _N_RANDOM = 32          # random prefixes checked in addition
 _ALL_PREFIXES = 64      # check every prefix up to this K
-_NORMAL_SIGMA = 4.0     # discrete Gaussian with sigma >= this is normal to double precision
+_ENDS = 16              # the first and last prefixes are always checked
+_NORMAL_SIGMA = 3.0     # discrete Gaussian with sigma >= this: CF normal to ~1e-19
 _CACHE_SIZE = 64
 _CHUNK = 32             # prefixes per weight block
 
@@ -154,6 +172,7 @@ class QuantileCalibration:
     variances : float (K + 1,) -- V_b of raw[b], b = -1..K-1 (V_{-1} = 0).
     range_variances : float (K + 1,) -- VR_b = Var(raw[K-1] - raw[b]), b = -1..K-1.
     total_public : bool -- N public (exact) or estimated by raw[K-1].
+    n_bins : int -- K, the real bins (the mechanism may have K' >= K).
     method : str -- how c was obtained ("normal" or "characteristic function").
     prefixes_checked : int -- how many prefixes entered the maximum.
     seconds : float -- the time the calibration took.
@@ -302,64 +321,68 @@ def _level_kurtosis(scale: float, noise: str, discrete: bool) -> float:
     else:
         if not discrete:
             return 3.0
-        p = math.exp(-1.0 / scale)
-        zmax = math.ceil(60 * scale) + 2
-        z = np.arange(-zmax, zmax + 1, dtype=float)
-        w = p ** np.abs(z)
+        # discrete Laplace = G1 - G2, G geometric with q = exp(-1/s): cumulants add, and a
+        # geometric's excess kurtosis is 6 + (1 - q)^2 / q, so the difference's is
+        # 3 + (1 - q)^2 / (2 q) -- closed form, O(1) at any scale (a direct sum over
+        # |z| <= 60 s allocated petabytes at eps = 1e-12)
+        q = math.exp(-1.0 / scale)
+        return 3.0 + (-math.expm1(-1.0 / scale)) ** 2 / (2.0 * q) if q > 0 else math.inf
     w = w / w.sum()
     m2 = float(np.sum(w * z ** 2))
     m4 = float(np.sum(w * z ** 4))
     return m4 / (m2 * m2) - 3.0 if m2 > 0 else 0.0
 
 
-def _log_cf(u: np.ndarray, scale: np.ndarray, noise: str, discrete: bool) -> np.ndarray:
-    """log of the characteristic function of one row's noise at u (elementwise; scale > 0)."""
+_TABLE = 8192  # points of a tabulated periodic characteristic function on [0, pi]
+
+
+def _dgauss_table(sigma: float) -> np.ndarray:
+    """log of the discrete Gaussian's characteristic function on [0, pi] (it is even and
+    2 pi periodic): theta(u) / theta(0), theta(u) = sum_z exp(-z^2 / 2 s^2) cos(u z), by the
+    direct sum over |z| <= 12 s + 2 (s < 1) or its Poisson-summed form
+    sum_{|k| <= 3} exp(-s^2 (u - 2 pi k)^2 / 2) (s >= 1); the neglected terms are < e^-70."""
+    u = np.linspace(0.0, np.pi, _TABLE + 1)
+    if sigma < 1.0:
+        z = np.arange(0, math.ceil(12 * sigma) + 3, dtype=float)
+        w = np.exp(-z * z / (2 * sigma * sigma)) * np.where(z == 0, 1.0, 2.0)
+        val = np.cos(np.outer(u, z)) @ w / w.sum()
+    else:
+        kk = np.arange(-3, 4, dtype=float) * 2 * np.pi
+        val = (np.exp(-0.5 * sigma * sigma * (u[:, None] - kk) ** 2).sum(axis=1)
+               / np.exp(-0.5 * sigma * sigma * kk ** 2).sum())
+    return np.log(np.maximum(val, 1e-300))
+
+
+def _log_cf(u: np.ndarray, scale: float, noise: str, discrete: bool, table=None) -> np.ndarray:
+    """log of the characteristic function of one row's noise (scale > 0) at u."""
     if noise == "laplace":
         if discrete:
-            p = np.exp(-1.0 / scale)
-            return -np.log1p(4.0 * p * np.sin(u / 2) ** 2 / (1.0 - p) ** 2)
+            p = math.exp(-1.0 / scale)
+            return -np.log1p((4.0 * p / (1.0 - p) ** 2) * np.sin(u / 2) ** 2)
         return -np.log1p((scale * u) ** 2)
-    if not discrete:
+    if not discrete or scale >= _NORMAL_SIGMA:
         return -0.5 * (scale * u) ** 2
-    out = -0.5 * (scale * u) ** 2
-    lattice = np.broadcast_to(scale < _NORMAL_SIGMA, u.shape)
-    if np.any(lattice):
-        s = np.broadcast_to(scale, u.shape)[lattice]
-        uu = u[lattice]
-        ur = np.remainder(uu + np.pi, 2 * np.pi) - np.pi  # theta is 2 pi periodic
-        small = s < 1.0
-        val = np.empty(uu.shape)
-        if np.any(small):  # direct sum over |z| <= 12 s + 2 (the rest is below e^-72)
-            zz = np.arange(0, 15, dtype=float)
-            ss = s[small][:, None]
-            wz = np.exp(-zz ** 2 / (2 * ss * ss)) * np.where(zz == 0, 1.0, 2.0)
-            val[small] = np.log(np.maximum(
-                np.sum(wz * np.cos(ur[small][:, None] * zz), axis=1) / wz.sum(axis=1),
-                1e-300))
-        if np.any(~small):  # Poisson summation, |k| <= 3 (the rest is below e^-180)
-            kk = np.arange(-3, 4, dtype=float) * 2 * np.pi
-            ss = s[~small][:, None]
-            num = np.exp(-0.5 * ss * ss * (ur[~small][:, None] - kk) ** 2).sum(axis=1)
-            den = np.exp(-0.5 * ss * ss * kk ** 2).sum(axis=1)
-            val[~small] = np.log(np.maximum(num / den, 1e-300))
-        out = out.copy()
-        out[lattice] = val
-    return out
+    pos = np.abs(np.remainder(u + np.pi, 2 * np.pi) - np.pi) * (_TABLE / np.pi)  # even, 2 pi
+    i = np.minimum(pos.astype(np.intp), _TABLE - 1)                            # periodic
+    frac = pos - i
+    return table[i] + frac * (table[i + 1] - table[i])  # linear interpolation, uniform grid
 
 
-def _tail_critical(a: np.ndarray, scale: np.ndarray, kurt: np.ndarray, noise: str,
-                   discrete: bool, alpha: float) -> float:
-    """Smallest c (on a _GRID grid) with P(S > c) <= alpha / 2 for S = sum_r a_r z_r
-    standardised (sum a_r^2 var_r = 1), by Gil-Pelaez inversion (module docstring)."""
-    share = a * a * scale_var(scale, noise, discrete)
+def _tail_critical(a: np.ndarray, scale: np.ndarray, row_var: np.ndarray, kurt: np.ndarray,
+                   noise: str, discrete: bool, alpha: float, tables=None) -> float:
+    """c <= (smallest such c) + _GRID with P(S > c) <= alpha / 2, S = sum_r a_r z_r / sd(S),
+    z_r independent with scales ``scale`` and variances ``row_var``, by Gil-Pelaez inversion
+    (module docstring)."""
+    share = a * a * row_var
     total = float(share.sum())
     if not total > 0:
         return 0.0
     a = a / math.sqrt(total)
     share = share / total
     rank = share * np.maximum(1.0, kurt / 3.0)
-    order = np.argsort(rank)[::-1][:_MAX_TERMS]
-    keep = order[rank[order] >= _KEEP_SHARE]
+    keep = np.flatnonzero(rank >= _KEEP_SHARE)  # O(rows); few survive
+    if keep.size > _MAX_TERMS:
+        keep = keep[np.argsort(rank[keep])[::-1][:_MAX_TERMS]]
     rest = max(1.0 - float(share[keep].sum()), 0.0)
     eta2 = max(_MIN_SMOOTH ** 2 - rest, 0.0)
     shift = _SMOOTH_K * math.sqrt(eta2)
@@ -368,10 +391,13 @@ def _tail_critical(a: np.ndarray, scale: np.ndarray, kurt: np.ndarray, noise: st
     t_max = math.sqrt(2 * _ENVELOPE / sig2)
     t = np.arange(1, int(t_max / _STEP) + 2) * _STEP
     logphi = -0.5 * sig2 * t * t
-    for j in range(0, keep.size, 64):  # blocks of rows: (64, n_t) at a time
-        idx = keep[j:j + 64]
-        logphi = logphi + _log_cf(a[idx, None] * t[None, :], scale[idx, None], noise,
-                                  discrete).sum(axis=0)
+    for sv in np.unique(scale[keep]):  # rows of one level share a law
+        rows = keep[scale[keep] == sv]
+        table = tables.get(float(sv)) if tables else None
+        for j in range(0, rows.size, 64):  # blocks of (64, n_t)
+            idx = rows[j:j + 64]
+            logphi = logphi + _log_cf(a[idx, None] * t[None, :], float(sv), noise, discrete,
+                                      table).sum(axis=0)
     g = np.exp(logphi) / t
 
     def tail(x):
@@ -379,27 +405,18 @@ def _tail_critical(a: np.ndarray, scale: np.ndarray, kurt: np.ndarray, noise: st
         integral = _STEP * (0.5 * x + np.sin(np.outer(x, t)) @ g)  # trapezoid, f(0) = x
         return 0.5 - integral / np.pi
 
-    # bracket on a coarse grid, then refine; tails are non-increasing in x
-    hi = 1.0
+    # bracket by doubling, then bisect to the grid step; the tail is non-increasing in x
+    lo, hi = 0.0, 1.0
     while tail(hi)[0] > target and hi < 1e4:
-        hi *= 2.0
-    coarse = np.arange(0.0, hi + 0.25, 0.25)
-    above = np.flatnonzero(tail(coarse) > target)
-    lo = coarse[above[-1]] if above.size else 0.0
-    fine = lo + np.arange(0, int(0.25 / _GRID) + 2) * _GRID
-    ok = np.flatnonzero(tail(fine) <= target)
-    c = fine[ok[0]] if ok.size else lo + 0.25
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > _GRID:
+        mid = 0.5 * (lo + hi)
+        if tail(mid)[0] > target:
+            lo = mid
+        else:
+            hi = mid
+    c = hi
     return float(c + shift)
-
-
-def scale_var(scale, noise: str, discrete: bool) -> np.ndarray:
-    """Per-row noise variances from scales (the mechanism's own rule)."""
-    from .mechanism import discrete_variance
-    scale = np.asarray(scale, dtype=float)
-    if discrete:
-        uniq, inv = np.unique(scale, return_inverse=True)
-        return np.array([discrete_variance(s, noise) for s in uniq])[inv]
-    return 2 * scale ** 2 if noise == "laplace" else scale ** 2
 
 
 def _signed_digit_weight(widths, n: np.ndarray, root_free: bool) -> np.ndarray:
@@ -426,13 +443,18 @@ def _checked_prefixes(mechanism: Mechanism, k: int) -> np.ndarray:
         return np.arange(-1, k)
     rng = np.random.default_rng(20240917)  # fixed: a public, data-independent choice
     rand = rng.choice(k, size=min(_N_RANDOM, k), replace=False)
-    ends = np.array([-1, 0, 1, k - 3, k - 2, k - 1])
+    ends = np.concatenate([np.arange(-1, _ENDS), np.arange(k - _ENDS, k)])
     if not is_tree_mechanism(mechanism):
         b = np.concatenate([np.linspace(0, k - 1, _MAX_HEAVY).round().astype(int), rand, ends])
         return np.unique(b[(b >= -1) & (b < k)])
     tree = mechanism.released
-    n = np.arange(1, k + 1)
-    weight = _signed_digit_weight(tree.level_widths, n, mechanism.public_total)
+    kp = mechanism.n_bins
+    n = np.arange(1, k + 1)  # the prefix [0, b] holds n = b + 1 bins
+    weight = np.minimum(
+        _signed_digit_weight(tree.level_widths, n, mechanism.public_total),
+        np.minimum(  # the complements [b+1, K'-1] (mirror image) and [b+1, K-1]
+            _signed_digit_weight(tree.level_widths, kp - n, True),
+            _signed_digit_weight(tree.level_widths, k - n, True)))
     heavy = np.flatnonzero(weight <= 1)
     two = np.flatnonzero(weight == 2)
     room = max(_MAX_HEAVY - heavy.size, 0)
@@ -511,10 +533,12 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
         bs = _checked_prefixes(mechanism, k)
         weights = _prefix_weights(mechanism, bs)[:, noisy]
         w_total = _prefix_weights(mechanism, np.array([k - 1]))[0, noisy]
-        s = scales[noisy]
+        s, rv = scales[noisy], mechanism.variances[noisy]
         uniq = np.unique(s)
         kurt_u = {float(v): _level_kurtosis(float(v), noise, discrete) for v in uniq}
         kurt = np.array([kurt_u[float(v)] for v in s])
+        tables = ({float(v): _dgauss_table(float(v)) for v in uniq if v < _NORMAL_SIGMA}
+                  if noise == "gaussian" and discrete else None)
         crit = np.empty(q.size)
         done: dict = {}
         for i, qi in enumerate(q):
@@ -528,8 +552,9 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
                 a = weights[j] - qq * w_total
                 if not np.any(a):
                     continue
-                best = max(best, _tail_critical(a, s, kurt, noise, discrete, alpha))
-            # never below the normal value (numerical noise in the near-normal case)
+                best = max(best, _tail_critical(a, s, rv, kurt, noise, discrete, alpha, tables))
+            # never below the normal value: a lattice law can need less, but the gain is
+            # small and this guards the near-normal case against quadrature noise
             crit[i] = done[qq] = max(best, z)
         method, checked = "characteristic function", int(bs.size)
         if checked < k + 1:
@@ -542,3 +567,209 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
                                range_variances=_ro(rvar), total_public=public, n_bins=k,
                                method=method, prefixes_checked=checked,
                                seconds=time.perf_counter() - t0, notes=tuple(notes))
+
+
+# ============================================================================ the intervals
+def _first_crossing(edges: np.ndarray, g: np.ndarray, tol: float) -> float:
+    """inf {x : g(x) >= 0} for g linear between the edges (g[j] at edges[j]); NaN if none."""
+    hit = np.flatnonzero(g >= -tol)
+    if hit.size == 0:
+        return math.nan
+    j = int(hit[0])
+    if j == 0:
+        return float(edges[0])
+    g0, g1 = g[j - 1], g[j]
+    frac = min(max(-g0 / (g1 - g0), 0.0), 1.0) if g1 > g0 else 1.0
+    return float(edges[j - 1] + frac * (edges[j] - edges[j - 1]))
+
+
+def _last_crossing(edges: np.ndarray, g: np.ndarray, tol: float) -> float:
+    """sup {x : g(x) <= 0} for g linear between the edges; NaN if none."""
+    hit = np.flatnonzero(g <= tol)
+    if hit.size == 0:
+        return math.nan
+    j = int(hit[-1])
+    if j == g.size - 1:
+        return float(edges[-1])
+    g0, g1 = g[j], g[j + 1]
+    frac = min(max(-g0 / (g1 - g0), 0.0), 1.0) if g1 > g0 else 0.0
+    return float(edges[j] + frac * (edges[j + 1] - edges[j]))
+
+
+def _safe_array(x, name: str, notes: list):
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        notes.append(f"{name} is not numeric")
+        return None
+    return a
+
+
+def quantile_intervals(mechanism: Mechanism, raw, bin_edges, qs, *, total_public: bool,
+                       total=None, level: float = 0.95, estimates=None,
+                       calibration: QuantileCalibration | None = None) -> QuantileIntervals:
+    """Confidence intervals for the true quantiles of the data (module docstring).
+
+    Parameters
+    ----------
+    mechanism : the Mechanism that produced the release (K' >= K bins, BLUE estimator).
+    raw : float (K,) -- the raw (unprojected) cumulative-count estimate, first K bins.
+    bin_edges : (K + 1,) -- the bins' edges (value units).
+    qs : probabilities in [0, 1].
+    total_public : whether N is public (swap neighbours); then ``total`` is N.
+    total : the public N (read from the exact total row); ignored when N is private. If
+        missing with N public, round(raw[K-1]) is used (noted).
+    level : the coverage (in (0, 1)).
+    estimates : optional (len(qs),) reported point quantiles (NaN allowed): both intervals
+        are widened to contain them.
+    calibration : the result of :func:`calibrate_quantile_tests` for (mechanism, K, qs,
+        level) -- compute it before the noise; computed here if missing.
+
+    Returns a :class:`QuantileIntervals`. Never raises: validate the arguments first with
+    :func:`check_quantile_intervals`; anything unusual after the noise gives NaN or a wider
+    (still valid) interval and a line in ``notes``. O(K) per quantile.
+    """
+    notes: list = []
+    with np.errstate(all="ignore"):
+        return _intervals(mechanism, raw, bin_edges, qs, total_public, total, level,
+                          estimates, calibration, notes)
+
+
+def _intervals(mechanism, raw, bin_edges, qs, total_public, total, level, estimates,
+               calibration, notes) -> QuantileIntervals:
+    q = _safe_array(qs, "qs", notes)
+    q = np.atleast_1d(q).ravel() if q is not None else np.zeros(0)
+    nq = q.size
+    nan = np.full(nq, np.nan)
+    false = np.zeros(nq, dtype=bool)
+    lvl = float(level) if isinstance(level, Real) else math.nan
+
+    def give_up(msg, lo=nan, up=nan, crit=nan):
+        notes.append(msg)
+        return QuantileIntervals(qs=_ro(q), level=lvl, lower=_ro(lo), upper=_ro(up),
+                                 noise_lower=_ro(lo), noise_upper=_ro(up), critical=_ro(crit),
+                                 extended=_ro(false), empty=_ro(false), notes=tuple(notes))
+
+    edges = _safe_array(bin_edges, "bin_edges", notes)
+    if edges is None or edges.ndim != 1 or edges.size < 2 or not np.all(np.isfinite(edges)) \
+            or np.any(np.diff(edges) <= 0):
+        return give_up("bin_edges invalid (run check_quantile_intervals before the noise)")
+    k = edges.size - 1
+    if not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)) or not 0 < lvl < 1:
+        return give_up("qs or level invalid (run check_quantile_intervals before the noise)")
+    r = _safe_array(raw, "raw", notes)
+    if r is None or r.shape != (k,):
+        return give_up(f"raw must have shape ({k},) (the first K raw cumulative counts)")
+    if not np.all(np.isfinite(r)):
+        return give_up("raw has NaN or infinite entries: no interval")
+    est = None
+    if estimates is not None:
+        est = _safe_array(estimates, "estimates", notes)
+        if est is not None:
+            est = np.atleast_1d(est).ravel()
+            if est.shape != (nq,):
+                notes.append(f"estimates has {est.size} entries for {nq} quantiles: ignored")
+                est = None
+    full_lo, full_up = np.full(nq, edges[0]), np.full(nq, edges[-1])
+
+    # ---------------------------------------------------------------- calibration
+    cal = calibration
+    if cal is not None and not (isinstance(cal, QuantileCalibration) and cal.n_bins == k
+                                and cal.level == lvl and np.array_equal(cal.qs, q)):
+        notes.append("calibration does not match (K, qs, level): recomputed")
+        cal = None
+    if cal is None:
+        try:
+            cal = calibrate_quantile_tests(mechanism, k, q, lvl)
+        except (ValueError, np.linalg.LinAlgError, MemoryError, RuntimeError) as exc:
+            # the trivial interval [e_0, e_K] always holds the true quantile
+            return give_up(f"calibration failed ({exc}): the trivial interval [e_0, e_K]",
+                           full_lo, full_up)
+    notes.extend(cal.notes)
+    public = cal.total_public
+    if bool(total_public) != public:
+        notes.append(f"total_public={bool(total_public)} disagrees with the mechanism "
+                     f"(public_total={public}); the mechanism's is used")
+    crit = np.asarray(cal.critical, dtype=float)
+    var, rvar = np.asarray(cal.variances), np.asarray(cal.range_variances)
+    vk = float(var[-1])
+    scale = 1.0 + float(np.max(np.abs(r)))
+    tol = 1e-9 * scale  # rounding of the estimator; the tests are made conservative by it
+    raw_ext = np.concatenate([[0.0], r])  # index j <-> prefix b = j - 1
+
+    n_pub = math.nan
+    if public:
+        t = total
+        if isinstance(t, Real) and not isinstance(t, (bool, np.bool_)) and math.isfinite(t) \
+                and t >= 0:
+            n_pub = float(t)
+        else:
+            n_pub = float(max(0.0, round(float(r[-1]))))
+            notes.append(f"N is public but total was not given: N = round(raw[K-1]) = "
+                         f"{n_pub:g} used")
+        if n_pub < 1:
+            return give_up("N = 0: the data are empty and have no quantiles")
+    else:
+        if r[-1] < 1:
+            notes.append(f"the estimated N is {r[-1]:.3g} < 1: the data may be empty; the "
+                         "intervals assume N >= 1")
+
+    lower, upper = np.empty(nq), np.empty(nq)
+    nlo, nup = np.empty(nq), np.empty(nq)
+    extended, empty = np.zeros(nq, dtype=bool), np.zeros(nq, dtype=bool)
+    for i in range(nq):  # O(K) each, vectorised over the bins
+        qi, c = float(q[i]), float(crit[i])
+        if public:
+            m = max(math.ceil(qi * n_pub), 1)  # numpy's inverted_cdf order statistic
+            dhat, sd = raw_ext, np.sqrt(var)
+            thr1, thr2 = float(m), float(m - 1)
+            cont = raw_ext - qi * n_pub  # continuous target q N (interpolated rule)
+        elif qi == 0.0:
+            dhat, sd = raw_ext, np.sqrt(var)
+            thr1, thr2 = 1.0, 0.0
+            cont = raw_ext
+        else:
+            dhat = raw_ext - qi * r[-1]
+            sd = np.sqrt(np.maximum((1 - qi) * var + qi * rvar - qi * (1 - qi) * vk, 0.0))
+            thr1 = thr2 = 0.0
+            cont = dhat
+        up_band, lo_band = dhat + c * sd, dhat - c * sd
+        reject1 = up_band[1:] < thr1 - tol      # (1) at b = 0..K-1: C_b < m
+        reject2 = lo_band[:-1] > thr2 + tol     # (2) at b: C_{b-1} >= m
+        kept = np.flatnonzero(~reject1 & ~reject2)
+        e_i = float(est[i]) if est is not None and np.isfinite(est[i]) else math.nan
+        if kept.size:
+            lower[i], upper[i] = edges[kept[0]], edges[kept[-1] + 1]
+        else:
+            empty[i] = True
+            if math.isfinite(e_i):
+                b = int(np.clip(np.searchsorted(edges, e_i, side="right") - 1, 0, k - 1))
+            else:  # the first bin whose estimate reaches the target
+                hit = np.flatnonzero(dhat[1:] >= thr1)
+                b = int(hit[0]) if hit.size else k - 1
+            lower[i], upper[i] = edges[b], edges[b + 1]
+        # noise-only interval: the interpolated rule's quantile, continuous target
+        if qi == 0.0:
+            nlo[i] = nup[i] = edges[0]
+        else:
+            nlo[i] = _first_crossing(edges, cont + c * sd, tol)
+            nup[i] = _last_crossing(edges, cont - c * sd, tol)
+            if not (math.isfinite(nlo[i]) and math.isfinite(nup[i])) or nlo[i] > nup[i]:
+                notes.append(f"q = {qi:g}: the noise-only test rejects every point (extreme "
+                             "noise); the estimate alone is reported")
+                nlo[i] = nup[i] = e_i if math.isfinite(e_i) else math.nan
+        if math.isfinite(e_i):
+            if e_i < lower[i] or e_i > upper[i]:
+                extended[i] = True
+                lower[i], upper[i] = min(lower[i], e_i), max(upper[i], e_i)
+            nlo[i] = e_i if not math.isfinite(nlo[i]) else min(nlo[i], e_i)
+            nup[i] = e_i if not math.isfinite(nup[i]) else max(nup[i], e_i)
+    if empty.any():
+        notes.append(f"{int(empty.sum())} quantile(s): every bin rejected (probability <= "
+                     f"{1 - lvl:.3g}); the estimate's bin is reported")
+    if extended.any():
+        notes.append(f"{int(extended.sum())} quantile(s): the estimate lay outside the "
+                     "interval, which was widened to contain it")
+    return QuantileIntervals(qs=_ro(q), level=lvl, lower=_ro(lower), upper=_ro(upper),
+                             noise_lower=_ro(nlo), noise_upper=_ro(nup), critical=_ro(crit),
+                             extended=_ro(extended), empty=_ro(empty), notes=tuple(notes))

@@ -42,6 +42,8 @@ Laplace noise makes the normal-quantile bands approximate (its tails are heavier
 simulated critical value for pure-DP releases when coverage matters.
 A simultaneous band of a CDF can be tightened with :func:`monotone_envelope` without losing
 coverage (the truth is monotone, integer and in [0, N]).
+Intervals for the true quantiles with coverage >= level for every data set (exact test
+inversion per bin, critical values from the noise law): :mod:`dptree_opt.quantile_intervals`.
 """
 
 from __future__ import annotations
@@ -373,6 +375,9 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
     e = estimate(z) is exactly the estimation error), and returns the ``level`` quantile of
     max_t |e_t| / se_t (``simultaneous``: one float) or of |e_t| / se_t per prefix (an array
     (K,)). Prefixes with se_t = 0 (e.g. C_K when N is public) are exact and ignored.
+    ``standard_errors`` may cover only the first K <= K' prefixes of a mechanism over K' bins
+    (a padded tree whose last K' - K bins are empty, as a release builds it): the band is then
+    for those K prefixes only.
     Cost: draws x (rows + estimator) work, chunked; the pointwise version keeps draws x K
     floats (at most ``MAX_SIMULATED_POINTWISE_FLOATS``)."""
     _check_mechanism(mechanism, estimator)
@@ -380,23 +385,25 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
     if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, Integral) or draws < 10:
         raise ValueError(f"draws must be an integer >= 10, got {draws!r}")
     rng = as_generator(rng)
-    k = mechanism.n_bins
+    k_all = mechanism.n_bins
     se = (cdf_standard_errors(mechanism, estimator) if standard_errors is None
           else _vector(standard_errors, "standard_errors"))
-    if se.size != k:
-        raise ValueError(f"standard_errors must have shape ({k},), got ({se.size},)")
+    if se.size > k_all:
+        raise ValueError(f"standard_errors must have at most K' = {k_all} entries (one per "
+                         f"prefix of the mechanism's bins), got {se.size}")
+    k = se.size  # the first k prefixes (k < K': padding bins after them)
     scale = np.where(se > 0, 1.0 / np.where(se > 0, se, 1.0), 0.0)
     if not simultaneous and draws * k > MAX_SIMULATED_POINTWISE_FLOATS:
         raise ValueError(f"pointwise simulation keeps draws x K = {draws * k} floats > "
                          f"{MAX_SIMULATED_POINTWISE_FLOATS}; lower draws")
     rows = mechanism.released.n_rows
-    chunk = max(1, min(int(draws), _SIM_CHUNK_FLOATS // max(rows + k, 1)))
+    chunk = max(1, min(int(draws), _SIM_CHUNK_FLOATS // max(rows + k_all, 1)))
     stats = []
     done = 0
     while done < draws:
         size = min(chunk, int(draws) - done)
         z = mechanism.sample_noise(rng, size=size)  # (size, rows); exact rows 0
-        ratio = np.abs(estimate_cdf(mechanism, z, estimator)) * scale
+        ratio = np.abs(estimate_cdf(mechanism, z, estimator)[:, :k]) * scale
         stats.append(ratio.max(axis=1) if simultaneous else ratio)
         done += size
     stats = np.concatenate(stats, axis=0)

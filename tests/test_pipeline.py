@@ -191,3 +191,116 @@ def test_consistent_l2_error_never_exceeds_raw_in_expectation():
         raw_err.append(r)
         int_err.append(np.sum((res.consistent - truth) ** 2))
     assert np.mean(int_err) < np.mean(raw_err)
+
+
+# ----------------------------------------------------------------------------- padded trees
+def released_cdf(k=13, branching=(4, 4), neighbours="add_remove", seed=12):
+    """A PrivateCDF built as ``data_release.core`` builds it: the tree over K' >= K leaves
+    (padding bins empty), the estimate over K' bins cut to the first K bins."""
+    kp = int(np.prod(branching))
+    mech = dp.Mechanism(S.tree(kp, list(branching)), epsilon=1.0, neighbours=neighbours,
+                        discrete=True)
+    hist = np.zeros(kp, dtype=np.int64)
+    hist[:k] = np.random.default_rng(seed).poisson(6, k)
+    est = dp.cdf_from_measurements(mech, mech.measure(hist, np.random.default_rng(seed + 1)),
+                                   consistency=None)
+    raw, se = np.asarray(est.raw)[:k], np.asarray(est.standard_errors)[:k]
+    total = est.total if mech.public_total else max(0, int(np.rint(raw[-1])))
+    cons = consistency.project_cdf(raw, total=total, metric="l2", integer=True)
+    cdf = dp.PrivateCDF(raw=raw, consistent=cons, standard_errors=se, total=total,
+                        total_public=mech.public_total, description=mech.describe(),
+                        consistency="l2", estimator="blue", mechanism=mech)
+    return cdf, hist[:k]
+
+
+@pytest.mark.parametrize("neighbours", ["add_remove", "swap"])
+def test_simulated_band_on_a_padded_release(neighbours):
+    """Regression: band(method="simulated") used to raise on K < K' (mechanism over the
+    padded tree, raw and SEs over the K real bins). Shapes, ordering and simultaneous >=
+    pointwise are deterministic; coverage on this path is tested in test_queries."""
+    cdf, _ = released_cdf(neighbours=neighbours)
+    for simultaneous in (False, True):
+        lo, up = cdf.band(0.9, simultaneous=simultaneous, method="simulated", rng=3,
+                          draws=400)
+        assert lo.shape == up.shape == (13,)
+        assert np.all(lo <= cdf.raw + 1e-9) and np.all(cdf.raw <= up + 1e-9)
+    slo, sup = cdf.band(0.9, simultaneous=True, method="simulated", rng=3, draws=400)
+    plo, pup = cdf.band(0.9, simultaneous=False, method="simulated", rng=3, draws=400)
+    assert np.all(sup - slo >= pup - plo - 1e-9)  # the max-|Z| quantile >= each |Z_t| one
+
+
+def test_quantile_intervals_method_matches_the_module():
+    from dptree_opt.quantile_intervals import quantile_intervals
+    cdf, _ = released_cdf()
+    edges = np.linspace(0.0, 13.0, 14)
+    qs = [0.1, 0.5, 0.9]
+    got = cdf.quantile_intervals(edges, qs, 0.9)
+    want = quantile_intervals(cdf.mechanism, cdf.raw, edges, qs, total_public=False,
+                              level=0.9, estimates=cdf.quantiles(edges, qs))
+    for name in ("lower", "upper", "noise_lower", "noise_upper"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+    est = cdf.quantiles(edges, qs)
+    assert np.all((got.lower <= est) & (est <= got.upper))
+    with pytest.raises(ValueError, match="bin_edges"):
+        cdf.quantile_intervals(edges[:-1], qs)
+    with pytest.raises(ValueError, match="level"):
+        cdf.quantile_intervals(edges, qs, 1.5)
+
+
+# ----------------------------------------------------------------------------- plots
+def _agg():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+@pytest.mark.parametrize("band", ["pointwise", "simultaneous", None])
+def test_cdf_plot_draws_the_expected_artists(band, tmp_path):
+    plt = _agg()
+    cdf, hist = released_cdf()
+    ax = cdf.plot(bin_edges=np.linspace(0, 1, 14), band=band, truth=np.cumsum(hist))
+    # step lines: raw, truth, consistent; the band is one PolyCollection
+    assert len(ax.lines) == 3
+    assert len(ax.collections) == (0 if band is None else 1)
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("true CDF" in s for s in labels) and any("raw" in s for s in labels)
+    assert "laplace" in ax.get_title() and "\u03b5" in ax.get_title()
+    assert ax.get_xlabel() == "value"
+    path = tmp_path / f"cdf_{band}.png"
+    ax.figure.savefig(path)
+    assert path.stat().st_size > 5000
+    plt.close(ax.figure)
+    ax = cdf.plot()  # bin index axis, no truth
+    assert ax.get_xlabel() == "bin index" and len(ax.lines) == 2
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="band"):
+        cdf.plot(band="both")
+    with pytest.raises(ValueError, match="truth"):
+        cdf.plot(truth=np.ones(3))
+
+
+def test_release_plot_marks_quantiles_with_intervals(tmp_path):
+    from types import SimpleNamespace
+
+    from dptree_opt.plotting import plot_release
+    plt = _agg()
+    cdf, hist = released_cdf()
+    edges = np.linspace(0.0, 26.0, 14)
+    qs = (0.1, 0.5, 0.9)
+    qi = cdf.quantile_intervals(edges, qs)
+    release = SimpleNamespace(cdf=cdf, bin_edges=edges, quantile_levels=qs,
+                              quantiles=cdf.quantiles(edges, qs), quantile_lower=qi.lower,
+                              quantile_upper=qi.upper, quantile_noise_lower=qi.noise_lower,
+                              quantile_noise_upper=qi.noise_upper, interval_level=0.95)
+    ax = plot_release(release, truth=np.cumsum(hist))
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("true quantile" in s for s in labels)
+    assert any("noise-only" in s for s in labels)
+    # 3 CDF step lines + the errorbar's data line; collections: band, error bars, hlines
+    assert len(ax.lines) >= 4 and len(ax.collections) >= 3
+    assert len(ax.texts) == len(qs)
+    path = tmp_path / "release.png"
+    ax.figure.savefig(path, dpi=110)
+    assert path.stat().st_size > 5000
+    plt.close(ax.figure)

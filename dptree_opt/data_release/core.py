@@ -421,7 +421,11 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
     mech = plan.mechanism
     privacy = _privacy(mech, plan.noise, plan.budget_name, plan.budget, plan.spec,
                        plan.branching, plan.out_of_range, plan.note)
-    description = _description(mech, privacy, plan.spec, plan.branching)
+    cal = plan.calibration
+    description = "\n".join(
+        [_description(mech, privacy, plan.spec, plan.branching),
+         f"quantile intervals: exact test inversion per bin, critical values from the "
+         f"discrete noise ({cal.method})"] + [f"  {n}" for n in cal.notes])
     t1 = time.perf_counter()
     y = secure_measure(mech, full)  # OpenDP's exact samplers; no rng on this path
     y.flags.writeable = False
@@ -472,7 +476,7 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
     qi = quantile_intervals(mech, raw, edges, qs, total_public=public, total=total,
                             level=plan.interval_level, estimates=qv,
                             calibration=plan.calibration)
-    notes += list(qi.notes)
+    notes += [n for n in qi.notes if n not in plan.calibration.notes]  # those: description
     timings.update(estimation=t3 - t2, consistency=t4 - t3,
                    quantiles=time.perf_counter() - t4)
     return Release(spec=spec, cdf=cdf, quantile_levels=tuple(qs), quantiles=_readonly(qv),
