@@ -224,23 +224,6 @@ def _ro(a) -> np.ndarray:
 
 
 # ============================================================================ validation
-def _check_qs(qs) -> np.ndarray:
-    try:
-        q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
-    except (TypeError, ValueError):
-        raise ValueError(f"qs must be probabilities in [0, 1], got {qs!r}") from None
-    if q.ndim != 1 or not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)):
-        raise ValueError(f"qs must be a 1-D array of probabilities in [0, 1], got {qs!r}")
-    return q
-
-
-def _check_level(level) -> float:
-    if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
-            or not 0 < float(level) < 1):
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    return float(level)
-
-
 def check_quantile_intervals(mechanism, bin_edges, qs, level=0.95, *,
                              total_public=None) -> tuple[np.ndarray, np.ndarray, float]:
     """Validate the arguments of :func:`quantile_intervals` BEFORE the noise is drawn.
@@ -267,7 +250,7 @@ def check_quantile_intervals(mechanism, bin_edges, qs, level=0.95, *,
         if bool(total_public) != mechanism.public_total:
             raise ValueError(f"total_public={bool(total_public)} but the mechanism has "
                              f"public_total={mechanism.public_total}")
-    return e, _check_qs(qs), _check_level(level)
+    return e, _queries.check_probabilities(qs), _queries.check_level(level)
 
 
 # ============================================================================ noise model
@@ -491,8 +474,8 @@ def calibrate_quantile_tests(mechanism: Mechanism, n_bins: int, qs, level: float
     if isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer)) \
             or not 1 <= n_bins <= mechanism.n_bins:
         raise ValueError(f"n_bins must be an integer in [1, {mechanism.n_bins}], got {n_bins!r}")
-    q = _check_qs(qs)
-    level = _check_level(level)
+    q = _queries.check_probabilities(qs)
+    level = _queries.check_level(level)
     key = (int(n_bins), tuple(q.tolist()), level)
     mkey = _cache_key(mechanism)
     store = _CAL_CACHE.setdefault(mkey, {}) if mkey is not None else \

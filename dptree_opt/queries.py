@@ -107,10 +107,26 @@ def _total(total, default: float) -> float:
     return n
 
 
-def _check_level(level) -> float:
-    if isinstance(level, (bool, np.bool_)) or not isinstance(level, Real) or not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
+def check_level(level, name: str = "level") -> float:
+    """A confidence level: a real number in (0, 1) (ValueError naming ``name``)."""
+    if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
+            or not 0 < float(level) < 1):
+        raise ValueError(f"{name} must be in (0, 1), got {level!r}")
     return float(level)
+
+
+def check_probabilities(qs, name: str = "qs") -> np.ndarray:
+    """Quantile levels: a 1-D float array of probabilities in [0, 1] (empty allowed; a
+    string is refused rather than read as characters). ValueError naming ``name``."""
+    if isinstance(qs, (str, bytes)):
+        raise ValueError(f"{name} must be probabilities in [0, 1], got {qs!r}")
+    try:
+        q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be probabilities in [0, 1], got {qs!r}") from None
+    if q.ndim != 1 or not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)):
+        raise ValueError(f"{name} must be probabilities in [0, 1] (a 1-D list), got {qs!r}")
+    return q
 
 
 def _check_mechanism(mechanism, estimator) -> None:
@@ -351,7 +367,7 @@ def _cumsum_rows(d: sp.csr_matrix) -> sp.csr_matrix:
 def critical_value(level: float = 0.95, method: str = "pointwise", n_queries: int = 1) -> float:
     """Normal critical value c of a band est +- c se: "pointwise" z_{(1+level)/2};
     "bonferroni" z_{1-(1-level)/(2n)}; "sidak" z_{(1+level^(1/n))/2} (n = ``n_queries``)."""
-    level = _check_level(level)
+    level = check_level(level)
     if method not in BAND_METHODS:
         raise ValueError(f"method must be one of {BAND_METHODS}, got {method!r}")
     if isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral) \
@@ -381,7 +397,7 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
     Cost: draws x (rows + estimator) work, chunked; the pointwise version keeps draws x K
     floats (at most ``MAX_SIMULATED_POINTWISE_FLOATS``)."""
     _check_mechanism(mechanism, estimator)
-    level = _check_level(level)
+    level = check_level(level)
     if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, Integral) or draws < 10:
         raise ValueError(f"draws must be an integer >= 10, got {draws!r}")
     rng = as_generator(rng)

@@ -229,7 +229,7 @@ def test_noise_interval_is_the_hull_of_accepted_points():
     """On a fine grid of x (bin-linear Dhat and sd), every x with |Dhat(x)| <= c sd(x) lies in
     [noise_lower, noise_upper] and the ends are accepted points (to the grid step)."""
     rng = np.random.default_rng(3)
-    k, c, q, total = 20, 1.5, 0.4, 50
+    k, c, q = 20, 1.5, 0.4
     raw = np.cumsum(rng.poisson(2.5, k)) + rng.normal(0, 3, k)
     var = np.concatenate([[0.0], rng.uniform(4, 9, k)])
     rvar = np.concatenate([[var[-1]], rng.uniform(4, 9, k - 1), [0.0]])

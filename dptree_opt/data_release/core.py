@@ -56,7 +56,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 
@@ -65,7 +65,8 @@ from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
 from ..privacy import check_budget
-from ..queries import cdf_standard_errors, quantiles as _quantiles
+from ..queries import (cdf_standard_errors, check_level, check_probabilities,
+                       quantiles as _quantiles)
 from ..quantile_intervals import (QuantileCalibration, calibrate_quantile_tests,
                                   check_quantile_intervals, quantile_intervals)
 from ..strategies.base import check_neighbours
@@ -102,21 +103,11 @@ def _budget(epsilon, rho) -> tuple[str, str, float]:
 
 
 def _check_quantiles(qs) -> tuple:
-    if isinstance(qs, (str, bytes)):
-        raise ValueError(f"quantiles must be probabilities in [0, 1], got {qs!r}")
-    try:
-        q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
-    except (TypeError, ValueError):
-        raise ValueError(f"quantiles must be probabilities in [0, 1], got {qs!r}") from None
-    if q.ndim != 1 or not np.all(np.isfinite(q)) or np.any((q < 0) | (q > 1)):
-        raise ValueError(f"quantiles must be probabilities in [0, 1], got {qs!r}")
-    return tuple(float(v) for v in q)
+    return tuple(float(v) for v in check_probabilities(qs, "quantiles"))
 
 
 def _check_level(level) -> float:
-    if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
-            or not 0 < float(level) < 1):
-        raise ValueError(f"interval_level must be in (0, 1), got {level!r}")
+    level = check_level(level, "interval_level")
     if 1 - float(level) < 1e-9:
         raise ValueError(f"interval_level must be <= 1 - 1e-9 (the critical values are not "
                          f"meaningful closer to 1), got {level!r}")
