@@ -108,6 +108,10 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     elif structured and is_tree_mechanism(mechanism) and workload.kind in tree_error.WORKLOADS:
         ks, v = tree_parameters(mechanism)
         return tree_error.blue_error(ks, v, workload.kind, per_query=per_query)
+    elif structured and is_tree_mechanism(mechanism) and workload.kind in ("ranges", "total"):
+        ks, v = tree_parameters(mechanism)  # custom ranges: O(h) each, no matrix
+        var = tree_error.blue_range_variances(ks, v, workload.lo, workload.hi)
+        return var if per_query else float(var.sum())
     else:
         cov = blue_covariance(mechanism)
     return workload.query_variances(cov) if per_query else workload.total_variance(cov)

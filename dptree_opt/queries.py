@@ -251,34 +251,10 @@ def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.nda
 
 
 def _tree_range_variances(mechanism: Mechanism, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Var of the BLUE of sum x[lo:hi] on a level-uniform tree, O(h) per range.
-
-    q' Cov q = mu_0 L^2 / K + sum_{j >= 1} mu_j (k_j G_j - G_{j-1}) / w_{j-1} (tree_error
-    module docstring; MATH.md section 3), L = hi - lo, G_l = sum over level-l nodes of the
-    squared overlap with [lo, hi): F(hi) - F(lo) - 2 r (w - r) when the range leaves the
-    node holding lo, else L^2, with F(t) = (t // w) w^2 + (t mod w)^2, r = lo mod w."""
+    """Var of the BLUE of sum x[lo:hi] on a level-uniform tree, O(h) per range
+    (``tree_error.blue_range_variances``)."""
     ks, v = tree_parameters(mechanism)
-    mu = tree_error.blue_haar_variances(ks, v)
-    k_bins = mechanism.n_bins
-    widths = [k_bins]
-    for k in ks:
-        widths.append(widths[-1] // k)
-    lo_f, hi_f = lo.astype(np.float64), hi.astype(np.float64)
-    length = hi_f - lo_f
-    g_prev = length * length  # G_0: the root holds the whole range
-    var = mu[0] * g_prev / k_bins
-    for j, k in enumerate(ks, start=1):
-        w = widths[j]
-        r_lo, r_hi = lo % w, hi % w
-        f_lo = (lo - r_lo).astype(np.float64) * w + r_lo.astype(np.float64) ** 2
-        f_hi = (hi - r_hi).astype(np.float64) * w + r_hi.astype(np.float64) ** 2
-        same = hi <= lo - r_lo + w
-        g = np.where(same, length * length,
-                     f_hi - f_lo - 2.0 * r_lo * (w - r_lo).astype(np.float64))
-        if k >= 2:
-            var = var + mu[j] * (k * g - g_prev) / widths[j - 1]
-        g_prev = g
-    return var
+    return tree_error.blue_range_variances(ks, v, lo, hi)
 
 
 def _all_levels_measured(mechanism: Mechanism) -> bool:

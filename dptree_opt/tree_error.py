@@ -64,7 +64,7 @@ from numbers import Integral
 import numpy as np
 
 __all__ = ["blue_haar_variances", "blue_covariance_coefficients", "blue_error",
-           "haar_workload_weights", "WORKLOADS"]
+           "blue_range_variances", "haar_workload_weights", "WORKLOADS"]
 
 WORKLOADS = ("prefix", "identity", "all_range")
 
@@ -413,3 +413,34 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
             f"(K (K + 1) / 2 outputs), got K = {K}; the total (per_query=False) works at any K"
         )
     return _all_range_per_query(ks, widths, mu)
+
+
+def blue_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
+    """Var of the BLUE of sum x[lo:hi] (half-open ranges, int arrays of one shape) on a
+    level-uniform tree, O(h) per range, no matrix.
+
+    q' Cov q = mu_0 L^2 / K + sum_{j >= 1} mu_j (k_j G_j - G_{j-1}) / w_{j-1} (module
+    docstring; MATH.md section 3), L = hi - lo, G_l = sum over level-l nodes of the squared
+    overlap with [lo, hi): F(hi) - F(lo) - 2 r (w - r) when the range leaves the node holding
+    lo, else L^2, with F(t) = (t // w) w^2 + (t mod w)^2, r = lo mod w."""
+    ks, widths = _check_branching(branching)
+    mu = blue_haar_variances(ks, level_variances)
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    k_bins = widths[0]
+    lo_f, hi_f = lo.astype(np.float64), hi.astype(np.float64)
+    length = hi_f - lo_f
+    g_prev = length * length  # G_0: the root holds the whole range
+    var = mu[0] * g_prev / k_bins
+    for j, k in enumerate(ks, start=1):  # loop over levels (h of them), vectorised over ranges
+        w = widths[j]
+        r_lo, r_hi = lo % w, hi % w
+        f_lo = (lo - r_lo).astype(np.float64) * w + r_lo.astype(np.float64) ** 2
+        f_hi = (hi - r_hi).astype(np.float64) * w + r_hi.astype(np.float64) ** 2
+        same = hi <= lo - r_lo + w
+        g = np.where(same, length * length,
+                     f_hi - f_lo - 2.0 * r_lo * (w - r_lo).astype(np.float64))
+        if k >= 2:
+            var = var + mu[j] * (k * g - g_prev) / widths[j - 1]
+        g_prev = g
+    return var
