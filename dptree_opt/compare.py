@@ -42,6 +42,7 @@ import numpy as np
 
 from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
+from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
 from .privacy import check_noise, resolve_budget, resolve_public
 from .strategies import IntervalStrategy, LevelUniformTree
@@ -395,7 +396,9 @@ def _all_range_mask(kp: int, K: int) -> np.ndarray:
 
 
 def _dense_ok(mech: Mechanism) -> bool:
-    return mech.n_bins <= MAX_DENSE_BINS
+    """Whether expected_error can answer this mechanism: small K, or a structure with an
+    exact fast path (Toeplitz strategies: O(K log K) at any size)."""
+    return mech.n_bins <= MAX_DENSE_BINS or is_toeplitz_mechanism(mech)
 
 
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
@@ -641,8 +644,10 @@ def _best_blue_opt(s: Setting) -> Candidate:
                              f"{MAX_OPTIMAL_BLUE_SEARCH_BINS})")
 
 
-def _generic_candidate(s: Setting, fn, label: str) -> Candidate:
-    if s.n_bins > MAX_DENSE_BINS:
+def _generic_candidate(s: Setting, fn, label: str, structured: bool = False) -> Candidate:
+    """A BLUE row on strategy ``fn(K)``; above MAX_DENSE_BINS only for ``structured``
+    strategies (their errors have exact fast paths)."""
+    if s.n_bins > MAX_DENSE_BINS and not structured:
         raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
     try:
         strat = fn(s.n_bins)
@@ -659,7 +664,8 @@ def _haar(s: Setting) -> Candidate:
 @register_row("sqrt_factorization", "square-root factorisation",
               "A = W^(1/2) for the prefix workload (Henzinger et al.), BLUE")
 def _sqrt(s: Setting) -> Candidate:
-    return _generic_candidate(s, strategies.sqrt_factorization, "sqrt factorisation")
+    return _generic_candidate(s, strategies.sqrt_factorization, "sqrt factorisation",
+                              structured=True)
 
 
 @register_row("optimized", "optimised strategy",

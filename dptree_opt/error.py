@@ -5,8 +5,12 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
 
 * "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
   identity and all-range workloads it comes from the tree's Haar structure
-  (:mod:`dptree_opt.tree_error`, O(h) totals, O(K) per query, no K x K matrix); otherwise
-  from the dense covariance of the generic GLS (K <= 8192).
+  (:mod:`dptree_opt.tree_error`, O(h) totals, O(K) per query, no K x K matrix); on
+  Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private or
+  public, for prefix, identity, all-range, total and custom ranges from the power-series
+  inverse (:mod:`dptree_opt.estimation.toeplitz`, O(K log K); per-query all-range O(K^2),
+  ranges O(K log K + sum_q min(lo_q, K - hi_q)));
+  otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); prefix workload only.
 * "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
@@ -27,6 +31,7 @@ from .refined_error import refined_workload_error
 from .estimation.blue import blue, blue_covariance
 from .estimation.covering import covering_cdf, covering_variances
 from .estimation.honaker import refined_recursion
+from .estimation.toeplitz import TOEPLITZ_WORKLOADS, is_toeplitz_mechanism, toeplitz_error
 from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from .mechanism import Mechanism, as_generator, check_histogram
 from .workloads import Workload
@@ -92,7 +97,7 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     workload's query order) when ``per_query``. ``estimator``: "blue" (GLS / Honaker,
     trace(W Cov W')), "covering" ([RTS] direct sums; prefix workload only) or "refined"
     ([RTS] App. B; level-uniform trees). ``method="dense"`` bypasses the structured tree
-    formulas (for checking them against the dense covariance)."""
+    formulas (tree, Toeplitz) for checking them against the dense covariance."""
     _check(workload, mechanism, estimator)
     if method not in ERROR_METHODS:
         raise ValueError(f"method must be one of {ERROR_METHODS}, got {method!r}")
@@ -112,6 +117,10 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         ks, v = tree_parameters(mechanism)  # custom ranges: O(h) each, no matrix
         var = tree_error.blue_range_variances(ks, v, workload.lo, workload.hi)
         return var if per_query else float(var.sum())
+    elif (structured and workload.kind in TOEPLITZ_WORKLOADS
+          and is_toeplitz_mechanism(mechanism)):
+        return toeplitz_error(mechanism, workload.kind, per_query=per_query,
+                              lo=workload.lo, hi=workload.hi)
     else:
         cov = blue_covariance(mechanism)
     return workload.query_variances(cov) if per_query else workload.total_variance(cov)

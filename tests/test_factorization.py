@@ -104,3 +104,65 @@ def test_blue_is_L_y_without_public_total_and_gls_with_it(neighbours):
         x = np.linalg.solve(kkt, np.concatenate([L.T @ (y[:n] / v), [y[n]]]))[:n]
         np.testing.assert_allclose(blue(mech, y), x, rtol=1e-9, atol=1e-9)
         assert y[n] == h.sum()
+
+
+# ------------------------------------------------------------- at scale (no matrix)
+def _s2_lgamma(n):
+    """Cumulative sums of c_k^2, c_k = C(2k, k)/4^k by lgamma (independent of the library)."""
+    from scipy.special import gammaln
+    k = np.arange(n, dtype=float)
+    return np.cumsum(np.exp(2 * (gammaln(2 * k + 1) - 2 * gammaln(k + 1) - k * np.log(4.0))))
+
+
+def test_is_toeplitz_and_keeps_its_api_at_2_20():
+    from dptree_opt.strategies import SqrtFactorization, ToeplitzStrategy
+    n = 1 << 20
+    s = sqrt_factorization(n)  # no n(n+1)/2-nonzero matrix: instant
+    assert isinstance(s, SqrtFactorization) and isinstance(s, ToeplitzStrategy)
+    np.testing.assert_allclose(s.coefficients, sqrt_coefficients(n))
+    tot = s.with_total_row()
+    assert isinstance(tot, SqrtFactorization) and tot.n_rows == n + 1
+    with pytest.raises(ValueError, match="8192"):
+        _ = s.matrix
+    x = np.random.default_rng(0).poisson(3.0, n).astype(float)
+    # L @ (L @ x) = prefix sums of x
+    np.testing.assert_allclose(s.apply(s.apply(x)), np.cumsum(x), rtol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1 << 12, 1 << 16])
+def test_per_prefix_error_equals_closed_form_at_scale(n):
+    mech = Mechanism(sqrt_factorization(n), rho=0.5, noise="gaussian", neighbours="add_remove")
+    s2 = _s2_lgamma(n)
+    # lgamma differences of ~1e6-sized numbers: the oracle itself is good to ~1e-10
+    assert mech.level_sensitivities[1] ** 2 == pytest.approx(s2[-1], rel=1e-9)
+    got = expected_error(workloads.prefix(n), mech, per_query=True)
+    np.testing.assert_allclose(got, s2 * s2[-1], rtol=1e-9)
+    np.testing.assert_allclose(sqrt_factorization_variances(n), s2 * s2[-1], rtol=1e-9)
+
+
+def test_swap_l1_sensitivity_closed_form_at_scale():
+    # c decreasing and positive: swap l1 = max_D 2 S1(D) + S1(n - D) - S1(n) (module docstring),
+    # here from lgamma coefficients and a direct max
+    from scipy.special import gammaln
+    n = 1 << 16
+    k = np.arange(n, dtype=float)
+    c = np.exp(gammaln(2 * k + 1) - 2 * gammaln(k + 1) - k * np.log(4.0))
+    s1 = np.concatenate([[0.0], np.cumsum(c)])
+    d = np.arange(1, n)
+    expect = np.max(2 * s1[d] + s1[n - d] - s1[n])
+    assert sqrt_factorization(n).sensitivity(np.ones(n), "swap", 1) == pytest.approx(expect,
+                                                                                   rel=1e-9)
+
+
+@pytest.mark.parametrize("neighbours", ["add_remove", "swap"])
+def test_blue_fast_path_equals_generic_at_256(neighbours):
+    n = 256
+    mech = Mechanism(sqrt_factorization(n), rho=0.5, noise="gaussian", neighbours=neighbours)
+    rng = np.random.default_rng(3)
+    y = np.stack([mech.measure(rng.poisson(4, n), rng) for _ in range(4)])
+    np.testing.assert_allclose(blue(mech, y), blue(mech, y, method="generic"),
+                               rtol=1e-9, atol=1e-9)
+    for kind in ("prefix", "identity", "all_range", "total"):
+        w = getattr(workloads, kind)(n)
+        assert expected_error(w, mech) == pytest.approx(
+            expected_error(w, mech, method="dense"), rel=1e-9, abs=1e-9)

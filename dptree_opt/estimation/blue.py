@@ -1,6 +1,8 @@
 """The BLUE of the histogram: one entry point, exact on every path.
 
-On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*);
+On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*); on a
+Toeplitz strategy with equal noise it is A^-1 y by the FFT power-series inverse, plus the
+rank-one constraint step when N is public (:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
 otherwise the generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
 to rounding (tests pin it)."""
 
@@ -10,11 +12,12 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from .gls import gls
+from .toeplitz import is_toeplitz_mechanism, toeplitz_blue
 from .tree import is_tree_mechanism, tree_blue
 
 __all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
 
-BLUE_METHODS = ("auto", "tree", "generic", "sparse", "dense")
+BLUE_METHODS = ("auto", "tree", "toeplitz", "generic", "sparse", "dense")
 
 
 def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
@@ -22,7 +25,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
 
     Generalised least squares with weights 1 / variance and exact rows as equality
     constraints (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``:
-    "auto" (tree recursions on level-uniform trees, else generic), "tree", "generic"
+    "auto" (tree recursions on level-uniform trees, the Toeplitz inverse on Toeplitz
+    strategies with equal noise, else generic), "tree", "toeplitz", "generic"
     (the GLS solver's own choice), "sparse" (KKT LU) or "dense" (Cholesky)."""
     if method not in BLUE_METHODS:
         raise ValueError(f"method must be one of {BLUE_METHODS}, got {method!r}")
@@ -30,6 +34,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     if method == "tree" or (method == "auto" and is_tree_mechanism(mechanism)):
         return tree_blue(mechanism, y)
+    if method == "toeplitz" or (method == "auto" and is_toeplitz_mechanism(mechanism)):
+        return toeplitz_blue(mechanism, y)
     return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
 
 

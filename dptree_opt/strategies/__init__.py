@@ -3,7 +3,9 @@
 ``histogram``, ``prefix_sums``, ``tree`` / ``binary_tree`` (level-uniform trees, [RTS]
 Def. IV.1) and ``hierarchy`` (any rooted networkx tree) are laminar families of bin ranges
 with structured exact sensitivities; ``Strategy`` wraps any other matrix. Beyond trees:
-``haar`` (Privelet), ``sqrt_factorization`` (L with L @ L = prefix matrix) and the optimisers
+``haar`` (Privelet), ``toeplitz`` (any lower-triangular Toeplitz strategy, kept implicit:
+FFT products, exact sensitivities without a matrix), ``sqrt_factorization`` (the Toeplitz
+L with L @ L = prefix matrix) and the optimisers
 of ``strategies.optimized`` (the Gaussian optimum, HDMM's p-Identity for Laplace; with the
 best-tree safety net: ``optimize.optimized_strategy``).
 """
@@ -23,6 +25,7 @@ from .interval import (
 )
 from .factorization import SqrtFactorization, sqrt_factorization
 from .haar import haar
+from .toeplitz import ToeplitzStrategy, toeplitz
 from .optimized import OptimizedStrategy, p_identity
 
 __all__ = [
@@ -39,6 +42,8 @@ __all__ = [
     "resolve_branching",
     "tree",
     "haar",
+    "toeplitz",
+    "ToeplitzStrategy",
     "sqrt_factorization",
     "SqrtFactorization",
     "OptimizedStrategy",

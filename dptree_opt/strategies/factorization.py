@@ -18,7 +18,9 @@ shifted down by j, so with equal weights
     swap:        l1 = max_D 2 S1(D) + S1(n - D) - S1(n)                (columns 0 and D)
                  l2 = sqrt(max_D S2(D) + sum_{k < n-D} (c_{k+D} - c_k)^2)
 
-(c is decreasing, so for a fixed gap D = b - a the pair a = 0, b = D is the worst.) With
+(for a fixed gap D = b - a the pair a = 0, b = D is the worst: true for every Toeplitz
+strategy, see :mod:`dptree_opt.strategies.toeplitz`; the l1 form telescopes because c is
+decreasing.) With
 Gaussian noise of variance sigma^2 per unit l2 sensitivity under add/remove (noise variance
 sigma^2 S2(n) per row), prefix t has variance
 
@@ -30,12 +32,10 @@ sigma^2 = 1 is 9.671 (MATH.md section 6).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-import scipy.sparse as sp
 
-from .base import Strategy, check_neighbours
+from .base import check_neighbours
+from .toeplitz import ToeplitzStrategy, toeplitz_swap_sensitivity
 
 __all__ = ["SqrtFactorization", "sqrt_coefficients", "sqrt_factorization",
            "sqrt_factorization_variances"]
@@ -54,84 +54,31 @@ def sqrt_coefficients(n: int) -> np.ndarray:
     return np.concatenate([[1.0], np.cumprod((2.0 * k - 1.0) / (2.0 * k))])
 
 
-def _toeplitz_lower(c: np.ndarray) -> sp.csr_matrix:
-    """Lower-triangular Toeplitz matrix with first column c, as CSR (n(n+1)/2 nonzeros)."""
-    n = c.size
-    i, j = np.tril_indices(n)
-    return sp.csr_matrix((c[i - j], (i, j)), shape=(n, n))
-
-
-class SqrtFactorization(Strategy):
+class SqrtFactorization(ToeplitzStrategy):
     """The strategy L = P^(1/2) (module docstring), optionally with appended all-ones rows.
 
-    Rows 0..n-1 are L (budget level 1); extra rows (from ``with_total_row``) are exact totals
-    at level 0. Sensitivities use the closed forms of the module docstring when the weights are
-    equal on the rows of L (the totals never change under swap and add their weight under
-    add/remove), and the generic exact search otherwise. O(n^2) for the l2 swap form, O(n)
-    for the others."""
+    A :class:`~dptree_opt.strategies.toeplitz.ToeplitzStrategy` with first column c: no matrix
+    is stored (``.matrix`` on request for n <= 8192), products by FFT, sensitivities by the
+    Toeplitz closed forms (O(n) for l1 - c is decreasing - and O(n log n) for l2; the generic
+    search for non-uniform weights, small n only). Rows 0..n-1 are L (budget level 1); extra
+    rows (from ``with_total_row``) are exact totals at level 0."""
 
     def __init__(self, n: int, *, n_totals: int = 0):
-        n = _check_bins(n)
-        self._c = sqrt_coefficients(n)
-        core = _toeplitz_lower(self._c)
-        rows = [core] + [sp.csr_matrix(np.ones((1, n)))] * n_totals
-        levels = np.concatenate([np.ones(n, dtype=np.int32), np.zeros(n_totals, dtype=np.int32)])
-        super().__init__(sp.vstack(rows, format="csr"), levels, name="sqrt_factorization")
-        self._n_core = n
-        self._n_totals = n_totals
-
-    @property
-    def coefficients(self) -> np.ndarray:
-        """c_0..c_{n-1} (read-only copy)."""
-        return self._c.copy()
-
-    def with_total_row(self) -> "SqrtFactorization":
-        """A copy with an all-ones row appended at level 0 (keeps the closed forms)."""
-        return SqrtFactorization(self._n_core, n_totals=self._n_totals + 1)
-
-    def _uniform_core_weight(self, w: np.ndarray):
-        core = w[: self._n_core]
-        return float(core[0]) if np.all(core == core[0]) else None
-
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
-        u = self._uniform_core_weight(w)
-        if u is None:
-            return super()._add_remove_loss(w, p)
-        tot = w[self._n_core:]
-        if p == 1:  # column 0 of L plus every total row
-            return u * float(self._c.sum()) + float(tot.sum())
-        return math.sqrt(u * u * float(np.sum(self._c**2)) + float(np.sum(tot**2)))
-
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
-        u = self._uniform_core_weight(w)
-        if u is None:
-            return super()._swap_loss(w, p)
-        return u * sqrt_swap_sensitivity(self._c, p)
+        super().__init__(sqrt_coefficients(n), n_totals=n_totals, name="sqrt_factorization")
 
 
 def sqrt_swap_sensitivity(c: np.ndarray, p: int) -> float:
-    """Unit-weight swap sensitivity of the Toeplitz L with decreasing first column c (module
-    docstring): l1 in O(n), l2 in O(n^2) (one pass per gap D)."""
-    n = c.size
-    if n == 1:
-        return 0.0
-    if p == 1:
-        s1 = np.concatenate([[0.0], np.cumsum(c)])
-        d = np.arange(1, n)
-        return float(np.max(2.0 * s1[d] + s1[n - d] - s1[n]))
-    s2 = np.concatenate([[0.0], np.cumsum(c * c)])
-    best = 0.0
-    for d in range(1, n):
-        diff = c[d:] - c[: n - d]
-        best = max(best, s2[d] + float(diff @ diff))
-    return math.sqrt(best)
+    """Unit-weight swap sensitivity of the Toeplitz L with first column c (module docstring;
+    :func:`~dptree_opt.strategies.toeplitz.toeplitz_swap_sensitivity`): l1 O(n), l2
+    O(n log n)."""
+    return toeplitz_swap_sensitivity(c, p)
 
 
 def sqrt_factorization(n: int) -> SqrtFactorization:
     """The square-root factorisation strategy L (L @ L = prefix matrix) over ``n`` bins.
 
-    Dense lower-triangular Toeplitz, c_k = C(2k, k)/4^k (module docstring; Henzinger et al.
-    SODA 2023). All rows at budget level 1."""
+    Lower-triangular Toeplitz, c_k = C(2k, k)/4^k (module docstring; Henzinger et al.
+    SODA 2023), kept implicit (FFT products). All rows at budget level 1."""
     return SqrtFactorization(n)
 
 

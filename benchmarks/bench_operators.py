@@ -1,0 +1,96 @@
+"""Structured operators (issue 13): exact error and BLUE of Toeplitz strategies at scale.
+
+Run:  python benchmarks/bench_operators.py [n ...]        (default 8192 65536 1048576)
+
+For the square-root factorisation (Gaussian, rho = 1/2, i.e. sigma^2 = 1 per unit l2
+sensitivity), under add/remove (N private: BLUE = A^-1 y) and swap (N public: the rank-one
+constrained BLUE), it times and measures the peak Python-heap memory (tracemalloc; numpy
+buffers are traced, FFT work arrays inside pocketfft are not) of
+
+* building the mechanism (exact sensitivity and calibration, no matrix),
+* exact total error for prefix / identity / all-range (cold: the power-series inverse is
+  recomputed on a fresh strategy each time) and per-query error for prefix / identity /
+  all-range (n(n+1)/2 outputs: refused above 10^8 queries, i.e. n > 14141) and for 500
+  random custom ranges,
+* the BLUE of one noisy release and of a batch of 16 releases.
+
+Prints markdown tables (and the mean per-prefix error, MATH.md section 7: 19.6643 at 2^16,
+28.2753 at 2^20 under add/remove).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+from dptree_opt import Mechanism, blue, expected_error, workloads
+from dptree_opt.strategies import sqrt_factorization
+
+
+def timed(fn, *args, **kw):
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    secs = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return out, secs, peak / 2**20
+
+
+def mechanism(n: int, neighbours: str) -> Mechanism:
+    return Mechanism(sqrt_factorization(n), rho=0.5, noise="gaussian", neighbours=neighbours)
+
+
+def cold_error(n, neighbours, kind, per_query):
+    mech = mechanism(n, neighbours)  # fresh strategy: the inverse is not cached yet
+    return timed(expected_error, getattr(workloads, kind)(n), mech, per_query=per_query)
+
+
+def main(ns):
+    print("| n | neighbours | step | time (s) | peak traced MiB | value |")
+    print("|---|---|---|---|---|---|")
+    for n in ns:
+        for neighbours in ("add_remove", "swap"):
+            mech, secs, mib = timed(mechanism, n, neighbours)
+            print(f"| {n} | {neighbours} | mechanism (sensitivity, calibration) | {secs:.3f} "
+                  f"| {mib:.0f} | sigma^2 = {mech.variances[0]:.4f} |", flush=True)
+            for kind in ("prefix", "identity", "all_range"):
+                val, secs, mib = cold_error(n, neighbours, kind, False)
+                q = getattr(workloads, kind)(n).n_queries
+                print(f"| {n} | {neighbours} | total error, {kind} | {secs:.3f} | {mib:.0f} | "
+                      f"mean/query {val / q:.4f} |", flush=True)
+            for kind in ("prefix", "identity"):
+                val, secs, mib = cold_error(n, neighbours, kind, True)
+                print(f"| {n} | {neighbours} | per-query error, {kind} | {secs:.3f} | "
+                      f"{mib:.0f} | max {val.max():.4f} |", flush=True)
+            if n * (n + 1) // 2 > 10**8:
+                print(f"| {n} | {neighbours} | per-query error, all_range | - | - | refused: "
+                      f"{n * (n + 1) // 2} > 10^8 queries |")
+            else:
+                val, secs, mib = cold_error(n, neighbours, "all_range", True)
+                print(f"| {n} | {neighbours} | per-query error, all_range | {secs:.3f} | "
+                      f"{mib:.0f} | max {val.max():.4f} |", flush=True)
+            rng = np.random.default_rng(0)
+            iv = np.sort(rng.integers(0, n, (500, 2)), axis=1)
+            mech = mechanism(n, neighbours)
+            val, secs, mib = timed(expected_error, workloads.ranges(n, iv), mech, per_query=True)
+            print(f"| {n} | {neighbours} | per-query error, 500 random ranges (cold) | {secs:.3f} "
+                  f"| {mib:.0f} | mean {val.mean():.4f} |", flush=True)
+            h = rng.poisson(10.0, n)
+            mech = mechanism(n, neighbours)
+            y1 = mech.measure(h, rng)
+            _, secs, mib = timed(blue, mech, y1)
+            print(f"| {n} | {neighbours} | BLUE, 1 release (cold) | {secs:.3f} | {mib:.0f} | |",
+                  flush=True)
+            y16 = mech.released.apply(h)[None, :] + mech.sample_noise(rng, size=16)
+            x, secs, mib = timed(blue, mech, y16)
+            rmse = float(np.sqrt(np.mean((np.cumsum(x, axis=1) - np.cumsum(h)) ** 2)))
+            print(f"| {n} | {neighbours} | BLUE, batch of 16 | {secs:.3f} | {mib:.0f} | "
+                  f"prefix RMSE {rmse:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [1 << 13, 1 << 16, 1 << 20])

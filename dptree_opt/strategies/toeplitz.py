@@ -1,0 +1,320 @@
+"""Lower-triangular Toeplitz strategies, exact without a matrix (FFT products, O(n) / O(n log n)
+sensitivities).
+
+A = T(a) is the n x n lower-triangular Toeplitz matrix with first column a (a_0 != 0):
+A_ij = a_(i-j) for i >= j, 0 otherwise. It is the matrix of "multiply by the power series
+a(z) = sum_k a_k z^k, truncated at z^n": A x = first n coefficients of a(z) x(z). Products
+and inverses of such matrices are products and inverses of power series (mod z^n):
+
+    T(a) T(b) = T(a b mod z^n),       T(a)^-1 = T(1 / a(z) mod z^n).
+
+So A x is a convolution (FFT, O(n log n)), and A^-1 is the Toeplitz matrix of the power-series
+inverse, computed by Newton's iteration b <- b (2 - a b) (mod z^(2m)), which doubles the
+number of correct coefficients per step: O(n log n) with FFT products (Brent 1976; e.g. von zur
+Gathen & Gerhard, "Modern Computer Algebra", Sec. 9.1). Examples: the prefix matrix is
+T(1 / (1 - z)); the square-root factorisation is T((1 - z)^(-1/2))
+(:mod:`dptree_opt.strategies.factorization`).
+
+Sensitivity (MATH.md section 0) with equal weight u on the n Toeplitz rows (and weights t_r on
+optional exact all-ones total rows). Column j of A is (a_0..a_(n-1-j)) shifted down by j, a
+prefix of a, so with S_p(m) = sum_(k<m) |a_k|^p:
+
+    add/remove:  l1 = u S_1(n) + sum_r t_r,   l2 = sqrt(u^2 S_2(n) + sum_r t_r^2)   (column 0)
+
+Swap (the totals cancel): columns j < l = j + D differ by a_0..a_(D-1) on rows j..l-1 and by
+a_(k+D) - a_k (k = 0..n-1-l) on rows l..n-1. The second sum only grows as j decreases, so for
+every gap D the pair (0, D) is worst, for ANY coefficients:
+
+    swap^p = u^p max_(1<=D<n) g_p(D),   g_p(D) = S_p(D) + sum_(k<n-D) |a_(k+D) - a_k|^p.
+
+* p = 2: g_2(D) = S_2(n) + S_2(n - D) - 2 r(D) with the autocorrelation
+  r(D) = sum_(k<n-D) a_k a_(k+D): O(n log n) by FFT (direct O(n^2) for n <= 4096).
+* p = 1, a monotone (non-increasing or non-decreasing, any signs): every difference
+  a_(k+D) - a_k has one sign, so the sum telescopes:
+  g_1(D) = S_1(D) + |(A(n) - A(D)) - A(n - D)| with A(m) = sum_(k<m) a_k: O(n).
+  (For positive decreasing a this is factorization.py's 2 S_1(D) + S_1(n - D) - S_1(n).)
+* p = 1, general a: g_1(D) directly, O(n^2) (vectorised per gap); refused above
+  MAX_GENERAL_L1_SWAP_BINS bins rather than approximated.
+
+Non-uniform weights on the Toeplitz rows use the generic exact search of
+:class:`~dptree_opt.strategies.base.Strategy` on ``.matrix`` (n <= MAX_MATRIX_BINS only).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import scipy.fft as sfft
+import scipy.sparse as sp
+
+from .base import Strategy, _readonly
+
+__all__ = [
+    "MAX_GENERAL_L1_SWAP_BINS",
+    "MAX_MATRIX_BINS",
+    "ToeplitzStrategy",
+    "series_inverse",
+    "series_multiply",
+    "toeplitz",
+    "toeplitz_swap_sensitivity",
+]
+
+# ``.matrix`` (a CSR with n(n+1)/2 nonzeros) is built only up to this many bins.
+MAX_MATRIX_BINS = 8192
+# The general (non-monotone) l1 swap sensitivity is O(n^2): refused above this size.
+MAX_GENERAL_L1_SWAP_BINS = 1 << 15
+# Below this length products use direct convolution (exact summation order, faster).
+_DIRECT_CONV = 64
+_DIRECT_AUTOCORR = 4096
+
+
+def check_coefficients(coefficients) -> np.ndarray:
+    """Validate a first column a: 1-D, non-empty, finite, a_0 != 0 (float64 copy, read-only)."""
+    try:
+        a = np.array(coefficients, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("coefficients must be a 1-D array of numbers") from None
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"coefficients must be a non-empty 1-D array, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("coefficients must be finite (no NaN or inf)")
+    if a[0] == 0.0:
+        raise ValueError("coefficients[0] (the diagonal a_0) must be non-zero: "
+                         "otherwise the Toeplitz strategy is singular")
+    return _readonly(a)
+
+
+def series_multiply(a: np.ndarray, x, n: int | None = None) -> np.ndarray:
+    """First ``n`` coefficients of a(z) x(z) along the LAST axis of ``x`` (batched).
+
+    = T(a) x for x of length n. FFT convolution, O(n log n) (direct for short a or x); the
+    rounding error is of order 1e-16 ||a||_2 ||x||_2 per coefficient."""
+    a = np.asarray(a, dtype=float)
+    x = np.asarray(x, dtype=float)
+    if n is None:
+        n = x.shape[-1]
+    la, lx = min(a.size, n), min(x.shape[-1], n)
+    a, x = a[:la], x[..., :lx]
+    out_shape = x.shape[:-1] + (n,)
+    if la == 0 or lx == 0:
+        return np.zeros(out_shape)
+    if min(la, lx) <= _DIRECT_CONV and x.ndim == 1:
+        out = np.convolve(a, x)[:n]
+    else:
+        size = sfft.next_fast_len(la + lx - 1, real=True)
+        fa = sfft.rfft(a, size)
+        fx = sfft.rfft(x, size, axis=-1)
+        out = sfft.irfft(fa * fx, size, axis=-1)[..., :n]
+    if out.shape[-1] < n:
+        out = np.concatenate([out, np.zeros(out.shape[:-1] + (n - out.shape[-1],))], axis=-1)
+    return out
+
+
+def series_inverse(a, n: int | None = None) -> np.ndarray:
+    """The first ``n`` coefficients of 1 / a(z) (a_0 != 0): the first column of T(a)^-1.
+
+    Newton's iteration b_(2m) = b_m - b_m (a b_m - 1) mod z^(2m) (module docstring): each
+    step costs two FFT products of length <= 2m, O(n log n) in all. Accurate to rounding (the
+    residual a b - 1 is recomputed at every doubling); checked against dense inverses."""
+    a = check_coefficients(a)
+    n = a.size if n is None else int(n)
+    b = np.array([1.0 / a[0]])
+    m = 1
+    while m < n:
+        m2 = min(2 * m, n)
+        e = series_multiply(a[:m2], b, m2)  # a b mod z^m2 = 1 + O(z^m)
+        corr = series_multiply(b, e[m:m2], m2 - m)  # (b (a b - 1)) / z^m mod z^(m2 - m)
+        b = np.concatenate([b, -corr])
+        m = m2
+    return b[:n]
+
+
+def toeplitz_swap_sensitivity(a, p: int) -> float:
+    """Unit-weight swap sensitivity max_(a != b) ||A_:a - A_:b||_p of T(a) (module docstring).
+
+    p = 2: O(n log n) (FFT autocorrelation; direct for n <= 4096). p = 1: O(n) when a is
+    monotone, O(n^2) otherwise (ValueError above MAX_GENERAL_L1_SWAP_BINS bins)."""
+    a = np.asarray(a, dtype=float)
+    n = a.size
+    if n <= 1:
+        return 0.0
+    d = np.arange(1, n)
+    if p == 2:
+        s2 = np.concatenate([[0.0], np.cumsum(a * a)])
+        if n <= _DIRECT_AUTOCORR:
+            r = np.correlate(a, a, mode="full")[n:]  # r(D) for D = 1..n-1
+        else:
+            size = sfft.next_fast_len(2 * n - 1, real=True)
+            f = sfft.rfft(a, size)
+            r = sfft.irfft(f * np.conj(f), size)[1:n]
+        g = s2[n] + s2[n - d] - 2.0 * r
+        return math.sqrt(max(float(g.max()), 0.0))
+    if p != 1:
+        raise ValueError(f"norm must be 1 or 2, got {p!r}")
+    s1 = np.concatenate([[0.0], np.cumsum(np.abs(a))])
+    diff = np.diff(a)
+    if np.all(diff >= 0) or np.all(diff <= 0):  # telescoping sums, O(n)
+        sa = np.concatenate([[0.0], np.cumsum(a)])
+        return float(np.max(s1[d] + np.abs((sa[n] - sa[d]) - sa[n - d])))
+    if n > MAX_GENERAL_L1_SWAP_BINS:
+        raise ValueError(
+            f"the exact l1 swap sensitivity of a non-monotone Toeplitz strategy costs O(n^2): "
+            f"refused for n = {n} > {MAX_GENERAL_L1_SWAP_BINS} bins")
+    best = 0.0
+    for gap in range(1, n):  # O(n - gap) per gap, O(n^2) in all
+        best = max(best, s1[gap] + float(np.abs(a[gap:] - a[: n - gap]).sum()))
+    return best
+
+
+class ToeplitzStrategy(Strategy):
+    """Lower-triangular Toeplitz strategy T(a), no matrix stored (module docstring).
+
+    Rows 0..n-1 are T(a) at budget level 1; ``n_totals`` extra rows (from ``with_total_row``)
+    are all-ones total rows at level 0 (released exactly when N is public). ``apply`` is an
+    FFT product, ``solve`` the power-series inverse; sensitivities are exact closed forms for
+    equal weights on the Toeplitz rows. ``.matrix`` is built on request for n <= 8192 only.
+
+    Parameters
+    ----------
+    coefficients : array-like, shape (n,)
+        The first column a_0..a_(n-1) (finite, a_0 != 0).
+    n_totals : int
+        Number of all-ones total rows appended at level 0.
+    name : str
+        Label for printed tables.
+    """
+
+    def __init__(self, coefficients, *, n_totals: int = 0, name: str = "toeplitz"):
+        a = check_coefficients(coefficients)
+        if (isinstance(n_totals, (bool, np.bool_)) or not isinstance(n_totals, (int, np.integer))
+                or n_totals < 0):
+            raise ValueError(f"n_totals must be an integer >= 0, got {n_totals!r}")
+        n = int(a.size)
+        self._a = a
+        self._n_bins = n
+        self._n_core = n
+        self._n_totals = int(n_totals)
+        self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
+                                                 np.zeros(self._n_totals, dtype=np.int32)]))
+        self._matrix = None
+        self._inverse = None
+        self.name = name
+
+    # ------------------------------------------------------------- basics
+    @property
+    def coefficients(self) -> np.ndarray:
+        """a_0..a_(n-1), the first column (a copy)."""
+        return self._a.copy()
+
+    @property
+    def n_totals(self) -> int:
+        """Number of appended all-ones total rows (level 0)."""
+        return self._n_totals
+
+    @property
+    def matrix(self) -> sp.csr_matrix:
+        """A as CSR (n(n+1)/2 nonzeros at most), built on first request; n <= 8192 only."""
+        if self._matrix is None:
+            n = self._n_bins
+            if n > MAX_MATRIX_BINS:
+                raise ValueError(
+                    f"the Toeplitz strategy's explicit matrix has n(n+1)/2 nonzeros: refused for "
+                    f"{n} > {MAX_MATRIX_BINS} bins (use apply / solve / the structured paths)")
+            i, j = np.tril_indices(n)
+            vals = self._a[i - j]
+            keep = vals != 0
+            core = sp.csr_matrix((vals[keep], (i[keep], j[keep])), shape=(n, n))
+            rows = [core] + [sp.csr_matrix(np.ones((1, n)))] * self._n_totals
+            m = sp.vstack(rows, format="csr")
+            m.sum_duplicates()
+            self._matrix = m
+        return self._matrix
+
+    def __repr__(self) -> str:
+        return f"<ToeplitzStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
+
+    def total_row_mask(self) -> np.ndarray:
+        """All-ones rows: the appended totals, and row n-1 of T(a) when every a_k == 1. O(n)."""
+        mask = np.zeros(self.n_rows, dtype=bool)
+        mask[self._n_core:] = True
+        mask[self._n_core - 1] = bool(np.all(self._a == 1.0))
+        return mask
+
+    def apply(self, x) -> np.ndarray:
+        """A @ x for x of shape (n,) or (n, r): the FFT product, then the totals. O(n log n)."""
+        x = np.asarray(x, dtype=float)
+        if x.shape[:1] != (self._n_bins,):
+            raise ValueError(f"x must have {self._n_bins} rows, got shape {x.shape}")
+        core = np.moveaxis(series_multiply(self._a, np.moveaxis(x, 0, -1)), -1, 0)
+        if not self._n_totals:
+            return core
+        tot = np.broadcast_to(x.sum(axis=0), (self._n_totals,) + x.shape[1:])
+        return np.concatenate([core, tot], axis=0)
+
+    def rmatvec(self, u) -> np.ndarray:
+        """A' @ u for u of shape (rows,) or (rows, r). The transpose of T(a) reverses both
+        index orders: A'u = reverse(T(a) reverse(u)); total rows add their answers. O(n log n)."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[:1] != (self.n_rows,):
+            raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
+        n = self._n_bins
+        rev = np.moveaxis(u[n - 1::-1] if n > 0 else u[:0], 0, -1)
+        out = np.moveaxis(series_multiply(self._a, rev), -1, 0)[::-1]
+        if self._n_totals:
+            out = out + u[n:].sum(axis=0)
+        return np.ascontiguousarray(out)
+
+    def inverse_coefficients(self) -> np.ndarray:
+        """First column of A^-1 (the power series 1 / a(z) mod z^n), cached. O(n log n)."""
+        if self._inverse is None:
+            self._inverse = _readonly(series_inverse(self._a))
+        return self._inverse
+
+    def solve(self, y) -> np.ndarray:
+        """A^-1 y for y of shape (n,) or (n, r) (the Toeplitz rows only). O(n log n)."""
+        y = np.asarray(y, dtype=float)
+        if y.shape[:1] != (self._n_bins,):
+            raise ValueError(f"y must have {self._n_bins} rows, got shape {y.shape}")
+        return np.moveaxis(series_multiply(self.inverse_coefficients(),
+                                           np.moveaxis(y, 0, -1)), -1, 0)
+
+    def with_total_row(self) -> ToeplitzStrategy:
+        """A copy (same class) with one more all-ones row at level 0 (the last row)."""
+        new = copy.copy(self)
+        new._n_totals = self._n_totals + 1
+        new._levels = _readonly(np.append(self._levels, np.int32(0)).astype(np.int32))
+        new._matrix = None
+        return new
+
+    # -------------------------------------------------------- sensitivity
+    def _uniform_core_weight(self, w: np.ndarray):
+        core = w[: self._n_core]
+        return float(core[0]) if np.all(core == core[0]) else None
+
+    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+        u = self._uniform_core_weight(w)
+        if u is None:  # generic exact search on the explicit matrix (n <= 8192)
+            return super()._add_remove_loss(w, p)
+        tot = w[self._n_core:]
+        if p == 1:  # column 0 of A plus every total row
+            return u * float(np.abs(self._a).sum()) + float(tot.sum())
+        return math.sqrt(u * u * float(np.sum(self._a**2)) + float(np.sum(tot**2)))
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        u = self._uniform_core_weight(w)
+        if u is None:
+            return super()._swap_loss(w, p)
+        if u == 0.0:
+            return 0.0
+        return u * toeplitz_swap_sensitivity(self._a, p)
+
+
+def toeplitz(coefficients, *, name: str = "toeplitz") -> ToeplitzStrategy:
+    """The lower-triangular Toeplitz strategy T(a) with first column ``coefficients``.
+
+    All n rows at budget level 1; no matrix is built (see :class:`ToeplitzStrategy`).
+    ``toeplitz(np.ones(n))`` is the prefix-sum strategy; ``toeplitz(sqrt_coefficients(n))``
+    the square-root factorisation."""
+    return ToeplitzStrategy(coefficients, name=name)
