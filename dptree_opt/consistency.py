@@ -242,7 +242,6 @@ def _partition(y, w, cand, metric):
         if w is not None:
             g *= w
         g *= np.repeat(active.astype(np.float64), lengths)  # finished segments: no change
-        seg = np.repeat(np.arange(starts.size), lengths)
         rev = np.empty(k + 1)
         rev[k] = 0.0
         np.cumsum(g[::-1], out=rev[k - 1::-1])  # rev[i] = sum_{j >= i} g_j

@@ -82,7 +82,6 @@ def dense_blue_cov(mech):
     exact = v == 0
     noisy = np.isfinite(v) & ~exact
     info = A[noisy].T @ (A[noisy] / v[noisy, None])
-    n = A.shape[1]
     if exact.any():  # constrained GLS: restrict to the complement of the exact rows' span
         E = A[exact]
         _, sv, vt = np.linalg.svd(E)
