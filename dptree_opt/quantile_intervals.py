@@ -135,7 +135,7 @@ import scipy.sparse as sp
 from scipy.special import ndtri
 
 from . import queries as _queries
-from . import tree_error
+from .error.tree import blue_covariance_coefficients
 from .estimation.gls import gls
 from .estimation.tree import is_tree_mechanism, tree_parameters
 from .mechanism import Mechanism
@@ -259,7 +259,7 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
 
     r_b = V^-1 A Cov p_b on noisy rows, 0 on exact and unmeasured ones (BLUE: R = P Cov A' V^-1,
     Cov symmetric, constrained when N is public). Trees: Cov = sum_l c_l (I kron J_{w_l})
-    (``tree_error.blue_covariance_coefficients``), O(K' h) per prefix; otherwise the GLS
+    (``error.tree.blue_covariance_coefficients``), O(K' h) per prefix; otherwise the GLS
     solver's Cov @ p. b = -1 gives zeros."""
     kp = mechanism.n_bins
     var = mechanism.variances
@@ -271,7 +271,7 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
     if is_tree_mechanism(mechanism):
         tree = mechanism.released
         ks, v = tree_parameters(mechanism)
-        coef = tree_error.blue_covariance_coefficients(ks, v)
+        coef = blue_covariance_coefficients(ks, v)
         widths = [int(w) for w in tree.level_widths]
         for start in range(0, bs.size, _CHUNK):
             b = bs[start:start + _CHUNK]

@@ -55,8 +55,9 @@ import scipy.sparse as sp
 from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0.75 s to import)
 
 from . import strategies as S
-from . import tree_error, workloads
+from . import workloads
 from .error import ESTIMATORS, expected_error
+from .error.tree import blue_range_variances
 from .estimation.blue import blue
 from .estimation.covering import covering_cdf, covering_operator
 from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
@@ -252,9 +253,9 @@ def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.nda
 
 def _tree_range_variances(mechanism: Mechanism, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Var of the BLUE of sum x[lo:hi] on a level-uniform tree, O(h) per range
-    (``tree_error.blue_range_variances``)."""
+    (``error.tree.blue_range_variances``)."""
     ks, v = tree_parameters(mechanism)
-    return tree_error.blue_range_variances(ks, v, lo, hi)
+    return blue_range_variances(ks, v, lo, hi)
 
 
 def _all_levels_measured(mechanism: Mechanism) -> bool:

@@ -91,9 +91,9 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                    and set(r["gaussian_branching"].split()) == {"2"}]
     note = (f" Under Gaussian noise the best tree is binary for K >= {min(binary_best)} (dashed "
             "red on dashed blue)." if binary_best else "")
-    C.caption(fig, f"Laplace eps-DP vs Gaussian rho-zCDP matched by rho = eps^2/2 (eps-DP implies "
-                   f"eps^2/2-zCDP); equal budgets per level; binary and 16-ary trees padded to "
-                   f"k^h, 'best' = optimize.level_uniform for each noise. Exact errors." + note)
+    C.caption(fig, "Laplace eps-DP vs Gaussian rho-zCDP matched by rho = eps^2/2 (eps-DP implies "
+                   "eps^2/2-zCDP); equal budgets per level; binary and 16-ary trees padded to "
+                   "k^h, 'best' = optimize.level_uniform for each noise. Exact errors." + note)
     png = C.save_png(fig, out_dir, NAME, bottom=0.07)
     last = {r["tree"]: r["ratio_gaussian_over_laplace"] for r in rows
             if r["n_bins"] == rows[-1]["n_bins"]}

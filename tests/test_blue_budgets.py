@@ -32,7 +32,7 @@ from dptree_opt.optimize.blue_budgets import (
     optimal_blue_budgets,
 )
 from dptree_opt.optimize.result import error_unit
-from dptree_opt.tree_error import blue_error, blue_haar_variances, haar_workload_weights
+from dptree_opt.error.tree import blue_error, blue_haar_variances, haar_workload_weights
 
 
 SETTINGS = [  # (neighbours, public_total, measure_root)
@@ -237,7 +237,7 @@ def test_analytic_gradient_equals_finite_differences(noise, neighbours, public_t
             assert g[i] == pytest.approx(fd, rel=1e-6, abs=1e-9 * abs(P.error(b)))
         if not P.fundable.all():
             assert np.all(g[~P.fundable] == 0)
-        # the O(h) objective equals tree_error.blue_error on Mechanism-calibrated variances
+        # the O(h) objective equals error.tree.blue_error on Mechanism-calibrated variances
         assert P.error(b) == pytest.approx(P.blue_error(b), rel=1e-12)
 
 

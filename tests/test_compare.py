@@ -13,6 +13,8 @@ import dptree_opt as dp
 from dptree_opt import anchors, compare
 from dptree_opt import strategies as S
 from dptree_opt.cli import main
+from dptree_opt.error.interval import interval_blue_errors
+from dptree_opt.error.tree import _padded_tree_all_range_total
 
 
 def cdf_means(K, keys):
@@ -132,7 +134,7 @@ def test_interval_blue_errors_equal_dense(make, neighbours, public):
         assert got[wl].mean == pytest.approx(want[wl][0], rel=1e-9), wl
         assert got[wl].max == pytest.approx(want[wl][1], rel=1e-9), wl
     # the O(K) path itself, without the dense max
-    fast = compare.interval_blue_errors(mech, K)
+    fast = interval_blue_errors(mech, K)
     np.testing.assert_allclose(fast["cdf"], np.diag(
         dense_workloads(K)["cdf"] @ dense_blue_cov(mech) @ dense_workloads(K)["cdf"].T),
         rtol=1e-9, atol=1e-8)
@@ -158,9 +160,9 @@ def test_tree_rows_equal_dense(ks, K, neighbours, est):
 def test_padded_all_range_total_formula():
     """The Haar-form all-range total of a padded tree (used for K' > 4096) vs dense."""
     mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0, neighbours="add_remove")
-    got = compare._padded_tree_all_range_total(mech, 50) / (50 * 51 / 2)
+    got = _padded_tree_all_range_total(mech, 50) / (50 * 51 / 2)
     assert got == pytest.approx(dense_errors(mech, 50)["all_range"][0], rel=1e-9)
-    via_interval = compare.interval_blue_errors(mech, 50)["all_range_total"] / (50 * 51 / 2)
+    via_interval = interval_blue_errors(mech, 50)["all_range_total"] / (50 * 51 / 2)
     assert via_interval == pytest.approx(got, rel=1e-9)
 
 

@@ -1,5 +1,5 @@
 """Custom range workloads on level-uniform trees: exact BLUE error in O(h) per range
-(``tree_error.blue_range_variances`` through ``expected_error``), against the dense GLS."""
+(``error.tree.blue_range_variances`` through ``expected_error``), against the dense GLS."""
 
 import numpy as np
 import pytest

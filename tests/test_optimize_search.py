@@ -94,7 +94,7 @@ def test_refined_closed_form_equals_the_recursion():
 
 
 def test_blue_level_sums_give_the_blue_error():
-    from dptree_opt.tree_error import blue_error, blue_haar_variances
+    from dptree_opt.error.tree import blue_error, blue_haar_variances
 
     for ks, K, rng in random_padded_cases(9, 40):
         v = np.append(0.0 if rng.random() < 0.5 else rng.uniform(0.1, 3),

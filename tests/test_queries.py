@@ -187,7 +187,7 @@ def test_range_standard_errors_at_large_k_need_no_matrix():
     # prefixes are ranges starting at 0: they must equal the prefix standard errors
     prefix_se = queries.cdf_standard_errors(mech)
     np.testing.assert_allclose(se[[0, 3]], prefix_se[[2**20 - 2, 0]], rtol=1e-9)
-    # a single bin: Var = identity-workload variance (tree_error, independent formula)
+    # a single bin: Var = identity-workload variance (error.tree, independent formula)
     ident = dp.expected_error(workloads.identity(2**20), mech, "blue", per_query=True)
     assert math.isclose(se[1] ** 2, ident[5], rel_tol=1e-9)
     # covering: prefixes equal the covering variances; one leaf = C_6 - C_5

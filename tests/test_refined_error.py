@@ -1,4 +1,4 @@
-"""Tests of dptree_opt.refined_error: the [RTS] App. B refined estimator's exact error on the
+"""Tests of dptree_opt.error.refined: the [RTS] App. B refined estimator's exact error on the
 identity and all-range workloads, against a dense oracle built here from the estimator's own
 linear map (unit vectors fed through ``honaker.refined_recursion``), closed forms, the BLUE
 lower bound and a seeded Monte Carlo simulation."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 
 from dptree_opt.estimation.honaker import refined_error, refined_recursion
-from dptree_opt.refined_error import refined_workload_error
-from dptree_opt.tree_error import MAX_ALL_RANGE_PER_QUERY_K, blue_error
+from dptree_opt.error.refined import refined_workload_error
+from dptree_opt.error.tree import MAX_ALL_RANGE_PER_QUERY_K, blue_error
 from oracles import tree_matrix
 from builders import tree_variances
 

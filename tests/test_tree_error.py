@@ -1,4 +1,4 @@
-"""Tests of dptree_opt.tree_error against an independent dense GLS oracle and MATH.md anchors."""
+"""Tests of dptree_opt.error.tree against an independent dense GLS oracle and MATH.md anchors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from dptree_opt.tree_error import (
+from dptree_opt.error.tree import (
     MAX_ALL_RANGE_PER_QUERY_K,
     blue_covariance_coefficients,
     blue_error,

@@ -3,11 +3,11 @@
 The problem
 -----------
 On a level-uniform tree (branching k_1..k_h, K = prod k_l, level widths w_l) with per-level
-noise variances v_l, the BLUE's exact total error on a workload is (dptree_opt.tree_error)
+noise variances v_l, the BLUE's exact total error on a workload is (dptree_opt.error.tree)
 
     E = sum_j q_j / lambda_j,   lambda_j = sum_{l >= j} w_l p_l,   p_l = 1 / v_l,
 
-with Haar workload weights q_j >= 0 (``tree_error.haar_workload_weights``; q_0 drops out when
+with Haar workload weights q_j >= 0 (``error.tree.haar_workload_weights``; q_0 drops out when
 N is public). A noisy level with sensitivity D_l and budget b_l has precision
 
     Laplace (eps-DP):    v_l = 2 D1_l^2 / eps_l^2,  p_l = c_l eps_l^2,  c_l = 1 / (2 D1_l^2)
@@ -76,7 +76,7 @@ import numpy as np
 from ..privacy import check_budget, check_noise, norm_of, split_budget
 from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
-from ..tree_error import (
+from ..error.tree import (
     WORKLOADS,
     _check_branching,
     blue_error,
@@ -122,7 +122,7 @@ def _level_sensitivities(ks, levels, neighbours: str, noise: str) -> np.ndarray:
 
 
 def _blue_variances(v: np.ndarray) -> np.ndarray:
-    """Variances for ``tree_error``: a non-root level with 0 variance has sensitivity 0, which
+    """Variances for ``error.tree``: a non-root level with 0 variance has sensitivity 0, which
     happens only under swap for levels above the first split, whose single node equals the
     root = the public N; it adds nothing, so it is passed as unmeasured (inf)."""
     out = v.copy()
@@ -208,7 +208,7 @@ class BlueBudgetProblem:
                                 neighbours=self.neighbours, public_total=self.public_total)
 
     def blue_error(self, budgets) -> float:
-        """The error recomputed independently of the optimiser: ``tree_error.blue_error`` on
+        """The error recomputed independently of the optimiser: ``error.tree.blue_error`` on
         the calibrated variances (for the first n_bins prefixes of a padded tree, the Haar
         weights of those prefixes times ``blue_haar_variances``)."""
         v = _blue_variances(self.level_variances(budgets))
@@ -627,7 +627,7 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     -------
     TreeDesign with ``budgets`` one per noisy level (root first under add/remove with a
     private N), summing to ``total_budget``; ``error`` = the exact BLUE error recomputed by
-    ``tree_error`` at those budgets; ``alternatives`` = (the equal-budget design,). Gaussian:
+    ``error.tree`` at those budgets; ``alternatives`` = (the equal-budget design,). Gaussian:
     exact O(h) optimum (PAVA). Laplace: best of a multistart local search, never worse than
     equal budgets. Cost O(h) per evaluation, independent of K.
     """

@@ -16,7 +16,7 @@ prefixes are [0, t), t = 1..K, and T = K + 1 (t = 0 contributes nothing).
   cycles of length w_{l-1} and one partial cycle (:func:`covering_level_sums`). Unpadded,
   F_l = K (k_l - 1) / 2 (Thm IV.1); padded, the top level is truncated and F_1 is not that.
   With a private root (add/remove) the prefix t = K' = K is the root itself (F_0 = 1).
-* BLUE (MATH.md section 3, ``tree_error``): q' Cov q = mu_0 (1'q)^2 / K' + sum_j mu_j
+* BLUE (MATH.md section 3, ``error.tree``): q' Cov q = mu_0 (1'q)^2 / K' + sum_j mu_j
   N_j(t mod w_{j-1}) / w_{j-1}, N_j(R) = i (k - i) w^2 - 2 i w r + (k - 1) r^2 for
   R = i w + r, w = w_j; summed over t < T in closed form (:func:`blue_level_sums`). With equal
   per-level variances v, mu_j = v / S_j, S_j = w_j + ... + w_h.
@@ -162,7 +162,7 @@ def covering_level_sums(branching, n_prefixes: int | None = None) -> tuple[int, 
 
 def blue_level_sums(branching, n_prefixes: int | None = None) -> tuple[float, ...]:
     """(H_0, H_1..H_h) with the BLUE error of the first K prefixes = sum_j mu_j H_j
-    (mu_j = Haar eigenvalues of the BLUE covariance, ``tree_error.blue_haar_variances``):
+    (mu_j = Haar eigenvalues of the BLUE covariance, ``error.tree.blue_haar_variances``):
     H_0 = sum_{t<=K} t^2 / K', H_j = sum_{t<=K} N_j(t mod w_{j-1}) / w_{j-1}. O(h)."""
     ks = tuple(int(k) for k in branching)
     w = _widths(ks)
@@ -390,7 +390,7 @@ def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "cove
     if estimator == "refined":
         return refined_prefix_error(ks, v, s.K)
     if estimator == "blue":
-        from ..tree_error import blue_haar_variances
+        from ..error.tree import blue_haar_variances
         mu = blue_haar_variances(ks, v)
         return float(np.dot(mu, blue_level_sums(ks, s.K)))
     raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")

@@ -1,22 +1,29 @@
-"""Exact expected error of a mechanism + estimator on a workload, and its Monte Carlo check.
+"""Exact expected error of a mechanism + estimator on a workload (dispatching on the strategy's
+structure), and its Monte Carlo check.
 
 Every estimator here is linear and unbiased, so the expected squared error of the answers is
 their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF error):
 
 * "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
   identity and all-range workloads it comes from the tree's Haar structure
-  (:mod:`dptree_opt.tree_error`, O(h) totals, O(K) per query, no K x K matrix); on
+  (:mod:`dptree_opt.error.tree`, O(h) totals, O(K) per query, no K x K matrix); on
   Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private or
   public, for prefix, identity, all-range, total and custom ranges from the power-series
-  inverse (:mod:`dptree_opt.estimation.toeplitz`, O(K log K); per-query all-range O(K^2),
+  inverse (:mod:`dptree_opt.error.toeplitz`, O(K log K); per-query all-range O(K^2),
   ranges O(K log K + sum_q min(lo_q, K - hi_q)));
-  otherwise from the dense covariance of the generic GLS (K <= 8192).
+  otherwise from the dense covariance of the generic GLS (K <= 8192). Interval (laminar)
+  strategies also have an O(K) sparse path for the comparison tables
+  (:func:`~dptree_opt.error.interval.interval_blue_errors`).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); prefix workload only.
 * "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
   refined prefixes. Prefix, identity and all-range are structured
-  (:mod:`dptree_opt.refined_error`, O(K)); other workloads use the estimator's exact linear
-  map (K <= 4096).
+  (:mod:`dptree_opt.error.refined`, O(K)); other workloads use the estimator's exact linear
+  map (K <= 4096, :mod:`dptree_opt.error.refined` as well).
+
+One module per structure: ``tree`` (level-uniform trees, BLUE), ``refined`` (level-uniform
+trees, refined estimator), ``toeplitz`` (Toeplitz strategies), ``interval`` (interval / laminar
+strategies); this module dispatches.
 """
 
 from __future__ import annotations
@@ -25,23 +32,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._progress import Progress
-from . import tree_error
-from .refined_error import refined_workload_error
-from .estimation.blue import blue, blue_covariance
-from .estimation.covering import covering_cdf, covering_variances
-from .estimation.honaker import refined_recursion
-from .estimation.toeplitz import TOEPLITZ_WORKLOADS, is_toeplitz_mechanism, toeplitz_error
-from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
-from .mechanism import Mechanism, as_generator, check_histogram
-from .workloads import Workload
+from .._progress import Progress
+from ..estimation.blue import blue, blue_covariance
+from ..estimation.covering import covering_cdf, covering_variances
+from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from ..mechanism import Mechanism, as_generator, check_histogram
+from ..workloads import Workload
+from . import tree
+from .interval import interval_blue_errors
+from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
+    MAX_REFINED_DENSE_BINS,
+    _refined_histogram_covariance,
+    refined_workload_error,
+)
+from .toeplitz import TOEPLITZ_WORKLOADS, is_toeplitz_mechanism, toeplitz_error
 
-__all__ = ["ESTIMATORS", "expected_error", "monte_carlo_error", "MonteCarloResult"]
+__all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
+           "MonteCarloResult", "interval_blue_errors"]
 
 ESTIMATORS = ("blue", "covering", "refined")
 ERROR_METHODS = ("auto", "dense")
-# The refined estimator's dense linear map is built for at most this many bins.
-MAX_REFINED_DENSE_BINS = 4096
 
 # Monte Carlo: noise draws per chunk (trials x rows floats).
 _MC_CHUNK_FLOATS = 1 << 22
@@ -64,31 +74,6 @@ def _check(workload, mechanism, estimator) -> None:
                          f"trees; {mechanism.released.name!r} is not one")
 
 
-def _refined_histogram_covariance(mechanism: Mechanism) -> np.ndarray:
-    """Covariance (K, K) of the histogram implied by the refined prefixes, x_i = C_{i+1} - C_i.
-
-    The refined estimate is C = R'y (linear; the public total enters as a zero-variance row):
-    R is built by feeding unit answer vectors in chunks, Cov_C = sum_r v_r R_r R_r'. O(rows K)
-    work per chunk row; K <= MAX_REFINED_DENSE_BINS."""
-    k = mechanism.n_bins
-    if k > MAX_REFINED_DENSE_BINS:
-        raise ValueError(f"the refined estimator's error for this workload needs its dense "
-                         f"covariance: refused for {k} > {MAX_REFINED_DENSE_BINS} bins")
-    ks, v = tree_parameters(mechanism)
-    var = mechanism.variances
-    rows = np.flatnonzero(np.isfinite(var) & (var > 0))
-    cov_c = np.zeros((k, k))
-    step = max(1, (1 << 22) // max(var.size, 1))
-    for start in range(0, rows.size, step):
-        chunk = rows[start:start + step]
-        unit = np.zeros((chunk.size, var.size))
-        unit[np.arange(chunk.size), chunk] = 1.0
-        coef = refined_recursion(ks, v, unit)[0]  # (chunk, K): d C_t / d y_r
-        cov_c += coef.T @ (coef * var[chunk, None])
-    diff = np.eye(k) - np.eye(k, k=-1)  # x = D C
-    return diff @ cov_c @ diff.T
-
-
 def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
                    per_query: bool = False, method: str = "auto"):
     """Exact expected squared error, in counts^2.
@@ -106,16 +91,16 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         var = covering_variances(mechanism)
         return var if per_query else float(var.sum())
     if estimator == "refined":
-        if structured and workload.kind in tree_error.WORKLOADS:
+        if structured and workload.kind in tree.WORKLOADS:
             ks, v = tree_parameters(mechanism)
             return refined_workload_error(ks, v, workload.kind, per_query=per_query)
         cov = _refined_histogram_covariance(mechanism)
-    elif structured and is_tree_mechanism(mechanism) and workload.kind in tree_error.WORKLOADS:
+    elif structured and is_tree_mechanism(mechanism) and workload.kind in tree.WORKLOADS:
         ks, v = tree_parameters(mechanism)
-        return tree_error.blue_error(ks, v, workload.kind, per_query=per_query)
+        return tree.blue_error(ks, v, workload.kind, per_query=per_query)
     elif structured and is_tree_mechanism(mechanism) and workload.kind in ("ranges", "total"):
         ks, v = tree_parameters(mechanism)  # custom ranges: O(h) each, no matrix
-        var = tree_error.blue_range_variances(ks, v, workload.lo, workload.hi)
+        var = tree.blue_range_variances(ks, v, workload.lo, workload.hi)
         return var if per_query else float(var.sum())
     elif (structured and workload.kind in TOEPLITZ_WORKLOADS
           and is_toeplitz_mechanism(mechanism)):
