@@ -21,23 +21,13 @@ Prints markdown tables (and the mean per-prefix error, MATH.md section 7: 19.664
 from __future__ import annotations
 
 import sys
-import time
-import tracemalloc
 
 import numpy as np
 
+from _bench import timed
+
 from dptree_opt import Mechanism, blue, expected_error, workloads
 from dptree_opt.strategies import sqrt_factorization
-
-
-def timed(fn, *args, **kw):
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    out = fn(*args, **kw)
-    secs = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return out, secs, peak / 2**20
 
 
 def mechanism(n: int, neighbours: str) -> Mechanism:

@@ -15,21 +15,12 @@ from __future__ import annotations
 
 import sys
 import time
-import tracemalloc
+
+from _bench import timed
 
 from dptree_opt import Mechanism, bounds, expected_error, workloads
 from dptree_opt import strategies as S
 from dptree_opt.optimize import beyond_trees as B
-
-
-def timed(fn, *args, **kw):
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    out = fn(*args, **kw)
-    secs = time.perf_counter() - t0
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return out, secs, peak / 2**20
 
 
 def unit_error(w, strat, noise):

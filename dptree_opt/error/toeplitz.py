@@ -21,15 +21,9 @@ Cov = v A^-1 A^-T. For a workload W, W A^-1 has rows U_i and Var(query i) = v ||
   head terms or r(D) - (the n - D - j - 1 tail terms), r(D) = R(D, n - 1 - D) the full
   autocorrelation (FFT): O(n log n + sum_q min(lo_q, n - hi_q)).
 
-N public (exact rows 1'x = N; swap, or add/remove with public_total). The BLUE is the
-equality-constrained GLS: x_c = x_hat - Cov 1 (1'x_hat - N) / (1' Cov 1), with covariance
-
-    Cov_c = Cov - Cov 1 1' Cov / (1' Cov 1)            (rank-one update)
-
-(Lagrange: minimising (y - A x)' V^-1 (y - A x) subject to 1'x = N moves x_hat along
-C 1, C = (A' V^-1 A)^-1 = Cov; then Cov_c = (I - C 1 1' / q) C (I - 1 1' C / q), q = 1'C1,
-which is the line above: the p = 1 case of the dense formula
-M^-1 - M^-1 E' (E M^-1 E')^-1 E M^-1 of :mod:`dptree_opt.estimation.gls`, E = 1'.)
+N public (exact rows 1'x = N; swap, or add/remove with public_total): the BLUE is the
+equality-constrained GLS with the rank-one covariance Cov_c = Cov - Cov 1 1' Cov / (1' Cov 1)
+(derivation in :mod:`dptree_opt.estimation.toeplitz`).
 
 Here A^-T 1 = reverse(t) (column c of T(b) sums to b_0 + .. + b_(n-1-c) = t_(n-1-c)), so Cov 1 = v A^-1 reverse(t)
 (one FFT product) and 1' Cov 1 = v ||t||^2. With g = Cov 1 / sqrt(1' Cov 1), every per-query
