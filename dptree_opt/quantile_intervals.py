@@ -517,9 +517,8 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
         weights = _prefix_weights(mechanism, bs)[:, noisy]
         w_total = _prefix_weights(mechanism, np.array([k - 1]))[0, noisy]
         s, rv = scales[noisy], mechanism.variances[noisy]
-        uniq = np.unique(s)
-        kurt_u = {float(v): _level_kurtosis(float(v), noise, discrete) for v in uniq}
-        kurt = np.array([kurt_u[float(v)] for v in s])
+        uniq, which = np.unique(s, return_inverse=True)  # one law per level: O(h) kurtoses
+        kurt = np.array([_level_kurtosis(float(v), noise, discrete) for v in uniq])[which]
         tables = ({float(v): _dgauss_table(float(v)) for v in uniq if v < _NORMAL_SIGMA}
                   if noise == "gaussian" and discrete else None)
         crit = np.empty(q.size)

@@ -244,6 +244,7 @@ class _Plan:
 
     @property
     def padded(self) -> int:
+        """K' = prod(branching): the tree's leaves (>= K)."""
         return int(math.prod(self.branching))
 
 

@@ -126,6 +126,17 @@ def _range_variances(t, g_cum, v, lo, hi) -> np.ndarray:
     return var
 
 
+def _toeplitz_rows_error(series, corr, v, weights, per_query):
+    """Variances of the rows of v T(series) T(series)' (row i: v sum_{k<=i} series_k^2),
+    minus the rank-one constraint term corr_i^2 when N is public (``corr`` not None);
+    per row, or summed (coefficient k lies in n - k rows: ``weights``). O(n)."""
+    if per_query:
+        var = v * np.cumsum(series * series)
+        return var - corr**2 if corr is not None else var
+    tot = v * float(weights @ (series * series))
+    return tot - float(corr @ corr) if corr is not None else tot
+
+
 def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
                    lo=None, hi=None):
     """Exact BLUE error sum_q Var(answer_q) (float) or per-query variances (workload order)
@@ -143,12 +154,8 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
         h, q = _constraint_direction(strat)
         g = np.sqrt(v / q) * h
     weights = n - np.arange(n, dtype=float)  # how many rows of T(.) hold coefficient k
-    if kind == "identity":
-        if per_query:
-            var = v * np.cumsum(b * b)
-            return var - g**2 if public else var
-        tot = v * float(weights @ (b * b))
-        return tot - float(g @ g) if public else tot
+    if kind == "identity":  # W A^-1 = T(b)
+        return _toeplitz_rows_error(b, g, v, weights, per_query)
     g_cum = np.cumsum(g) if public else None
     if kind == "ranges":
         if lo is None or hi is None:
@@ -158,12 +165,8 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
     if kind == "total":
         var = 0.0 if public else v * float(t @ t)  # the exact row answers 1'x: no error
         return np.array([var]) if per_query else var
-    if kind == "prefix":
-        if per_query:
-            var = v * np.cumsum(t * t)
-            return var - g_cum**2 if public else var
-        tot = v * float(weights @ (t * t))
-        return tot - float(g_cum @ g_cum) if public else tot
+    if kind == "prefix":  # W A^-1 = T(t)
+        return _toeplitz_rows_error(t, g_cum, v, weights, per_query)
     # all_range
     if per_query:
         if n * (n + 1) // 2 > _MAX_ALL_RANGE_QUERIES:
