@@ -53,7 +53,7 @@ from .strategies.base import check_neighbours
 from .workloads import Workload
 from . import workloads as _workloads
 
-__all__ = ["prefix_singular_values", "singular_values", "svd_bound", "error_lower_bound"]
+__all__ = ["prefix_singular_values", "all_range_singular_values", "singular_values", "svd_bound", "error_lower_bound"]
 
 # Dense eigenvalue computations refused above this many bins (n^2 floats, O(n^3) time).
 MAX_DENSE_BINS = 8192
@@ -65,6 +65,16 @@ def prefix_singular_values(n: int) -> np.ndarray:
     n = _workloads._check_n(n)
     j = np.arange(1, n + 1, dtype=float)
     return 1.0 / (2.0 * np.sin((2.0 * j - 1.0) * np.pi / (2.0 * (2 * n + 1))))
+
+
+def all_range_singular_values(n: int) -> np.ndarray:
+    """Singular values of the all-range workload (n (n + 1) / 2 ranges), closed form,
+    descending: W'W = (n + 1) L^-1 with L = tridiag(-1, 2, -1) of size n (the Dirichlet
+    Green's function: (W'W)_ij = (min(i, j) + 1)(n - max(i, j)), 0-based), so
+    lambda_j = sqrt(n + 1) / (2 sin(j pi / (2 (n + 1)))), j = 1..n. O(n)."""
+    n = _workloads._check_n(n)
+    j = np.arange(1, n + 1, dtype=float)
+    return math.sqrt(n + 1.0) / (2.0 * np.sin(j * np.pi / (2.0 * (n + 1))))
 
 
 def _as_workload(workload, n=None) -> Workload:
@@ -115,7 +125,8 @@ def _sqrt_eigs(ev: np.ndarray) -> np.ndarray:
 
 
 def singular_values(workload, n=None) -> np.ndarray:
-    """Singular values of W (descending): closed forms for prefix / identity / total, else
+    """Singular values of W (descending): closed forms for prefix / identity / total /
+    all-range, else
     sqrt(eig(W'W)) from the dense Gram (n <= MAX_DENSE_BINS, O(n^3))."""
     w = _as_workload(workload, n)
     k = w.n_bins
@@ -125,6 +136,8 @@ def singular_values(workload, n=None) -> np.ndarray:
         return np.ones(k)
     if w.kind == "total":
         return np.array([math.sqrt(k)])
+    if w.kind == "all_range":
+        return all_range_singular_values(k)
     _check_dense(k)
     return _sqrt_eigs(np.linalg.eigvalsh(w.gram_dense())[::-1])
 
@@ -135,7 +148,7 @@ def svd_bound(workload, n=None, *, neighbours: str = "add_remove", public_total=
 
     ``workload``: a ``Workload`` or a name ("prefix", "identity", "all_range", "total") with
     ``n`` bins. Default (add/remove, N private): (sum_j lambda_j)^2 / n ([Li & Miklau 2012];
-    closed form for the prefix workload at any n). With N public (``neighbours="swap"``, or
+    closed form for the prefix and all-range workloads at any n). With N public (``neighbours="swap"``, or
     add/remove with ``public_total=True``): ||W P||_*^2 / n (add/remove) or
     2 ||W P||_*^2 / (n - 1) (swap), P = I - 11'/n, from a dense eigenvalue computation
     (n <= 8192; cached for named workloads). Derivations: module docstring. Divide by n for

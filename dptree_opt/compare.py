@@ -44,6 +44,7 @@ import numpy as np
 from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
 from .error.interval import MAX_LAMINAR_DENSE_BINS, interval_blue_errors  # noqa: F401 (re-export)
+from .error.interval import has_bridge_structure
 from .error.tree import _padded_tree_all_range_total
 from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
@@ -180,8 +181,8 @@ class OpenDPRun:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The result of :func:`compare`: the setting, the rows (sorted by mean CDF error,
-    unavailable rows last), the lower bounds per workload (mean per query, or None) and the
+    """The result of :func:`compare`: the setting, the rows (sorted by the mean error of the
+    first requested workload, unavailable rows last), the lower bounds per workload (mean per query, or None) and the
     OpenDP Monte Carlo run (or None)."""
 
     setting: Setting
@@ -201,8 +202,10 @@ def _all_range_mask(kp: int, K: int) -> np.ndarray:
 
 def _dense_ok(mech: Mechanism) -> bool:
     """Whether expected_error can answer this mechanism: small K, or a structure with an
-    exact fast path (Toeplitz strategies: O(K log K) at any size)."""
-    return mech.n_bins <= MAX_DENSE_BINS or is_toeplitz_mechanism(mech)
+    exact fast path (Toeplitz strategies: O(K log K); Haar on 2^L bins and other interval
+    strategies: the bridge decomposition, O(K); at any size)."""
+    return (mech.n_bins <= MAX_DENSE_BINS or is_toeplitz_mechanism(mech)
+            or has_bridge_structure(mech))
 
 
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
@@ -462,7 +465,9 @@ def _generic_candidate(s: Setting, fn, label: str, structured: bool = False) -> 
 
 @register_row("haar", "Haar wavelet + BLUE", "Privelet (Xiao et al. 2010) Haar strategy")
 def _haar(s: Setting) -> Candidate:
-    return _generic_candidate(s, strategies.haar, "Haar wavelet")
+    K = s.n_bins
+    return _generic_candidate(s, strategies.haar, "Haar wavelet",
+                              structured=K & (K - 1) == 0)
 
 
 @register_row("sqrt_factorization", "square-root factorisation",
@@ -570,10 +575,12 @@ def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = Non
 
 
 # ------------------------------------------------------------------ compare
-def _sort_key(row: CompareRow):
-    e = row.errors.get("cdf")
-    m = e.mean if e is not None and e.mean is not None else math.inf
-    return (not row.available, m)
+def _sort_key(row: CompareRow, which=WORKLOADS):
+    """Available rows first, ranked by the mean error of the first requested workload (then
+    the next ones); a workload a row does not answer counts as inf."""
+    means = [row.errors.get(wl) for wl in which]
+    return (not row.available,
+            [e.mean if e is not None and e.mean is not None else math.inf for e in means])
 
 
 def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
@@ -584,7 +591,8 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
 
     ``opendp``: False, True (up to 2000 trials) or a number of trials: also run OpenDP itself
     (Laplace, add/remove, N private only; needs the ``opendp`` package), stopping after
-    ``opendp_time_limit`` seconds. Rows are sorted by mean CDF error (unavailable rows last)."""
+    ``opendp_time_limit`` seconds. Rows are sorted by the mean error of the first requested
+    workload, then the next ones (unavailable rows last)."""
     K = n_bins
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
         raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
@@ -618,7 +626,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
             out.append(CompareRow(key, spec.label, spec.emulates, "-", "-",
                                   {wl: WorkloadError(None, None) for wl in which}, str(exc),
                                   False, time.perf_counter() - t0))
-    out.sort(key=_sort_key)
+    out.sort(key=lambda r: _sort_key(r, which))
     run = None
     notes = [bound_note]
     if opendp:

@@ -39,7 +39,7 @@ def _print_table(res) -> None:
     print(f"{s.n_bins} bins, {s.noise} noise, {unit} = {s.budget:g}, {s.neighbours} "
           f"neighbours, {total}")
     print("exact expected squared error per query (counts^2): mean and max over the "
-          "workload's queries; rows sorted by mean CDF error")
+          "workload's queries; rows sorted by mean error on the first workload")
     has_bound = any(v is not None for v in res.bounds.values())
     head = f"{'#':>2} {'mechanism':<38} {'strategy':<22} {'estimator':<9}"
     for wl in res.workloads:

@@ -11,9 +11,12 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   public, for prefix, identity, all-range, total and custom ranges from the power-series
   inverse (:mod:`dptree_opt.error.toeplitz`, O(K log K); per-query all-range O(K^2),
   ranges O(K log K + sum_q min(lo_q, K - hi_q)));
-  otherwise from the dense covariance of the generic GLS (K <= 8192). Interval (laminar)
-  strategies also have an O(K) sparse path for the comparison tables
-  (:func:`~dptree_opt.error.interval.interval_blue_errors`).
+  on any other interval (laminar) strategy (OpenDP's truncated tree, padded or ragged
+  trees, hierarchies, the histogram) for prefix, identity, all-range and total from the
+  bridge decomposition (:mod:`dptree_opt.error.interval`, O(K) numpy; per-query all-range
+  and custom ranges use the dense path);
+  Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.estimation.haar`);
+  otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); prefix workload only.
 * "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
@@ -39,7 +42,7 @@ from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import Workload
 from . import tree
-from .interval import interval_blue_errors
+from .interval import LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors, laminar_errors
 from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
     MAX_REFINED_DENSE_BINS,
     _refined_histogram_covariance,
@@ -106,9 +109,28 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
           and is_toeplitz_mechanism(mechanism)):
         return toeplitz_error(mechanism, workload.kind, per_query=per_query,
                               lo=workload.lo, hi=workload.hi)
+    elif (structured and workload.kind in LAMINAR_WORKLOADS
+          and not (per_query and workload.kind == "all_range")
+          and has_bridge_structure(mechanism)):
+        return _laminar_error(mechanism, workload.kind, per_query)
     else:
         cov = blue_covariance(mechanism)
     return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+
+
+def _laminar_error(mechanism: Mechanism, kind: str, per_query: bool):
+    """expected_error on an interval strategy from the bridge decomposition."""
+    res = laminar_errors(mechanism, all_range=kind == "all_range" and not per_query)
+    if kind == "all_range":
+        var = np.array([res["all_range_total"]])
+    else:
+        var = {"prefix": res["cdf"], "identity": res["identity"],
+               "total": np.array([res["total"]])}[kind]
+    if not np.all(np.isfinite(var)):
+        raise ValueError(f"the strategy {mechanism.released.name!r} does not identify the "
+                         f"{kind} workload (rank-deficient: some queries have no unbiased "
+                         "linear estimate)")
+    return var.copy() if per_query else float(var.sum())
 
 
 @dataclass(frozen=True)

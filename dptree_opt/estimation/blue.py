@@ -3,7 +3,10 @@
 On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*); on a
 Toeplitz strategy with equal noise it is A^-1 y by the FFT power-series inverse, plus the
 rank-one constraint step when N is public (:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
-otherwise the generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
+on any other interval (laminar) strategy the bridge recursion of
+:mod:`dptree_opt.estimation.laminar` (O(n), Honaker's passes on any hierarchy), on Haar
+(n = 2^L) its top-down solve (:mod:`dptree_opt.estimation.haar`); otherwise the
+generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
 to rounding (tests pin it)."""
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from .gls import gls
+from .haar import haar_blue, is_haar_mechanism
+from .laminar import is_laminar_mechanism, laminar_blue
 from .toeplitz import is_toeplitz_mechanism, toeplitz_blue
 from .tree import is_tree_mechanism, tree_blue
 
 __all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
 
-BLUE_METHODS = ("auto", "tree", "toeplitz", "generic", "sparse", "dense")
+BLUE_METHODS = ("auto", "tree", "toeplitz", "laminar", "haar", "generic", "sparse", "dense")
 
 
 def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
@@ -26,7 +31,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
     Generalised least squares with weights 1 / variance and exact rows as equality
     constraints (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``:
     "auto" (tree recursions on level-uniform trees, the Toeplitz inverse on Toeplitz
-    strategies with equal noise, else generic), "tree", "toeplitz", "generic"
+    strategies with equal noise, the bridge recursion on other interval strategies and on
+    Privelet's Haar strategy, else generic), "tree", "toeplitz", "laminar", "haar", "generic"
     (the GLS solver's own choice), "sparse" (KKT LU) or "dense" (Cholesky)."""
     if method not in BLUE_METHODS:
         raise ValueError(f"method must be one of {BLUE_METHODS}, got {method!r}")
@@ -36,6 +42,10 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
         return tree_blue(mechanism, y)
     if method == "toeplitz" or (method == "auto" and is_toeplitz_mechanism(mechanism)):
         return toeplitz_blue(mechanism, y)
+    if method == "laminar" or (method == "auto" and is_laminar_mechanism(mechanism)):
+        return laminar_blue(mechanism, y)
+    if method == "haar" or (method == "auto" and is_haar_mechanism(mechanism)):
+        return haar_blue(mechanism, y)
     return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
 
 

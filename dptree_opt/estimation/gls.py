@@ -83,6 +83,29 @@ def _independent_rows(e: sp.csr_matrix) -> np.ndarray:
 _NOT_IDENTIFIED = "the strategy cannot identify the histogram"
 
 
+def _check_identified(mechanism: Mechanism, a) -> None:
+    """Refuse a rank-deficient strategy before any factorisation (SuperLU can crash the
+    process on some singular KKT systems): interval strategies by the exact O(K) test of
+    the bridge decomposition (every bin's variance finite), any strategy by its structural
+    rank (a necessary condition; numerical rank is checked by the pivots after)."""
+    from scipy.sparse.csgraph import structural_rank
+
+    from .laminar import is_laminar_mechanism, laminar_model, point_moments, star_moments
+
+    if is_laminar_mechanism(mechanism):
+        star = star_moments(mechanism)
+        if star is not None:
+            v = star[0]
+            bins = v[1:] + v[:-1]
+        else:
+            bins = point_moments(laminar_model(mechanism)).bin_var
+        if not np.all(np.isfinite(bins)):
+            raise ValueError(f"{_NOT_IDENTIFIED}: bin {int(np.flatnonzero(~np.isfinite(bins))[0])}"
+                             " is not determined by the measured rows")
+    elif structural_rank(sp.csr_matrix(a)) < a.shape[1]:
+        raise ValueError(f"{_NOT_IDENTIFIED}: A is structurally rank deficient")
+
+
 class GLS:
     """A factorised generalised-least-squares solver for one mechanism (see module doc)."""
 
@@ -100,6 +123,7 @@ class GLS:
         if not covered.all():
             raise ValueError(f"{_NOT_IDENTIFIED}: bin {int(np.flatnonzero(~covered)[0])} is in "
                              "no measured row")
+        _check_identified(mechanism, a)
         noisy = v > 0
         self._scale = float(np.median(v[noisy])) if noisy.any() else 1.0
         self._used, self._a, self._v, self._noisy = used, a, v, noisy

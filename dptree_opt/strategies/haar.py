@@ -22,6 +22,10 @@ the L - 1 nodes below on each side by 1):
     add/remove:  l1 = L + 1,  l2 = sqrt(L + 1)   ([XWG]: generalised sensitivity 1 + log2 n)
     swap:        l1 = 2 L,    l2 = sqrt(2 L + 2)     (the total row does not change)
 
+For n = 2^L, :func:`haar` returns a :class:`HaarStrategy`: no matrix until asked for, the
+fast transform for A x (O(n)), these closed-form sensitivities for equal node weights, and
+the structure the exact error and BLUE paths use (:mod:`dptree_opt.estimation.haar`).
+
 n not a power of two: the strategy is the Haar matrix of n' = 2^ceil(log2 n) bins restricted
 to the first n columns (the n' - n padding bins are known to be empty), all-zero rows
 dropped; it keeps full column rank and its sensitivities are computed exactly by
@@ -35,9 +39,11 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from .base import Strategy, check_neighbours, check_norm
+from .base import Strategy, _readonly, check_neighbours, check_norm
 
-__all__ = ["haar", "haar_matrix", "haar_sensitivity"]
+__all__ = ["haar", "haar_matrix", "haar_sensitivity", "HaarStrategy", "MAX_MATRIX_BINS"]
+
+MAX_MATRIX_BINS = 1 << 16  # HaarStrategy.matrix: n log n nonzeros
 
 
 def _check_bins(n) -> int:
@@ -75,13 +81,122 @@ def haar_matrix(n: int) -> sp.csr_matrix:
     return a
 
 
+class HaarStrategy(Strategy):
+    """Privelet's Haar strategy over n = 2^L bins without a matrix (module docstring).
+
+    Rows: 0 = the total (level 1), then the n - 1 nodes of the complete binary tree in level
+    order (level 1), then ``n_totals`` appended exact totals (level 0). Node r = 2^j + i - 1
+    of level j covers [a, b) = [i n / 2^j, (i + 1) n / 2^j) with middle m and measures
+    sum(x[a:m]) - sum(x[m:b])."""
+
+    def __init__(self, n: int, *, n_totals: int = 0, name: str = "haar"):
+        n = _check_bins(n)
+        if n & (n - 1):
+            raise ValueError(f"HaarStrategy: n must be a power of two, got {n}")
+        self._n_bins = n
+        self._n_totals = int(n_totals)
+        self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
+                                                 np.zeros(self._n_totals, dtype=np.int32)]))
+        self._matrix = None
+        self.name = name
+
+    @property
+    def n_totals(self) -> int:
+        """Number of appended all-ones total rows (level 0)."""
+        return self._n_totals
+
+    def node_bounds(self):
+        """(a, m, b) of the n - 1 tree nodes in row order (rows 1..n-1). O(n)."""
+        n = self._n_bins
+        L = n.bit_length() - 1
+        j = np.repeat(np.arange(L), 1 << np.arange(L))
+        i = np.arange(n - 1) - ((1 << j) - 1)
+        width = n >> j
+        a = i * width
+        return a, a + width // 2, a + width
+
+    @property
+    def matrix(self) -> sp.csr_matrix:
+        """A as CSR (n log n + n nonzeros), built on first request; n <= MAX_MATRIX_BINS."""
+        if self._matrix is None:
+            if self._n_bins > MAX_MATRIX_BINS:
+                raise ValueError(f"the Haar matrix has n log n nonzeros: refused for "
+                                 f"{self._n_bins} > {MAX_MATRIX_BINS} bins (use apply and "
+                                 "the structured paths)")
+            rows = [haar_matrix(self._n_bins)]
+            rows += [sp.csr_matrix(np.ones((1, self._n_bins)))] * self._n_totals
+            self._matrix = sp.vstack(rows, format="csr")
+        return self._matrix
+
+    def __repr__(self) -> str:
+        return f"<HaarStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
+
+    def total_row_mask(self) -> np.ndarray:
+        """Row 0 (the noisy total) and the appended totals; row 0 of n = 1 is the only row."""
+        mask = np.zeros(self.n_rows, dtype=bool)
+        mask[0] = True
+        mask[self._n_bins:] = True
+        return mask
+
+    def apply(self, x) -> np.ndarray:
+        """A @ x for x of shape (n,) or (n, r) from cumulative sums S:
+        2 S_m - S_a - S_b per node. O(n)."""
+        x = np.asarray(x, dtype=float)
+        if x.shape[:1] != (self._n_bins,):
+            raise ValueError(f"x must have {self._n_bins} rows, got shape {x.shape}")
+        S = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
+        a, m, b = self.node_bounds()
+        tot = S[-1:]
+        out = [tot, 2.0 * S[m] - S[a] - S[b]] + [tot] * self._n_totals
+        return np.concatenate(out, axis=0)
+
+    def with_total_row(self) -> "HaarStrategy":
+        """A copy with one more all-ones row at level 0 (the last row)."""
+        return HaarStrategy(self._n_bins, n_totals=self._n_totals + 1, name=self.name)
+
+    def _uniform(self, w: np.ndarray):
+        """(total-row weight, common node weight, appended-total weights) or None."""
+        n = self._n_bins
+        nodes = w[1:n]
+        if nodes.size and not np.all(nodes == nodes[0]):
+            return None
+        return float(w[0]), float(nodes[0]) if nodes.size else 0.0, w[n:]
+
+    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+        u = self._uniform(w)
+        if u is None:
+            return super()._add_remove_loss(w, p)
+        w0, wn, wt = u
+        L = self._n_bins.bit_length() - 1
+        # every column: the total rows and one +-1 per tree level ([XWG]: 1 + log2 n)
+        if p == 1:
+            return w0 + L * wn + float(wt.sum())
+        return math.sqrt(w0 * w0 + L * wn * wn + float(np.sum(wt * wt)))
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        u = self._uniform(w)
+        if u is None:
+            return super()._swap_loss(w, p)
+        _, wn, _ = u
+        L = self._n_bins.bit_length() - 1
+        # bins on opposite sides of the root: the root row changes by 2, the L - 1 rows
+        # below on each side by 1 (the maximum over pairs; totals do not change)
+        if p == 1:
+            return 2.0 * L * wn
+        return math.sqrt(4.0 + 2.0 * (L - 1)) * wn
+
+
 def haar(n: int) -> Strategy:
     """Privelet's Haar wavelet strategy over ``n`` bins ([XWG]; see the module docstring).
 
-    Returns a generic ``Strategy`` whose rows are the total and the +-1 Haar rows, all at
-    budget level 1 (one noise scale, as in Privelet). Exact sensitivities come from
-    ``Strategy`` (for n = 2^L they equal ``haar_sensitivity``). Under swap neighbours the
+    The rows are the total and the +-1 Haar rows, all at budget level 1 (one noise scale,
+    as in Privelet). n = 2^L: a :class:`HaarStrategy` (structured: closed-form
+    sensitivities, no matrix needed); otherwise a generic ``Strategy`` on the restricted
+    matrix, whose exact sensitivities come from ``Strategy``. Under swap neighbours the
     noisy total row costs no budget and the public total is appended by ``Mechanism``."""
+    n = _check_bins(n)
+    if n & (n - 1) == 0:
+        return HaarStrategy(n)
     a = haar_matrix(n)
     return Strategy(a, np.ones(a.shape[0], dtype=np.int32), name="haar")
 

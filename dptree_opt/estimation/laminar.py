@@ -1,0 +1,531 @@
+"""Interval (laminar) strategies: the BLUE as a hierarchy of Gaussian bridges, O(K) numpy work.
+
+Setting: the released strategy is an :class:`~dptree_opt.strategies.IntervalStrategy` (rows
+are bin ranges, any two nested or disjoint: level-uniform or ragged trees, OpenDP's truncated
+tree, hierarchies from networkx, the histogram, padded trees) with noisy, unmeasured
+(variance inf) or duplicated rows, and at most the total released exactly (a public N).
+
+In cumulative coordinates x_p = c_0 + .. + c_(p-1) (x_0 = 0, p = 0..K') a row [lo, hi)
+measures x_hi - x_lo, so the information matrix is a weighted graph Laplacian on the points
+and GLS is invariant under the change of coordinates (MATH.md section 2). Nodes are the
+distinct ranges (duplicates merged: weights add); a virtual root [0, K') with weight 0 is
+added when the top level is not one range. For a node v = [a, b) the end points of its
+children that lie strictly inside split it into a chain a = s_0 < s_1 < .. < s_m = b whose
+segments are children or gaps.
+
+Bottom-up (series / parallel reduction = Honaker 2015's from-below pass, generalised): a
+node's effective conductance between its end points is g_v = w_v + 1 / R_v, R_v = sum of the
+chain's segment resistances r = 1 / g_child (a gap has r = inf, then 1 / R_v = 0).
+
+Top-down: given x_a, x_b the chain points are independent of everything outside v's subtree
+(Markov property), and, with rho_j the resistance from a to s_j and sigma_j = R - rho_j,
+
+    x_j = (1 - t_j) x_a + t_j x_b + beta_j,  t_j = rho_j / R,
+    Cov(beta_j, beta_l) = rho_j sigma_l / R   (j <= l: a Brownian bridge in resistance time).
+
+If the chain has gaps it splits: points before the first gap follow a Brownian motion from
+a (t = 0, Cov = rho_min), points after the last gap one from b (t = 1, Cov = sigma_max), and
+points between two gaps are not identifiable. The beta's of different nodes are independent,
+so each chain point's variance, each child's end-point covariance and each bin's variance
+Var(x_(j+1) - x_j) = (dt)^2 D_v + r (R - r) / R (D_v = Var(x_b - x_a), dt = r / R; stable,
+no cancellation) follow by one pass per depth. The BLUE itself is the same two passes:
+z_v = (w_v y_v + Z_v / R_v) / g_v bottom-up (Z_v = sum of the children's z), then
+x_j = x_a + (z's up to s_j) + t_j (x_b - x_a - Z_v) top-down.
+
+Every per-node formula is vectorised over all nodes of one depth (Python loops over depths
+only). Checked against the dense GLS (tests/test_laminar.py). Used by
+:mod:`dptree_opt.estimation.blue` and :mod:`dptree_opt.error.interval`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..mechanism import Mechanism
+from ..strategies import IntervalStrategy
+
+__all__ = ["Laminar", "laminar_model", "is_laminar_mechanism", "laminar_blue", "star_moments",
+           "MAX_DEPTH"]
+
+# The passes loop over depths in Python (each step vectorised over the depth's nodes); a
+# hierarchy deeper than this uses the generic paths, except prefix sums (every range starts
+# at bin 0: K nested ranges, closed form in star_moments).
+MAX_DEPTH = 256
+
+
+class SegmentPlan:
+    """Runs [ptr[i], ptr[i+1]) of an axis of length E, for repeated segmented cumulative sums.
+
+    Runs are grouped by length class (powers of two) into padded 2-D gathers (padding reads
+    a zero appended at position E), so every sum is local to its run: no cancellation
+    against a global cumulative sum. O(E) per call."""
+
+    def __init__(self, ptr: np.ndarray):
+        ptr = np.asarray(ptr, dtype=np.int64)
+        self.size = int(ptr[-1]) if ptr.size else 0
+        starts, lengths = ptr[:-1], np.diff(ptr)
+        keep = lengths > 0
+        starts, lengths = starts[keep], lengths[keep]
+        self.blocks = []
+        if starts.size == 0:
+            return
+        cls = np.ceil(np.log2(lengths)).astype(np.int64)
+        for c in np.flatnonzero(np.bincount(cls)):
+            sel = cls == c
+            st, ln = starts[sel], lengths[sel]
+            offs = np.arange(1 << int(c))
+            valid = offs[None, :] < ln[:, None]
+            fwd = np.where(valid, st[:, None] + offs[None, :], self.size)
+            rev = np.where(valid, st[:, None] + ln[:, None] - 1 - offs[None, :], self.size)
+            keep_flat = np.flatnonzero(valid.ravel())
+            self.blocks.append((fwd, rev, keep_flat))
+
+    def cumsum(self, values: np.ndarray, reverse: bool = False) -> np.ndarray:
+        """Inclusive cumulative sums of ``values`` (shape (..., E)) within each run (from the
+        run's end if ``reverse``)."""
+        values = np.asarray(values, dtype=float)
+        lead = values.shape[:-1]
+        ext = np.concatenate([values, np.zeros(lead + (1,))], axis=-1)
+        out = np.zeros_like(values)
+        for fwd, rev, keep_flat in self.blocks:
+            idx = rev if reverse else fwd
+            cs = np.cumsum(ext[..., idx], axis=-1).reshape(lead + (-1,))
+            out[..., idx.ravel()[keep_flat]] = cs[..., keep_flat]
+        return out
+
+
+def segment_cumsum(values: np.ndarray, ptr: np.ndarray, reverse: bool = False) -> np.ndarray:
+    """Inclusive cumulative sums of ``values`` (shape (..., E)) within each run
+    [ptr[i], ptr[i+1]) of the last axis (from the right if ``reverse``); see SegmentPlan."""
+    return SegmentPlan(ptr).cumsum(values, reverse)
+
+
+def _unique_sorted(a: np.ndarray, return_inverse: bool = False):
+    """np.unique by sorting (numpy's hash-based unique is ~5x slower on 10^6 int64 keys)."""
+    if not return_inverse:
+        s = np.sort(a)
+        keep = np.ones(s.size, bool)
+        keep[1:] = s[1:] != s[:-1]
+        return s[keep]
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    keep = np.ones(s.size, bool)
+    keep[1:] = s[1:] != s[:-1]
+    inv = np.empty(a.size, np.int64)
+    inv[order] = np.cumsum(keep) - 1
+    return s[keep], inv
+
+
+@dataclass(frozen=True, eq=False)
+class Laminar:
+    """The bridge decomposition of an interval strategy's BLUE (module docstring).
+
+    Nodes are numbered by depth (root first); ``node_ptr[d]:node_ptr[d+1]`` are the nodes of
+    the d-th depth. Entries (chain points) are sorted by node, then point:
+    ``ent_ptr[v]:ent_ptr[v+1]`` is node v's chain s_0 < .. < s_m. Per entry e: ``seg_child``
+    (the child covering [s_e, s_(e+1)), -1 for a gap or the chain's last entry), ``r``
+    (that segment's resistance), ``t``, ``f``, ``g`` (Cov(beta_j, beta_l) = f_j g_l for
+    j <= l in one run ``run_ptr``), ``mid`` (not identifiable), ``dt`` and ``dvar`` (the
+    segment's Var(x_(e+1) - x_e) = dt^2 D_v + dvar). ``row_node`` maps released rows to
+    nodes (-1 for exact rows), ``row_w`` their weights."""
+
+    n_points: int
+    lo: np.ndarray
+    hi: np.ndarray
+    w: np.ndarray
+    parent: np.ndarray
+    node_ptr: np.ndarray
+    root_exact: bool
+    cond: np.ndarray          # effective conductance g_v
+    R: np.ndarray             # chain resistance R_v (inf with gaps)
+    ent_ptr: np.ndarray
+    ent_node: np.ndarray
+    ent_pt: np.ndarray
+    seg_child: np.ndarray
+    r: np.ndarray
+    t: np.ndarray
+    f: np.ndarray
+    g: np.ndarray
+    mid: np.ndarray
+    dt: np.ndarray
+    dvar: np.ndarray
+    run_ptr: np.ndarray
+    row_node: np.ndarray
+    row_w: np.ndarray
+    exact_rows: np.ndarray
+    plan: SegmentPlan         # runs = chains (ent_ptr)
+    run_plan: SegmentPlan     # runs = covariance blocks (run_ptr)
+    first: np.ndarray         # entry is its chain's a
+    last: np.ndarray          # entry is its chain's b
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes (distinct ranges, plus the virtual root if one was added)."""
+        return self.lo.size
+
+    def depth_slices(self):
+        """(node slice, entry slice) per depth, root first."""
+        for d in range(self.node_ptr.size - 1):
+            n0, n1 = int(self.node_ptr[d]), int(self.node_ptr[d + 1])
+            yield slice(n0, n1), slice(int(self.ent_ptr[n0]), int(self.ent_ptr[n1]))
+
+
+def is_laminar_mechanism(mechanism: Mechanism) -> bool:
+    """Whether the bridge decomposition applies: an interval strategy, no exact row other
+    than the total, and depth <= MAX_DEPTH."""
+    if not isinstance(mechanism, Mechanism):
+        return False
+    strat = mechanism.released
+    if not isinstance(strat, IntervalStrategy):
+        return False
+    var = np.asarray(mechanism.variances)
+    exact = var == 0
+    if np.any(exact & ~((strat.lo == 0) & (strat.hi == strat.n_bins))):
+        return False
+    return bool(strat.depth.size == 0 or int(strat.depth.max()) < MAX_DEPTH
+                or np.all(strat.lo == 0))
+
+
+def star_moments(mechanism: Mechanism):
+    """Rows that all start at bin 0 (prefix sums): each measures one x_p directly, so the
+    x_p are independent with Var(x_p) = 1 / (sum of the weights of the rows [0, p)) (0 for
+    the exact total; inf if unmeasured). Returns (var of x_0..x_K', estimate matrix S with
+    x_hat = y S': shape (K' + 1, rows)) or None when some row does not start at 0."""
+    strat = mechanism.released
+    if not np.all(strat.lo == 0):
+        return None
+    kp = strat.n_bins
+    var = np.asarray(mechanism.variances, dtype=float)
+    hi = np.asarray(strat.hi, np.int64)
+    noisy = np.isfinite(var) & (var > 0)
+    w = np.where(noisy, 1.0 / np.where(noisy, var, 1.0), 0.0)
+    W = np.bincount(hi, w, minlength=kp + 1)
+    v = np.where(W > 0, 1.0 / np.where(W > 0, W, 1.0), np.inf)
+    exact = var == 0
+    coef = np.where(noisy, w / np.where(W[hi] > 0, W[hi], 1.0), 0.0)
+    if np.any(exact):
+        v[kp] = 0.0
+        coef = np.where(hi == kp, 0.0, coef)
+        first = np.flatnonzero(exact)[0]
+        coef[first] = 1.0
+    v[0] = 0.0
+    import scipy.sparse as sp
+    S = sp.csr_matrix((coef, (hi, np.arange(hi.size))), shape=(kp + 1, hi.size))
+    return v, S
+
+
+_CACHE: "weakref.WeakKeyDictionary[Mechanism, Laminar]" = weakref.WeakKeyDictionary()
+
+
+def laminar_model(mechanism: Mechanism) -> Laminar:
+    """The bridge decomposition of ``mechanism`` (cached per mechanism); O(m + K) numpy work
+    plus a loop over depths. Raises ValueError when the strategy is not laminar-eligible."""
+    if not is_laminar_mechanism(mechanism):
+        raise ValueError("the laminar (bridge) path needs an interval strategy with noisy or "
+                         "unmeasured rows (only the total may be exact) and depth <= "
+                         f"{MAX_DEPTH}")
+    if int(mechanism.released.depth.max(initial=0)) >= MAX_DEPTH:
+        raise ValueError(f"the hierarchy is deeper than {MAX_DEPTH} (use star_moments for "
+                         "prefix sums)")
+    hit = _CACHE.get(mechanism)
+    if hit is None:
+        hit = _build(mechanism)
+        _CACHE[mechanism] = hit
+    return hit
+
+
+def _build(mech: Mechanism) -> Laminar:
+    strat = mech.released
+    kp = int(strat.n_bins)
+    P = kp + 1
+    lo_r, hi_r = np.asarray(strat.lo, np.int64), np.asarray(strat.hi, np.int64)
+    var = np.asarray(mech.variances, dtype=float)
+    exact = var == 0
+    noisy = np.isfinite(var) & (var > 0)
+    w_row = np.where(noisy, 1.0 / np.where(noisy, var, 1.0), 0.0)
+    # distinct ranges -> nodes; the outermost duplicate (least depth) gives the parent
+    depth_r = np.asarray(strat.depth, np.int64)
+    par_r = np.asarray(strat.parent, np.int64)
+    pr = np.maximum(par_r, 0)
+    # laminar: equal ranges are nested, so a duplicate is its own row's parent's range
+    if not np.any((par_r >= 0) & (lo_r[pr] == lo_r) & (hi_r[pr] == hi_r)):
+        inv = np.arange(lo_r.size)
+        m = lo_r.size
+        parent, depth, lo, hi = par_r.copy(), depth_r.copy(), lo_r, hi_r
+    else:
+        uniq, inv = _unique_sorted(lo_r * P + hi_r, return_inverse=True)
+        m = uniq.size
+        order = np.lexsort((depth_r, inv))
+        head = np.ones(order.size, bool)
+        head[1:] = inv[order][1:] != inv[order][:-1]
+        rep = order[head]                    # rep[node] = its outermost row
+        parent = np.where(par_r[rep] >= 0, inv[pr[rep]], -1)
+        depth = depth_r[rep].copy()
+        lo, hi = uniq // P, uniq % P
+    w = np.bincount(inv, w_row, minlength=m)
+    roots = np.flatnonzero(parent < 0)
+    if not (roots.size == 1 and lo[roots[0]] == 0 and hi[roots[0]] == kp):
+        # virtual root [0, K') with no measurement
+        lo, hi, w = np.append(lo, 0), np.append(hi, kp), np.append(w, 0.0)
+        parent = np.where(parent < 0, m, parent)
+        parent = np.append(parent, -1)
+        depth = np.append(depth + 1, 0)
+        m += 1
+        row_node = inv
+    else:
+        row_node = inv.copy()
+    root_exact = bool(np.any(exact))
+    # number nodes by (depth, lo) (already so for trees laid out level by level)
+    if np.all((depth[1:] > depth[:-1]) | ((depth[1:] == depth[:-1]) & (lo[1:] > lo[:-1]))):
+        newid = np.arange(m)
+    else:
+        perm = np.lexsort((lo, depth))       # new -> old
+        newid = np.empty(m, np.int64)
+        newid[perm] = np.arange(m)
+        lo, hi, w, depth = lo[perm], hi[perm], w[perm], depth[perm]
+        parent = np.where(parent[perm] >= 0, newid[np.maximum(parent[perm], 0)], -1)
+    row_node = np.where(exact, -1, newid[row_node])
+    bounds = np.flatnonzero(np.diff(depth)) + 1
+    node_ptr = np.concatenate([[0], bounds, [m]])
+    n_depths = node_ptr.size - 1
+    # chain entries of the internal nodes (leaves have no chain):
+    # (v, lo_v), (v, hi_v), (parent c, lo_c), (parent c, hi_c)
+    kids = np.flatnonzero(parent >= 0)
+    inner = np.unique(np.append(parent[kids], 0))
+    ekey = _unique_sorted(np.concatenate([inner * P + lo[inner], inner * P + hi[inner],
+                                          parent[kids] * P + lo[kids],
+                                          parent[kids] * P + hi[kids]]))
+    ent_node, ent_pt = ekey // P, ekey % P
+    E = ekey.size
+    ent_ptr = np.searchsorted(ent_node, np.arange(m + 1))
+    lens = np.diff(ent_ptr)
+    starts, ends = ent_ptr[:-1][lens > 0], ent_ptr[1:][lens > 0] - 1
+    first = np.zeros(E, bool)
+    first[starts] = True
+    last = np.zeros(E, bool)
+    last[ends] = True
+    seg_child = np.full(E, -1, np.int64)
+    seg_child[np.searchsorted(ekey, parent[kids] * P + lo[kids])] = kids
+    # bottom-up effective conductances
+    cond = np.zeros(m)
+    R = np.full(m, np.inf)
+    for d in range(n_depths - 1, -1, -1):
+        n0, n1 = node_ptr[d], node_ptr[d + 1]
+        e0, e1 = ent_ptr[n0], ent_ptr[n1]
+        sc = seg_child[e0:e1]
+        gc = np.where(sc >= 0, cond[np.maximum(sc, 0)], 0.0)
+        rs = np.where(last[e0:e1], 0.0, np.where(gc > 0, 1.0 / np.where(gc > 0, gc, 1.0),
+                                                   np.inf))
+        Rd = np.bincount(ent_node[e0:e1] - n0, rs, minlength=n1 - n0).astype(float)
+        Rd[lens[n0:n1] == 0] = np.inf  # a leaf: no chain
+        R[n0:n1] = Rd
+        cond[n0:n1] = w[n0:n1] + np.where(np.isfinite(Rd), 1.0 / np.where(Rd > 0, Rd, 1.0), 0.0)
+    gc = np.where(seg_child >= 0, cond[np.maximum(seg_child, 0)], 0.0)
+    r = np.where(last, 0.0, np.where(gc > 0, 1.0 / np.where(gc > 0, gc, 1.0), np.inf))
+    # rho (resistance from a), sigma (to b), and the gaps before / after each entry
+    shifted = np.concatenate([[0.0], r[:-1]])
+    shifted[first] = 0.0
+    inf_s = np.isinf(shifted)
+    inf_r = np.isinf(r)
+    plan = SegmentPlan(ent_ptr)
+    rho = plan.cumsum(np.where(inf_s, 0.0, shifted))
+    sigma = plan.cumsum(np.where(inf_r, 0.0, r), reverse=True)
+    # gap counts: integer cumulative sums are exact globally
+    cs_s = np.cumsum(inf_s)
+    nl = lens[lens > 0]
+    gaps_before = cs_s - np.repeat(cs_s[starts] - inf_s[starts], nl)
+    cs_r = np.cumsum(inf_r[::-1])[::-1]
+    gaps_after = cs_r - np.repeat(cs_r[ends] - inf_r[ends], nl)
+    Rn = R[ent_node]
+    bridge = np.isfinite(Rn)
+    a_side = ~bridge & (gaps_before == 0)
+    b_side = ~bridge & (gaps_after == 0)
+    mid = ~bridge & ~a_side & ~b_side
+    Rs = np.where(bridge, Rn, 1.0)
+    t = np.where(bridge, rho / Rs, np.where(b_side, 1.0, 0.0))
+    f = np.where(bridge | a_side, rho, np.where(b_side, 1.0, 0.0))
+    g = np.where(bridge, sigma / Rs, np.where(a_side, 1.0, np.where(b_side, sigma, 0.0)))
+    # runs of one covariance block: a whole bridge chain, or its a-side / b-side parts
+    comp = np.where(bridge | a_side, 0, np.where(b_side, 2, 1))
+    brk = np.ones(E, bool)
+    brk[1:] = (ent_node[1:] != ent_node[:-1]) | (comp[1:] != comp[:-1])
+    run_ptr = np.append(np.flatnonzero(brk), E)
+    # segments: Var(x_(e+1) - x_e) = dt^2 D_v + dvar
+    nxt = np.minimum(np.arange(E) + 1, E - 1)
+    with np.errstate(invalid="ignore"):  # inf * 0 in branches np.where discards
+        dvar = np.where(bridge, r * (rho + sigma[nxt]) / Rs,   # r (R - r) / R, stable
+                        np.where((comp == comp[nxt]) & ~last, r,
+                                 f * g + f[nxt] * g[nxt]))
+    dt = np.where(last, 0.0, t[nxt] - t)
+    dvar = np.where(last, 0.0, dvar)
+    return Laminar(P, lo, hi, w, parent, node_ptr, root_exact, cond, R, ent_ptr, ent_node,
+                   ent_pt, seg_child, r, t, f, g, mid, dt, dvar, run_ptr, row_node, w_row,
+                   exact, plan, SegmentPlan(run_ptr), first, last)
+
+
+@dataclass(frozen=True)
+class PointMoments:
+    """Variances of the BLUE's cumulative counts x_p (``var``, shape (K' + 1,), inf where not
+    identifiable) and of each bin x_(c+1) - x_c (``bin_var``, shape (K',), inf where not
+    identifiable), from the top-down pass."""
+
+    var: np.ndarray
+    bin_var: np.ndarray
+
+
+def point_moments(lam: Laminar) -> PointMoments:
+    """Top-down pass: Var(x_p) for every point and Var of every bin. O(K) numpy."""
+    m = lam.n_nodes
+    Va, Vb, D = np.zeros(m), np.zeros(m), np.zeros(m)
+    bad_a, bad_b = np.zeros(m, bool), np.zeros(m, bool)
+    root = 0
+    if lam.root_exact:
+        vroot = 0.0
+    elif lam.cond[root] > 0:
+        vroot = 1.0 / lam.cond[root]
+    else:
+        vroot = np.inf
+    Vb[root] = D[root] = 0.0 if not np.isfinite(vroot) else vroot
+    bad_b[root] = not np.isfinite(vroot)
+    E = lam.ent_pt.size
+    ent_var = np.zeros(E)
+    ent_bad = np.zeros(E, bool)
+    seg_var = np.zeros(E)
+    seg_bad = np.zeros(E, bool)
+    for ns, es in lam.depth_slices():
+        v = lam.ent_node[es]
+        t = lam.t[es]
+        ent_var[es] = ((1 - t) * Va[v] + t * Vb[v] - t * (1 - t) * D[v]
+                       + lam.f[es] * lam.g[es])
+        ent_bad[es] = lam.mid[es] | ((t < 1) & bad_a[v]) | ((t > 0) & bad_b[v])
+        e = np.arange(es.start, es.stop)
+        nx = np.minimum(e + 1, E - 1)
+        seg_var[es] = lam.dt[es] ** 2 * D[v] + lam.dvar[es]
+        seg_bad[es] = ent_bad[es] | ent_bad[nx]
+        c = lam.seg_child[es]
+        has = c >= 0
+        cc, ee = c[has], e[has]
+        Va[cc], Vb[cc], D[cc] = ent_var[ee], ent_var[ee + 1], seg_var[ee]
+        bad_a[cc], bad_b[cc] = ent_bad[ee], ent_bad[ee + 1]
+    P = lam.n_points
+    var = np.full(P, np.inf)
+    var[lam.ent_pt] = np.where(ent_bad, np.inf, ent_var)  # every entry of p has p's variance
+    var[0] = 0.0
+    var[P - 1] = vroot
+    bin_var = np.full(P - 1, np.inf)
+    unit = ~lam.last                                      # a chain's last entry: no segment
+    nx = np.minimum(np.arange(E) + 1, E - 1)
+    unit &= (lam.ent_pt[nx] - lam.ent_pt) == 1
+    bin_var[lam.ent_pt[unit]] = np.where(seg_bad[unit], np.inf, seg_var[unit])
+    return PointMoments(var, bin_var)
+
+
+def point_sum_variance(lam: Laminar, weights: np.ndarray) -> float:
+    """Var(sum_p u_p x_p) for point weights u (shape (K' + 1,)): the bottom-up push of u
+    through the chains' interpolation weights plus each chain's semiseparable quadratic form
+    sum_(j, l) u_j u_l f_min(j,l) g_max(j,l). O(K) numpy; inf if u touches an unidentifiable
+    point."""
+    U = np.asarray(weights, dtype=float).copy()
+    U[0] = 0.0  # x_0 = 0
+    interior = ~lam.first & ~lam.last
+    for ns, es in reversed(list(lam.depth_slices())):
+        it = interior[es]
+        v = lam.ent_node[es][it]
+        pts = lam.ent_pt[es][it]
+        t = lam.t[es][it]
+        u = U[pts]
+        P = U.size
+        U += np.bincount(lam.lo[v], (1 - t) * u, minlength=P)
+        U += np.bincount(lam.hi[v], t * u, minlength=P)
+    ue = np.where(interior, U[lam.ent_pt], 0.0)
+    if np.any(lam.mid & (ue != 0)):
+        return float("inf")
+    uf = ue * lam.f
+    Fin = lam.run_plan.cumsum(uf)               # inclusive sum of u_j f_j in the run
+    quad = float(np.sum(ue * ue * lam.f * lam.g) + 2.0 * np.sum(ue * lam.g * (Fin - uf)))
+    uroot = U[lam.n_points - 1]
+    if lam.root_exact or uroot == 0:
+        return quad
+    return quad + uroot * uroot / lam.cond[0] if lam.cond[0] > 0 else float("inf")
+
+
+def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
+    """The BLUE of the histogram for an interval strategy: shape (K',), or (trials, K') for y
+    of shape (trials, m). Bottom-up z_v = (w_v y_v + Z_v / R_v) / g_v, then top-down
+    interpolation along every chain (module docstring). O(K) numpy per trial."""
+    star = star_moments(mechanism) if is_laminar_mechanism(mechanism) else None
+    if star is not None:
+        v, S = star
+        y = np.asarray(y, dtype=float)
+        if y.ndim == 0 or y.shape[-1] != S.shape[1]:
+            raise ValueError(f"y must have {S.shape[1]} entries per trial (one per released "
+                             f"row), got shape {y.shape}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("the strategy cannot identify the histogram (singular system): "
+                             "some prefixes are not measured")
+        x = (S @ np.moveaxis(y, -1, 0)).reshape((S.shape[0],) + y.shape[:-1])
+        return np.moveaxis(np.diff(x, axis=0), 0, -1)
+    lam = laminar_model(mechanism)
+    y = np.asarray(y, dtype=float)
+    m_rows = lam.row_node.size
+    if y.ndim == 0 or y.shape[-1] != m_rows:
+        raise ValueError(f"y must have {m_rows} entries per trial (one per released row), "
+                         f"got shape {y.shape}")
+    single = y.ndim == 1
+    Y = y.reshape(-1, m_rows)
+    if not np.all(np.isfinite(Y[:, lam.row_w > 0])):
+        raise ValueError("y must be finite on the measured rows")
+    mom = point_moments(lam)
+    if not np.all(np.isfinite(mom.bin_var)):
+        raise ValueError("the strategy cannot identify the histogram (singular system): "
+                         f"{int(np.sum(~np.isfinite(mom.bin_var)))} bins are not determined "
+                         "by the measured ranges")
+    T = Y.shape[0]
+    mnodes = lam.n_nodes
+    ok = lam.row_node >= 0
+    wy = np.zeros((T, mnodes))
+    for_rows = np.flatnonzero(ok & (lam.row_w > 0))
+    np.add.at(wy.T, lam.row_node[for_rows], (Y[:, for_rows] * lam.row_w[for_rows]).T)
+    z = np.zeros((T, mnodes))
+    E = lam.ent_pt.size
+    sc = lam.seg_child
+    slices = list(lam.depth_slices())
+    for ns, es in reversed(slices):
+        c = sc[es]
+        has = c >= 0
+        v = lam.ent_node[es][has] - ns.start
+        Z = np.zeros((T, ns.stop - ns.start))
+        np.add.at(Z.T, v, z[:, c[has]].T)
+        Rv = lam.R[ns]
+        inv_r = np.where(np.isfinite(Rv), 1.0 / np.where(Rv > 0, Rv, 1.0), 0.0)
+        gv = lam.cond[ns]
+        z[:, ns] = np.where(gv > 0, (wy[:, ns] + Z * inv_r) / np.where(gv > 0, gv, 1.0), 0.0)
+    x = np.zeros((T, lam.n_points))
+    if lam.root_exact:
+        x[:, -1] = Y[:, np.flatnonzero(lam.exact_rows)[0]]
+    else:
+        x[:, -1] = z[:, 0]
+    zseg = np.zeros((T, E))  # segment estimates z_c (0 on gaps and last entries)
+    zseg[:, sc >= 0] = z[:, sc[sc >= 0]]
+    shifted = np.zeros((T, E))
+    shifted[:, 1:] = zseg[:, :-1]
+    shifted[:, lam.first] = 0.0
+    before = lam.plan.cumsum(shifted)                  # z's of segments before s_e
+    after = lam.plan.cumsum(zseg, reverse=True)        # z's of segments from s_e on
+    total = before + after                                   # Z_v on every entry
+    interior = ~lam.first & ~lam.last
+    for ns, es in slices:
+        e = np.arange(es.start, es.stop)[interior[es]]
+        v = lam.ent_node[e]
+        xa, xb = x[:, lam.lo[v]], x[:, lam.hi[v]]
+        t = lam.t[e]
+        bridge = np.isfinite(lam.R[v])
+        a_side = ~bridge & (t == 0)
+        x[:, lam.ent_pt[e]] = np.where(
+            bridge, xa + before[:, e] + t * (xb - xa - total[:, e]),
+            np.where(a_side, xa + before[:, e], xb - after[:, e]))
+    out = np.diff(x, axis=1)
+    return out[0] if single else out
