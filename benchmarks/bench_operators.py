@@ -1,6 +1,13 @@
-"""Structured operators (issue 13): exact error and BLUE of Toeplitz strategies at scale.
+"""Structured operators (issue 13): exact error and BLUE of every structure at scale.
 
 Run:  python benchmarks/bench_operators.py [n ...]        (default 8192 65536 1048576)
+
+Part 1, Toeplitz strategies (square-root factorisation). Part 2, interval strategies and
+Haar (the bridge decomposition, dptree_opt.estimation.laminar / .haar): OpenDP's truncated
+tree (known-zero padding: a ragged, non-level-uniform hierarchy), Haar on 2^L bins, and the
+level-uniform binary tree for reference (its own O(h) path): mechanism build, exact total error (prefix, identity,
+all-range; cold = fresh mechanism, so the decomposition is rebuilt), per-query prefix /
+identity, the BLUE of 1 and of 16 releases. Laplace, eps = 1, add/remove.
 
 For the square-root factorisation (Gaussian, rho = 1/2, i.e. sigma^2 = 1 per unit l2
 sensitivity), under add/remove (N private: BLUE = A^-1 y) and swap (N public: the rank-one
@@ -82,5 +89,53 @@ def main(ns):
                   f"prefix RMSE {rmse:.2f} |", flush=True)
 
 
+def interval_mechanisms(n: int) -> dict:
+    """Fresh mechanisms (no cached decomposition) of each interval / Haar structure."""
+    from dptree_opt import strategies
+    from dptree_opt.anchors import opendp_default
+
+    out = {"OpenDP truncated tree": lambda: opendp_default(n, epsilon=1.0,
+                                                           neighbours="add_remove").mechanism,
+           "binary tree (level-uniform path)": lambda: Mechanism(
+               strategies.binary_tree(n), epsilon=1.0, neighbours="add_remove")}
+    if n & (n - 1) == 0:
+        out["Haar"] = lambda: Mechanism(strategies.haar(n), epsilon=1.0,
+                                        neighbours="add_remove")
+    return out
+
+
+def interval_main(ns):
+    print()
+    print("| n | structure | step | time (s) | peak traced MiB | value |")
+    print("|---|---|---|---|---|---|")
+    for n in ns:
+        rng = np.random.default_rng(0)
+        h = rng.poisson(10.0, n)
+        for name, make in interval_mechanisms(n).items():
+            mech, secs, mib = timed(make)
+            print(f"| {n} | {name} | mechanism | {secs:.3f} | {mib:.0f} | |", flush=True)
+            for kind in ("prefix", "identity", "all_range"):
+                val, secs, mib = timed(lambda k=kind: expected_error(
+                    getattr(workloads, k)(n), make()))
+                q = getattr(workloads, kind)(n).n_queries
+                print(f"| {n} | {name} | total error, {kind} (cold) | {secs:.3f} | {mib:.0f} "
+                      f"| mean/query {val / q:.4f} |", flush=True)
+            for kind in ("prefix", "identity"):
+                val, secs, mib = timed(expected_error, getattr(workloads, kind)(n), mech,
+                                       per_query=True)
+                print(f"| {n} | {name} | per-query error, {kind} | {secs:.3f} | {mib:.0f} | "
+                      f"max {val.max():.4f} |", flush=True)
+            y1 = mech.measure(h, rng)
+            _, secs, mib = timed(blue, mech, y1)
+            print(f"| {n} | {name} | BLUE, 1 release | {secs:.3f} | {mib:.0f} | |", flush=True)
+            y16 = mech.released.apply(h)[None, :] + mech.sample_noise(rng, size=16)
+            x, secs, mib = timed(blue, mech, y16)
+            rmse = float(np.sqrt(np.mean((np.cumsum(x, axis=1) - np.cumsum(h)) ** 2)))
+            print(f"| {n} | {name} | BLUE, batch of 16 | {secs:.3f} | {mib:.0f} | "
+                  f"prefix RMSE {rmse:.2f} |", flush=True)
+
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [1 << 13, 1 << 16, 1 << 20])
+    sizes = [int(a) for a in sys.argv[1:]] or [1 << 13, 1 << 16, 1 << 20]
+    main(sizes)
+    interval_main(sizes)

@@ -62,7 +62,7 @@ MAX_DENSE_BINS = 8192          # generic dense GLS (non-interval strategies)
 MAX_ALL_RANGE_MAX_BINS = 4096  # per-query all-range variances (K (K + 1) / 2 of them)
 # level_uniform searches that take more than a few seconds above these sizes
 MAX_OPTIMAL_BLUE_SEARCH_BINS = 4096
-MAX_REFINED_SEARCH_BINS = 8192
+MAX_REFINED_SEARCH_BINS = 1 << 20  # ~13 s at 2^20 (benchmarks/bench_search.py)
 # optimize.optimized_strategy, largest K per noise: the Gaussian fixed point takes ~3 s at
 # K = 1024 (minutes at 4096), the Laplace p-Identity ~3 s at 256 (~45 s at 1024); 2 cores
 MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
@@ -425,7 +425,7 @@ def _best_cov_opt(s: Setting) -> Candidate:
               "[RTS] App. B estimator, exact search (optimize.level_uniform)")
 def _best_ref_eq(s: Setting) -> Candidate:
     if s.n_bins > MAX_REFINED_SEARCH_BINS:
-        raise NotAvailable(f"skipped for K > {MAX_REFINED_SEARCH_BINS} (search takes >10 s; "
+        raise NotAvailable(f"skipped for K > {MAX_REFINED_SEARCH_BINS} (search takes > 15 s; "
                            "run dptree-opt optimize --estimator refined)")
     return _design_candidate(s, _search(s, "refined", "equal"), "refined", "")
 
@@ -483,8 +483,9 @@ def _sqrt(s: Setting) -> Candidate:
 def _optimized(s: Setting) -> Candidate:
     if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:
         raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS[s.noise]} with {s.noise} noise "
-                           "(the optimiser takes tens of seconds; call "
-                           "optimize.optimized_strategy)")
+                           "(the dense optimiser takes tens of seconds; call "
+                           "optimize.optimized_strategy; an implicit optimum at scale is "
+                           "issue 14)")
     res = optimize.optimized_strategy(workloads.prefix(s.n_bins), s.noise,
                                       neighbours=s.neighbours, public_total=s.public_total)
     return Candidate(s.mechanism(res.strategy), "blue", f"optimised ({res.strategy.name})"[:22],

@@ -245,3 +245,18 @@ def test_interval_blue_errors_uses_the_bridge_path_at_scale():
     res = interval_blue_errors(a.mechanism)
     assert res["cdf"].mean() == pytest.approx(560.1, abs=0.06)
     assert res["identity"] is not None and res["all_range_total"] > 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Mechanism(strategies.haar(256), epsilon=1.0, neighbours="add_remove"),
+    lambda: opendp_default(300, epsilon=1.0, neighbours="swap").mechanism,
+])
+def test_monte_carlo_agrees_with_exact(make):
+    """monte_carlo_error runs the structured BLUE; the exact error must lie within 4 SE."""
+    from dptree_opt import monte_carlo_error
+
+    mech = make()
+    wl = workloads.prefix(mech.n_bins)
+    exact = expected_error(wl, mech)
+    mc = monte_carlo_error(wl, mech, trials=400, rng=11)
+    assert mc.within(exact, 4.0), (exact, mc)

@@ -43,6 +43,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
@@ -212,7 +213,6 @@ def star_moments(mechanism: Mechanism):
         first = np.flatnonzero(exact)[0]
         coef[first] = 1.0
     v[0] = 0.0
-    import scipy.sparse as sp
     S = sp.csr_matrix((coef, (hi, np.arange(hi.size))), shape=(kp + 1, hi.size))
     return v, S
 
@@ -485,20 +485,22 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
                          "by the measured ranges")
     T = Y.shape[0]
     mnodes = lam.n_nodes
-    ok = lam.row_node >= 0
-    wy = np.zeros((T, mnodes))
-    for_rows = np.flatnonzero(ok & (lam.row_w > 0))
-    np.add.at(wy.T, lam.row_node[for_rows], (Y[:, for_rows] * lam.row_w[for_rows]).T)
+    rows = np.flatnonzero((lam.row_node >= 0) & (lam.row_w > 0))
+    agg = sp.csr_matrix((lam.row_w[rows], (lam.row_node[rows], rows)),
+                        shape=(mnodes, m_rows))              # w_v y_v = sum of w_r y_r
+    wy = np.asarray((agg @ Y.T).T)
     z = np.zeros((T, mnodes))
     E = lam.ent_pt.size
     sc = lam.seg_child
+    lens = np.diff(lam.ent_ptr)
     slices = list(lam.depth_slices())
     for ns, es in reversed(slices):
         c = sc[es]
-        has = c >= 0
-        v = lam.ent_node[es][has] - ns.start
+        zent = np.where(c >= 0, z[:, np.maximum(c, 0)], 0.0)
         Z = np.zeros((T, ns.stop - ns.start))
-        np.add.at(Z.T, v, z[:, c[has]].T)
+        inner = np.flatnonzero(lens[ns] > 0)
+        if inner.size:  # the chain's entries are contiguous: Z_v = sum over them
+            Z[:, inner] = np.add.reduceat(zent, lam.ent_ptr[ns][inner] - es.start, axis=1)
         Rv = lam.R[ns]
         inv_r = np.where(np.isfinite(Rv), 1.0 / np.where(Rv > 0, Rv, 1.0), 0.0)
         gv = lam.cond[ns]
