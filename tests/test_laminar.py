@@ -49,6 +49,13 @@ def _check_against_dense(mech):
         np.testing.assert_allclose(sub["all_range_total"],
                                    (K + 1) * np.trace(zk) - zk.sum(), rtol=TOL)
     rng = np.random.default_rng(7)
+    # custom ranges (O(depth) each) and the total, against the dense covariance
+    iv = np.sort(rng.integers(0, kp, (60, 2)), axis=1)
+    lo, hi = iv[:, 0], iv[:, 1] + 1
+    got = expected_error(workloads.ranges(kp, iv), mech, per_query=True)
+    np.testing.assert_allclose(got, dz[hi] + dz[lo] - 2 * z[lo, hi], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(expected_error(workloads.total(kp), mech), dz[kp], rtol=TOL,
+                               atol=TOL)
     y = rng.normal(size=(3, mech.released.n_rows)) * 5 + 10
     np.testing.assert_allclose(blue(mech, y), blue(mech, y, method="dense"), rtol=1e-9,
                                atol=1e-8)
@@ -162,6 +169,11 @@ def test_duplicated_rows_and_gaps():
     assert np.all(np.isfinite(res["cdf"][[0, 1, 2, 3, 5, 6, 7]]))
     with pytest.raises(ValueError, match="does not identify"):
         expected_error(workloads.identity(8), mech)
+    # ranges: [4, 6) is measured, [0, 5) is not determined
+    ok = expected_error(workloads.ranges(8, [(4, 5), (0, 3), (6, 7)]), mech, per_query=True)
+    assert np.all(np.isfinite(ok))
+    with pytest.raises(ValueError, match="does not identify"):
+        expected_error(workloads.ranges(8, [(0, 4)]), mech)
     # adding the two leaves makes it full rank: compare with the dense GLS
     lo2, hi2 = np.append(lo, [4, 5]), np.append(hi, [5, 6])
     parent2 = np.append(parent, [8, 8])

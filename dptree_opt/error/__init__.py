@@ -13,8 +13,8 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   ranges O(K log K + sum_q min(lo_q, K - hi_q)));
   on any other interval (laminar) strategy (OpenDP's truncated tree, padded or ragged
   trees, hierarchies, the histogram) for prefix, identity, all-range and total from the
-  bridge decomposition (:mod:`dptree_opt.error.interval`, O(K) numpy; per-query all-range
-  and custom ranges use the dense path);
+  bridge decomposition (:mod:`dptree_opt.error.interval`, O(K) numpy; custom ranges
+  O(depth) each; per-query all-range uses the dense path);
   Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.estimation.haar`);
   otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
@@ -42,7 +42,8 @@ from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import Workload
 from . import tree
-from .interval import LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors, laminar_errors
+from .interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
+                       laminar_errors, laminar_range_variances)
 from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
     MAX_REFINED_DENSE_BINS,
     _refined_histogram_covariance,
@@ -112,6 +113,10 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     elif (structured and workload.kind in LAMINAR_WORKLOADS
           and not (per_query and workload.kind == "all_range")
           and has_bridge_structure(mechanism)):
+        if workload.kind == "ranges":
+            var = laminar_range_variances(mechanism, workload.lo, workload.hi)
+            _check_identified(var, mechanism, "ranges")
+            return var if per_query else float(var.sum())
         return _laminar_error(mechanism, workload.kind, per_query)
     else:
         cov = blue_covariance(mechanism)
@@ -126,11 +131,15 @@ def _laminar_error(mechanism: Mechanism, kind: str, per_query: bool):
     else:
         var = {"prefix": res["cdf"], "identity": res["identity"],
                "total": np.array([res["total"]])}[kind]
+    _check_identified(var, mechanism, kind)
+    return var.copy() if per_query else float(var.sum())
+
+
+def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
     if not np.all(np.isfinite(var)):
         raise ValueError(f"the strategy {mechanism.released.name!r} does not identify the "
                          f"{kind} workload (rank-deficient: some queries have no unbiased "
                          "linear estimate)")
-    return var.copy() if per_query else float(var.sum())
 
 
 @dataclass(frozen=True)

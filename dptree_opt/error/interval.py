@@ -23,14 +23,15 @@ import numpy as np
 from ..estimation.blue import blue_covariance
 from ..estimation.haar import haar_model, is_haar_mechanism
 from ..estimation.laminar import (is_laminar_mechanism, laminar_model, point_moments,
-                                  point_sum_variance, star_moments)
+                                  point_sum_variance, range_variances, star_moments)
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
 
-__all__ = ["interval_blue_errors", "laminar_errors", "has_bridge_structure",
+__all__ = ["interval_blue_errors", "laminar_errors", "laminar_range_variances",
+           "has_bridge_structure",
            "LAMINAR_WORKLOADS", "MAX_LAMINAR_DENSE_BINS"]
 
-LAMINAR_WORKLOADS = ("prefix", "identity", "all_range", "total")
+LAMINAR_WORKLOADS = ("prefix", "identity", "all_range", "total", "ranges")
 
 MAX_LAMINAR_DENSE_BINS = 2048  # interval_blue_errors: dense M^-1 for the all-range max
 
@@ -99,6 +100,20 @@ def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
             u[:K + 1] = 1.0
             out["all_range_total"] = float((K + 1) * cdf.sum() - sum_var(u))
     return out
+
+
+def laminar_range_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
+    """Var of the BLUE of sum x[lo:hi] for half-open ranges on an interval strategy or Haar
+    (2^L): :func:`~dptree_opt.estimation.laminar.range_variances`, O(depth) per range
+    (prefix sums: v_hi + v_lo, independent points). inf where not identified."""
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    star = None if is_haar_mechanism(mechanism) else star_moments(mechanism)
+    if star is not None:
+        var = star[0]
+        return np.where(lo == hi, 0.0, var[hi] + var[lo])
+    lam = haar_model(mechanism) if is_haar_mechanism(mechanism) else laminar_model(mechanism)
+    return range_variances(lam, lo, hi)
 
 
 def interval_blue_errors(mechanism: Mechanism, n_bins: int | None = None,
