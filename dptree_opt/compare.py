@@ -26,6 +26,8 @@ How each error is computed (all exact)
   sparse elimination in cumulative coordinates (see its docstring), checked against the dense
   GLS in the tests.
 * Any other strategy: the dense generic GLS through ``expected_error`` for K <= 8192.
+* The covering estimator answers bins and ranges by differences of its prefixes
+  (:func:`~dptree_opt.estimation.covering.covering_moments`, O(K)).
 * ``all_range`` totals use sum_{0 <= a < b <= K} Var(c_b - c_a) = (K + 1) tr Z - 1'Z1 with Z the
   covariance of the estimated cumulative counts c_1..c_K (one solve). The all-range *max*
   needs every one of the K (K + 1) / 2 variances and is given for K' <= 4096 only.
@@ -46,6 +48,7 @@ from .error import expected_error
 from .error.interval import MAX_LAMINAR_DENSE_BINS, interval_blue_errors  # noqa: F401 (re-export)
 from .error.interval import has_bridge_structure
 from .error.tree import _padded_tree_all_range_total
+from .estimation.covering import covering_moments
 from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
 from .privacy import check_noise, resolve_budget, resolve_public
@@ -233,8 +236,6 @@ def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
                     per = expected_error(workloads.prefix(kp), mech, est, per_query=True)[:K]
                 out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
             elif wl == "identity":
-                if est == "covering":
-                    raise NotAvailable("n/a (covering sums answer prefixes only)")
                 if lam is not None:
                     per = lam["identity"]
                     if per is None:
@@ -245,8 +246,6 @@ def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
                     per = expected_error(workloads.identity(kp), mech, est, per_query=True)[:K]
                 out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
             elif wl == "all_range":
-                if est == "covering":
-                    raise NotAvailable("n/a (covering sums answer prefixes only)")
                 mx = None
                 total = None
                 if lam is not None:
@@ -266,6 +265,8 @@ def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
                     total = float(expected_error(workloads.all_range(kp), mech, est))
                 elif tree and est == "blue":
                     total = _padded_tree_all_range_total(mech, K)
+                elif tree and est == "covering":
+                    total = covering_moments(mech, K)["all_range_total"]
                 elif tree:
                     raise NotAvailable(f"n/a (padded tree, {est}: needs K' <= "
                                        f"{MAX_ALL_RANGE_MAX_BINS})")

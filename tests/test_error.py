@@ -125,6 +125,8 @@ MC_CASES = [
     (S.tree(27, 3), dict(rho=0.2, noise="gaussian", neighbours="add_remove"), "blue",
      W.identity(27)),
     (S.histogram(30), dict(epsilon=2.0), "covering", W.prefix(30)),
+    (S.tree(64, [4, 4, 4]), dict(epsilon=1.0), "covering", W.identity(64)),
+    (S.binary_tree(32), dict(epsilon=0.5, neighbours="add_remove"), "covering", W.all_range(32)),
     (S.prefix_sums(16), dict(epsilon=1.0, neighbours="add_remove"), "blue", W.ranges(16, [(2, 9)])),
 ]
 
@@ -146,3 +148,37 @@ def test_monte_carlo_detects_a_wrong_value():
     exact = dp.expected_error(W.prefix(64), mech)
     result = dp.monte_carlo_error(W.prefix(64), mech, trials=4000, rng=7)
     assert not result.within(1.2 * exact, 4.0)
+
+
+@pytest.mark.parametrize("strat,kw,K", [
+    (S.tree(64, [4, 4, 4]), dict(epsilon=1.0), 64),
+    (S.tree(81, [3, 3, 3, 3]), dict(epsilon=1.0, neighbours="add_remove"), 81),
+    (S.tree(81, [3, 3, 3, 3]), dict(epsilon=1.0, neighbours="add_remove"), 70),   # padded use
+    (S.tree(60, [3, 4, 5]), dict(rho=0.3, noise="gaussian",
+                                 level_budgets=[0.1, 0.1, 0.1]), 60),
+    (S.histogram(20), dict(epsilon=1.0, neighbours="add_remove"), 20),
+])
+def test_covering_identity_and_all_range_from_prefix_differences(strat, kw, K):
+    """The covering estimator answers bins and ranges by C_hi - C_lo: its structured
+    identity / all-range errors equal the covariance of the estimator's own linear map
+    (covering_cdf applied to unit answers)."""
+    from dptree_opt.estimation.covering import covering_cdf, covering_moments
+
+    mech = dp.Mechanism(strat, **kw)
+    rows = mech.released.n_rows
+    lin = covering_cdf(mech, np.eye(rows)).T          # (K', rows): C_hat = lin @ y
+    v = np.where(np.any(lin != 0, axis=0), mech.variances, 0.0)
+    cov_c = (lin * v) @ lin.T                          # Cov of C_1..C_K'
+    z = np.zeros((cov_c.shape[0] + 1,) * 2)
+    z[1:, 1:] = cov_c
+    zk = z[:K + 1, :K + 1]
+    dz = np.diag(zk)
+    mom = covering_moments(mech, K)
+    np.testing.assert_allclose(mom["identity"], dz[1:] + dz[:-1] - 2 * np.diag(zk, 1),
+                               rtol=1e-12, atol=1e-9)
+    assert mom["all_range_total"] == pytest.approx((K + 1) * dz.sum() - zk.sum(), rel=1e-12)
+    if K == strat.n_bins:
+        per = dp.expected_error(W.all_range(K), mech, "covering", per_query=True)
+        assert per.sum() == pytest.approx(mom["all_range_total"], rel=1e-10)
+        assert dp.expected_error(W.identity(K), mech, "covering") == pytest.approx(
+            mom["identity"].sum(), rel=1e-12)

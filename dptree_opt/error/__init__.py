@@ -18,7 +18,9 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.estimation.haar`);
   otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
-  proof); prefix workload only.
+  proof); other workloads from differences of the covering prefixes (identity and all-range
+  totals structured, O(K); others from the dense covariance, K <= 8192;
+  :mod:`dptree_opt.estimation.covering`).
 * "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
   refined prefixes. Prefix, identity and all-range are structured
   (:mod:`dptree_opt.error.refined`, O(K)); other workloads use the estimator's exact linear
@@ -37,7 +39,8 @@ import numpy as np
 
 from .._progress import Progress
 from ..estimation.blue import blue, blue_covariance
-from ..estimation.covering import covering_cdf, covering_variances
+from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
+                                   covering_moments, covering_variances)
 from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import Workload
@@ -70,9 +73,6 @@ def _check(workload, mechanism, estimator) -> None:
         raise ValueError(f"workload has {workload.n_bins} bins, mechanism has {mechanism.n_bins}")
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    if estimator == "covering" and workload.kind != "prefix":
-        raise ValueError("the covering estimator is defined for the prefix (CDF) workload only; "
-                         f"use estimator='blue' for {workload.kind!r}")
     if estimator == "refined" and not is_tree_mechanism(mechanism):
         raise ValueError("the refined estimator ([RTS] App. B) is defined for level-uniform "
                          f"trees; {mechanism.released.name!r} is not one")
@@ -84,7 +84,8 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
 
     Returns sum_q Var(answer_q) (a float) or the per-query variances (shape (q,), in the
     workload's query order) when ``per_query``. ``estimator``: "blue" (GLS / Honaker,
-    trace(W Cov W')), "covering" ([RTS] direct sums; prefix workload only) or "refined"
+    trace(W Cov W')), "covering" ([RTS] direct sums; other workloads by differences of its
+    prefixes) or "refined"
     ([RTS] App. B; level-uniform trees). ``method="dense"`` bypasses the structured tree
     formulas (tree, Toeplitz) for checking them against the dense covariance."""
     _check(workload, mechanism, estimator)
@@ -92,8 +93,20 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         raise ValueError(f"method must be one of {ERROR_METHODS}, got {method!r}")
     structured = method == "auto"
     if estimator == "covering":
-        var = covering_variances(mechanism)
-        return var if per_query else float(var.sum())
+        if workload.kind == "prefix":
+            var = covering_variances(mechanism)
+            return var if per_query else float(var.sum())
+        if structured and workload.kind == "identity":
+            var = covering_moments(mechanism)["identity"]
+            return var if per_query else float(var.sum())
+        if structured and workload.kind == "all_range" and not per_query:
+            return covering_moments(mechanism)["all_range_total"]
+        if mechanism.n_bins > MAX_COVERING_DENSE_BINS:
+            raise ValueError(f"per-query {workload.kind!r} errors of the covering estimator "
+                             f"need its dense covariance: refused for {mechanism.n_bins} > "
+                             f"{MAX_COVERING_DENSE_BINS} bins")
+        cov = covering_covariance(mechanism)
+        return workload.query_variances(cov) if per_query else workload.total_variance(cov)
     if estimator == "refined":
         if structured and workload.kind in tree.WORKLOADS:
             ks, v = tree_parameters(mechanism)
@@ -183,7 +196,8 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
         size = min(chunk, int(trials) - done)
         y = exact_answers + mechanism.sample_noise(rng, size=size)  # (size, rows)
         if estimator == "covering":
-            answers = covering_cdf(mechanism, y)  # (size, K)
+            answers = workload.matvec(np.diff(covering_cdf(mechanism, y), axis=1,
+                                              prepend=0.0).T).T
         elif estimator == "refined":
             answers = workload.matvec(np.diff(refined_cdf(mechanism, y), axis=1,
                                               prepend=0.0).T).T

@@ -10,6 +10,12 @@ O(rows + K), for any number of trials at once.
 
 For ``histogram`` this is the cumulative sum of the noisy bins; for ``prefix_sums`` the
 measured prefixes; C_K is N when the total is public (the exact total row covers [0, K)).
+
+Other workloads are answered from these prefixes (a range [lo, hi) by C_hi - C_lo, C_0 = 0,
+as a user differencing the released CDF would): row r enters C_hi - C_lo iff exactly one of
+lo, hi lies in its prefix range I_r = [start_r, stop_r), so Var(bin i) is the sum of v_r
+over rows with start_r = i + 1 or stop_r = i + 1, and the all-range total over the first K
+bins is sum_r v_r n_r (K + 1 - n_r), n_r = |I_r & [0, K]| (:func:`covering_moments`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ import scipy.sparse as sp
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
 
-__all__ = ["covering_cdf", "covering_variances", "covering_operator"]
+__all__ = ["covering_cdf", "covering_variances", "covering_operator", "covering_moments",
+           "covering_covariance", "MAX_COVERING_DENSE_BINS"]
+
+MAX_COVERING_DENSE_BINS = 8192  # covering_covariance: dense (K, K)
 
 
 def covering_operator(mechanism: Mechanism) -> sp.csr_matrix:
@@ -76,3 +85,47 @@ def covering_variances(mechanism: Mechanism) -> np.ndarray:
     d = covering_operator(mechanism)
     v = np.where(np.asarray(abs(d).sum(axis=0)).ravel() > 0, mechanism.variances, 0.0)
     return np.cumsum(d @ v)[1:]
+
+
+def _prefix_ranges(mechanism: Mechanism):
+    """(start, stop, variance) of every row the covering uses: row r is in the covering of
+    C_t exactly for t in [start_r, stop_r) (the +1 and -1 of its column of D)."""
+    d = covering_operator(mechanism).tocsc()
+    var = np.asarray(mechanism.variances, dtype=float)
+    used = np.flatnonzero(np.diff(d.indptr) > 0)
+    col_of = np.repeat(np.arange(d.shape[1]), np.diff(d.indptr))
+    pos = d.data > 0
+    start = np.zeros(d.shape[1], np.int64)
+    stop = np.full(d.shape[1], d.shape[0], np.int64)  # no -1: runs to t = K
+    start[col_of[pos]] = d.indices[pos]
+    stop[col_of[~pos]] = d.indices[~pos]
+    return start[used], stop[used], var[used]
+
+
+def covering_moments(mechanism: Mechanism, n_bins: int | None = None) -> dict:
+    """Exact variances of the covering estimator's answers on the first ``n_bins`` bins
+    (default K'): ``"identity"`` (Var of each bin C_(i+1) - C_i, shape (K,)) and
+    ``"all_range_total"`` (sum over the K (K + 1) / 2 ranges). O(rows + K). Module docstring."""
+    start, stop, v = _prefix_ranges(mechanism)
+    kp = mechanism.released.n_bins
+    K = kp if n_bins is None else int(n_bins)
+    # C_t for t = 1..K; point t = 0 is C_0 = 0 (no row)
+    ident = (np.bincount(np.minimum(start, kp + 1), v, minlength=kp + 2)[1:K + 1]
+             + np.bincount(np.minimum(stop, kp + 1), v, minlength=kp + 2)[1:K + 1])
+    n_r = np.clip(np.minimum(stop, K + 1) - start, 0, None).astype(float)
+    total = float(np.sum(v * n_r * (K + 1 - n_r)))
+    return {"identity": ident, "all_range_total": total}
+
+
+def covering_covariance(mechanism: Mechanism) -> np.ndarray:
+    """Dense (K', K') covariance of the bins implied by the covering prefixes (x_hat =
+    diff(C_hat)); K' <= MAX_COVERING_DENSE_BINS. For per-query errors of any workload."""
+    kp = mechanism.released.n_bins
+    if kp > MAX_COVERING_DENSE_BINS:
+        raise ValueError(f"covering_covariance is dense: refused for {kp} > "
+                         f"{MAX_COVERING_DENSE_BINS} bins")
+    d = covering_operator(mechanism)
+    v = np.where(np.asarray(abs(d).sum(axis=0)).ravel() > 0, mechanism.variances, 0.0)
+    # bins: x_hat_i = C_(i+1) - C_i = (D y)_(i+1) row of the difference matrix
+    b = d[1:kp + 1]
+    return np.asarray((b @ sp.diags(v) @ b.T).todense())
