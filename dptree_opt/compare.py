@@ -22,9 +22,11 @@ How each error is computed (all exact)
   BLUE, covering and refined estimators). A padded tree (K' > K bins) is scored on the
   first K prefixes / bins.
 * Other interval strategies (hierarchies such as OpenDP's truncated tree, the histogram, the
-  prefix sums) with the BLUE: :func:`~dptree_opt.error.interval.interval_blue_errors`, an O(K)
-  sparse elimination in cumulative coordinates (see its docstring), checked against the dense
-  GLS in the tests.
+  prefix sums) with the BLUE: :func:`~dptree_opt.error.interval.interval_blue_errors`, the
+  bridge decomposition in cumulative coordinates (:mod:`dptree_opt.estimation.laminar`, O(K)),
+  checked against the dense GLS in the tests.
+* Toeplitz strategies (square-root factorisation) and Haar on 2^L bins: their structured
+  paths through ``expected_error`` at any K.
 * Any other strategy: the dense generic GLS through ``expected_error`` for K <= 8192.
 * The covering estimator answers bins and ranges by differences of its prefixes
   (:func:`~dptree_opt.estimation.covering.covering_moments`, O(K)).
