@@ -48,7 +48,8 @@ import scipy.sparse as sp
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
 
-__all__ = ["Laminar", "laminar_model", "is_laminar_mechanism", "laminar_blue", "star_moments",
+__all__ = ["Laminar", "SegmentPlan", "laminar_model", "is_laminar_mechanism", "laminar_blue",
+           "star_moments", "point_moments", "point_sum_variance", "range_variances",
            "MAX_DEPTH"]
 
 # The passes loop over depths in Python (each step vectorised over the depth's nodes); a
@@ -96,12 +97,6 @@ class SegmentPlan:
             cs = np.cumsum(ext[..., idx], axis=-1).reshape(lead + (-1,))
             out[..., idx.ravel()[keep_flat]] = cs[..., keep_flat]
         return out
-
-
-def segment_cumsum(values: np.ndarray, ptr: np.ndarray, reverse: bool = False) -> np.ndarray:
-    """Inclusive cumulative sums of ``values`` (shape (..., E)) within each run
-    [ptr[i], ptr[i+1]) of the last axis (from the right if ``reverse``); see SegmentPlan."""
-    return SegmentPlan(ptr).cumsum(values, reverse)
 
 
 def _unique_sorted(a: np.ndarray, return_inverse: bool = False):
