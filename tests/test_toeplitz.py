@@ -275,14 +275,16 @@ def test_custom_ranges_head_and_tail_sums(neighbours):
                                atol=1e-12 * ref.max())  # the full range is exact under swap
 
 
-def test_noisy_total_row_falls_back_to_dense():
+def test_noisy_total_row_on_a_general_toeplitz_strategy():
+    """A noisy total row is structured too (Sherman-Morrison step), for any coefficients."""
     n = 20
     a = well_conditioned(np.random.default_rng(2), n)
     mech = Mechanism(toeplitz(a).with_total_row(), rho=0.5, noise="gaussian",
                      neighbours="add_remove", public_total=False)
-    assert not is_toeplitz_mechanism(mech)
+    assert is_toeplitz_mechanism(mech)
     got = expected_error(workloads.prefix(n), mech)
-    assert got == pytest.approx(expected_error(workloads.prefix(n), mech, method="dense"))
+    assert got == pytest.approx(expected_error(workloads.prefix(n), mech, method="dense"),
+                                rel=1e-9)
 
 
 def test_all_range_per_query_refused_when_too_many():
@@ -312,10 +314,11 @@ def test_blue_equals_generic_gls(n, seed, setting, noise):
 
 
 def test_toeplitz_method_refused_elsewhere():
-    mech = Mechanism(toeplitz([1.0, 0.5]).with_total_row(), epsilon=1.0,
-                     neighbours="add_remove", public_total=False)  # noisy total row
+    from dptree_opt.strategies import binary_tree
+
+    mech = Mechanism(binary_tree(4), epsilon=1.0, neighbours="add_remove")  # not Toeplitz
     with pytest.raises(ValueError, match="Toeplitz"):
-        blue(mech, np.zeros(3), method="toeplitz")
+        blue(mech, np.zeros(mech.released.n_rows), method="toeplitz")
 
 
 def test_monte_carlo_at_2_16():
@@ -353,3 +356,30 @@ def test_sqrt_factorization_is_toeplitz():
     # the inverse of L is the square root of the first difference: L^-1 L^-1 = P^-1
     b = s.inverse_coefficients()[:5]
     np.testing.assert_allclose(np.convolve(b, b)[:5], [1.0, -1.0, 0.0, 0.0, 0.0], atol=1e-15)
+
+
+@pytest.mark.parametrize("n_totals,budgets,noise", [
+    (1, [0.2, 0.3], "gaussian"), (2, [0.15, 0.35], "gaussian"), (1, [0.0, 0.5], "gaussian"),
+    (1, [0.4, 0.6], "laplace"),
+])
+def test_noisy_total_rows_match_dense_gls(n_totals, budgets, noise):
+    """Noisy total rows (add/remove, the total level funded): the Sherman-Morrison step
+    x - h (1'x - y_N) / (q + v_N / v) and its rank-one covariance equal the dense GLS; an
+    unfunded total level (budget 0) is the private case."""
+    from dptree_opt.strategies.toeplitz import ToeplitzStrategy
+
+    n = 48
+    a = sqrt_factorization(n).coefficients
+    kw = {"rho": 0.5} if noise == "gaussian" else {"epsilon": 1.0}
+    mech = Mechanism(ToeplitzStrategy(a, n_totals=n_totals), noise=noise,
+                     neighbours="add_remove", level_budgets=budgets, **kw)
+    assert is_toeplitz_mechanism(mech)
+    iv = [(0, 5), (3, 40), (10, 10), (0, n - 1)]
+    for wl in (workloads.prefix(n), workloads.identity(n), workloads.all_range(n),
+               workloads.total(n), workloads.ranges(n, iv)):
+        per = wl.kind != "all_range"
+        fast = np.atleast_1d(expected_error(wl, mech, per_query=per))
+        dense = np.atleast_1d(expected_error(wl, mech, per_query=per, method="dense"))
+        np.testing.assert_allclose(fast, dense, rtol=1e-9)
+    y = np.random.default_rng(5).normal(size=(4, mech.released.n_rows)) * 3
+    np.testing.assert_allclose(blue(mech, y), blue(mech, y, method="dense"), atol=1e-9)

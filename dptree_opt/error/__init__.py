@@ -7,8 +7,8 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
 * "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
   identity and all-range workloads it comes from the tree's Haar structure
   (:mod:`dptree_opt.error.tree`, O(h) totals, O(K) per query, no K x K matrix); on
-  Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private or
-  public, for prefix, identity, all-range, total and custom ranges from the power-series
+  Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private,
+  public or measured by noisy total rows, for prefix, identity, all-range, total and custom ranges from the power-series
   inverse (:mod:`dptree_opt.error.toeplitz`, O(K log K); per-query all-range O(K^2),
   ranges O(K log K + sum_q min(lo_q, K - hi_q)));
   on any other interval (laminar) strategy (OpenDP's truncated tree, padded or ragged

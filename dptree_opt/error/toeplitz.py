@@ -22,8 +22,9 @@ Cov = v A^-1 A^-T. For a workload W, W A^-1 has rows U_i and Var(query i) = v ||
   autocorrelation (FFT): O(n log n + sum_q min(lo_q, n - hi_q)).
 
 N public (exact rows 1'x = N; swap, or add/remove with public_total): the BLUE is the
-equality-constrained GLS with the rank-one covariance Cov_c = Cov - Cov 1 1' Cov / (1' Cov 1)
-(derivation in :mod:`dptree_opt.estimation.toeplitz`).
+equality-constrained GLS with the rank-one covariance Cov_c = Cov - Cov 1 1' Cov / (1' Cov 1);
+noisy total rows (combined variance v_N) give Cov - Cov 1 1' Cov / (1' Cov 1 + v_N)
+(derivations in :mod:`dptree_opt.estimation.toeplitz`); below, "public" covers both.
 
 Here A^-T 1 = reverse(t) (column c of T(b) sums to b_0 + .. + b_(n-1-c) = t_(n-1-c)), so Cov 1 = v A^-1 reverse(t)
 (one FFT product) and 1' Cov 1 = v ||t||^2. With g = Cov 1 / sqrt(1' Cov 1), every per-query
@@ -145,14 +146,15 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
     O(n^2), ranges O(n log n + sum_q min(lo_q, n - hi_q)))."""
     if kind not in TOEPLITZ_WORKLOADS:
         raise ValueError(f"kind must be one of {TOEPLITZ_WORKLOADS}, got {kind!r}")
-    strat, v, public = _parameters(mechanism)
+    strat, v, r = _parameters(mechanism)
+    public = r is not None  # a total row enters the estimate (exact, or noisy with r > 0)
     n = strat.n_bins
     b = strat.inverse_coefficients()
     t = np.cumsum(b)
     g = None
-    if public:  # g = Cov 1 / sqrt(1' Cov 1) = sqrt(v) h / sqrt(q)
+    if public:  # g = Cov 1 / sqrt(1' Cov 1 + v_N) = sqrt(v / (q + r)) h
         h, q = _constraint_direction(strat)
-        g = np.sqrt(v / q) * h
+        g = np.sqrt(v / (q + r)) * h
     weights = n - np.arange(n, dtype=float)  # how many rows of T(.) hold coefficient k
     if kind == "identity":  # W A^-1 = T(b)
         return _toeplitz_rows_error(b, g, v, weights, per_query)
@@ -163,7 +165,8 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
         var = _range_variances(t, g_cum, v, lo, hi)
         return var if per_query else float(var.sum())
     if kind == "total":
-        var = 0.0 if public else v * float(t @ t)  # the exact row answers 1'x: no error
+        q_t = float(t @ t)  # 1' Cov 1 = v q; the total's row cuts it to v q r / (q + r)
+        var = v * q_t if not public else (0.0 if r == 0 else v * q_t * r / (q_t + r))
         return np.array([var]) if per_query else var
     if kind == "prefix":  # W A^-1 = T(t)
         return _toeplitz_rows_error(t, g_cum, v, weights, per_query)

@@ -2,7 +2,8 @@
 
 On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*); on a
 Toeplitz strategy with equal noise it is A^-1 y by the FFT power-series inverse, plus the
-rank-one constraint step when N is public (:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
+rank-one step when N is public or measured by noisy total rows
+(:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
 on any other interval (laminar) strategy the bridge recursion of
 :mod:`dptree_opt.estimation.laminar` (O(n), Honaker's passes on any hierarchy), on Haar
 (n = 2^L) its top-down solve (:mod:`dptree_opt.estimation.haar`); otherwise the

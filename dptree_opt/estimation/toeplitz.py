@@ -9,6 +9,11 @@ P A^-1 = T(t), P the prefix matrix: P = T(1 / (1 - z))).
 N private (no exact row). A is square and invertible, so the BLUE is x_hat = A^-1 y with
 Cov = v A^-1 A^-T.
 
+Noisy total rows (variance v_N, combined by inverse variance): the GLS adds the rank-one
+term 1 1' / v_N to A'A / v, so by Sherman-Morrison x_c = x_hat - Cov 1 (1'x_hat - y_N) /
+(1' Cov 1 + v_N) and Cov_c = Cov - Cov 1 1' Cov / (1' Cov 1 + v_N); the exact total below is
+the case v_N = 0.
+
 N public (exact rows 1'x = N; swap, or add/remove with public_total). The BLUE is the
 equality-constrained GLS: x_c = x_hat - Cov 1 (1'x_hat - N) / (1' Cov 1), with covariance
 
@@ -20,8 +25,8 @@ which is the line above: the p = 1 case of the dense formula
 M^-1 - M^-1 E' (E M^-1 E')^-1 E M^-1 of :mod:`dptree_opt.estimation.gls`, E = 1'.)
 
 Here A^-T 1 = reverse(t) (column c of T(b) sums to b_0 + .. + b_(n-1-c) = t_(n-1-c)), so Cov 1 = v A^-1 reverse(t)
-(one FFT product) and 1' Cov 1 = v ||t||^2: the constraint step is x - h (1'x - N) / q with
-h = A^-1 A^-T 1, q = ||t||^2 (unit variance).
+(one FFT product) and 1' Cov 1 = v ||t||^2: the constraint step is x - h (1'x - N) / (q + r)
+with h = A^-1 A^-T 1, q = ||t||^2 (unit variance), r = v_N / v (0 for an exact total).
 
 The exact error of this BLUE on the workloads (O(n log n), no matrix) is in
 :mod:`dptree_opt.error.toeplitz`.
@@ -47,8 +52,9 @@ _CHUNK_FLOATS = 1 << 22
 
 
 def is_toeplitz_mechanism(mechanism: Mechanism) -> bool:
-    """Whether the Toeplitz fast paths apply: the released strategy is a ToeplitzStrategy, its
-    n Toeplitz rows share one finite variance v > 0 and every other row (a total) is exact."""
+    """Whether the Toeplitz fast paths apply: the released strategy is a ToeplitzStrategy
+    whose n Toeplitz rows share one finite variance v > 0; the other rows (totals) may be
+    exact, noisy or unmeasured."""
     if not isinstance(mechanism, Mechanism):
         return False
     released = mechanism.released
@@ -58,16 +64,36 @@ def is_toeplitz_mechanism(mechanism: Mechanism) -> bool:
     n = released.n_bins
     core = var[:n]
     return bool(np.isfinite(core[0]) and core[0] > 0 and np.all(core == core[0])
-                and np.all(var[n:] == 0))
+                and np.all(var[n:] >= 0))
 
 
-def _parameters(mechanism: Mechanism) -> tuple[ToeplitzStrategy, float, bool]:
+def _parameters(mechanism: Mechanism) -> tuple[ToeplitzStrategy, float, float | None]:
+    """(strategy, v, r): v the Toeplitz rows' variance; r = v_N / v for the total rows
+    combined (v_N = 1 / sum 1 / v_i over them; 0 if one is exact), None if no total row is
+    measured (N private: no constraint step)."""
     if not is_toeplitz_mechanism(mechanism):
         raise ValueError("the Toeplitz paths need a ToeplitzStrategy whose Toeplitz rows share "
-                         "one finite noise variance and whose other rows are exact totals")
+                         "one finite noise variance")
     released = mechanism.released
     n = released.n_bins
-    return released, float(mechanism.variances[0]), bool(mechanism.variances.size > n)
+    v = float(mechanism.variances[0])
+    tv = np.asarray(mechanism.variances[n:], dtype=float)
+    if np.any(tv == 0):
+        return released, v, 0.0
+    prec = float(np.sum(1.0 / tv[np.isfinite(tv)]))
+    return released, v, (None if prec == 0 else 1.0 / prec / v)
+
+
+def _total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
+    """The combined observation of N per trial (flat: (trials, rows)): the first exact total
+    row, else the inverse-variance mean of the noisy ones."""
+    n = mechanism.released.n_bins
+    tv = np.asarray(mechanism.variances[n:], dtype=float)
+    exact = np.flatnonzero(tv == 0)
+    if exact.size:
+        return flat[:, n + exact[0]]
+    w = np.where(np.isfinite(tv), 1.0 / tv, 0.0)
+    return flat[:, n:] @ (w / w.sum())
 
 
 def _constraint_direction(strat: ToeplitzStrategy) -> tuple[np.ndarray, float]:
@@ -81,12 +107,14 @@ def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
     """The BLUE of the histogram, shape (n,) or (trials, n) for y of shape (rows,) or
     (trials, rows): x = A^-1 y (power-series inverse, FFT) and, with exact total rows, the
     rank-one constraint step x - h (1'x - N) / q (module docstring). O(n log n) per trial."""
-    strat, _, public = _parameters(mechanism)
+    strat, _, r = _parameters(mechanism)
     y = np.asarray(y, dtype=float)
     if y.shape[-1] != strat.n_rows:
         raise ValueError(f"y must have {strat.n_rows} entries per trial, got {y.shape[-1]}")
     n = strat.n_bins
-    if not np.all(np.isfinite(y)):
+    tv = np.asarray(mechanism.variances[n:])
+    measured = np.concatenate([np.ones(n, bool), np.isfinite(tv)])
+    if not np.all(np.isfinite(y[..., measured])):
         raise ValueError("y has NaN or infinite values on measured rows")
     b = strat.inverse_coefficients()
     flat = y.reshape(-1, y.shape[-1])
@@ -97,10 +125,10 @@ def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
     for start in range(0, flat.shape[0], step):  # A^-1 y along the last axis, O(n log n) each
         fy = sfft.rfft(flat[start:start + step, :n], size, axis=-1)
         x[start:start + step] = sfft.irfft(fy * fb, size, axis=-1)[:, :n]
-    if public:
+    if r is not None:
         h, q = _constraint_direction(strat)
-        resid = x.sum(axis=-1) - flat[:, n]  # 1'x - N (the first exact total row)
-        x -= np.multiply.outer(resid, h / q)
+        resid = x.sum(axis=-1) - _total_observation(mechanism, flat)  # 1'x - y_N
+        x -= np.multiply.outer(resid, h / (q + r))
     return x.reshape(y.shape[:-1] + (n,))
 
 
