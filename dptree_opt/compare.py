@@ -40,7 +40,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -86,6 +86,7 @@ class Setting:
     noise: str = "laplace"
     neighbours: str = "swap"
     public_total: bool | None = None
+    workloads: tuple = WORKLOADS
 
     @property
     def budget_kwargs(self) -> dict:
@@ -109,7 +110,9 @@ class Candidate:
     """What a row builder returns: a mechanism, its estimator and how to describe it.
 
     ``n_bins`` is the number of real bins K (``mechanism.n_bins`` may be a padded K' >= K).
-    ``variance_factor`` multiplies every error (e.g. discrete vs continuous Laplace)."""
+    ``variance_factor`` multiplies every error (e.g. discrete vs continuous Laplace).
+    ``per_workload`` maps a workload to another candidate answering it (e.g. the tree
+    searched for all ranges in a "best tree" row)."""
 
     mechanism: Mechanism
     estimator: str
@@ -117,6 +120,7 @@ class Candidate:
     n_bins: int
     note: str = ""
     variance_factor: float = 1.0
+    per_workload: dict = field(default_factory=dict)
 
 
 class NotAvailable(Exception):
@@ -214,7 +218,20 @@ def _dense_ok(mech: Mechanism) -> bool:
 
 
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
-    """{workload: WorkloadError} for a candidate, exact (see the module docstring)."""
+    """{workload: WorkloadError} for a candidate, exact (see the module docstring); a
+    workload in ``cand.per_workload`` is answered by that candidate instead."""
+    out = {}
+    own = tuple(wl for wl in which if wl not in cand.per_workload)
+    if own:
+        out.update(_candidate_errors(cand, own))
+    for wl in which:
+        if wl in cand.per_workload:
+            out.update(_candidate_errors(cand.per_workload[wl], (wl,)))
+    return {wl: out[wl] for wl in which}
+
+
+def _candidate_errors(cand: Candidate, which) -> dict:
+    """row_errors for one candidate and the workloads it answers itself."""
     mech, est, K = cand.mechanism, cand.estimator, cand.n_bins
     kp = mech.n_bins
     strat = mech.released
@@ -412,6 +429,14 @@ def _search(s: Setting, estimator: str, budgets: str, **kw):
                                   budgets=budgets, top=0, **s.budget_kwargs, **kw)
 
 
+def _with_all_range_tree(s: Setting, cand: Candidate, design) -> Candidate:
+    """``cand`` with its all-range column answered by ``design`` (a tree searched for all
+    ranges), when that workload is asked for."""
+    alt = _design_candidate(s, design, "blue", "")
+    note = f"; all-range column: {alt.strategy} searched for all ranges ({alt.note})"
+    return replace(cand, per_workload={"all_range": alt}, note=cand.note + note)
+
+
 @register_row("best_covering_equal", "best tree, covering, equal budgets",
               "[RTS] Sec. V exact integer search (optimize.level_uniform)")
 def _best_cov_eq(s: Setting) -> Candidate:
@@ -436,22 +461,43 @@ def _best_ref_eq(s: Setting) -> Candidate:
 @register_row("best_blue_equal", "best tree, BLUE, equal budgets",
               "exact search for the BLUE (optimize.level_uniform)")
 def _best_blue_eq(s: Setting) -> Candidate:
-    return _design_candidate(s, _search(s, "blue", "equal"), "blue", "")
+    cand = _design_candidate(s, _search(s, "blue", "equal"), "blue", "")
+    if "all_range" in s.workloads:
+        cand = _with_all_range_tree(s, cand, _search(s, "blue", "equal", workload="all_range"))
+    return cand
 
 
 @register_row("best_blue_optimal", "best tree, BLUE, optimal budgets",
               "BLUE-optimal per-level budgets (optimize.level_uniform / optimal_blue_budgets)")
 def _best_blue_opt(s: Setting) -> Candidate:
     if s.n_bins <= MAX_OPTIMAL_BLUE_SEARCH_BINS:
-        return _design_candidate(s, _search(s, "blue", "optimal", pool=2), "blue", "")
+        cand = _design_candidate(s, _search(s, "blue", "optimal", pool=2), "blue", "")
+        if "all_range" in s.workloads:
+            cand = _with_all_range_tree(s, cand, _search(s, "blue", "optimal", pool=2,
+                                                         workload="all_range"))
+        return cand
     # finest unpadded tree (prime factors of K, ascending): with optimal budgets a refinement
     # is never worse than the tree it refines (tests/test_optimize_search.py)
     primes = optimize.finest_refinement((s.n_bins,))
     design = optimize.optimal_blue_budgets(primes, s.budget, noise=s.noise,
                                            neighbours=s.neighbours,
                                            public_total=s.public_total)
-    return _design_candidate(s, design, "blue", f"; finest tree (search skipped for K > "
+    cand = _design_candidate(s, design, "blue", f"; finest tree (search skipped for K > "
                              f"{MAX_OPTIMAL_BLUE_SEARCH_BINS})")
+    if "all_range" in s.workloads:
+        # the better of the finest refinements of K and of the best equal-budget all-range
+        # tree, with budgets optimised for all ranges
+        best = None
+        eq = _search(s, "blue", "equal", workload="all_range")
+        for ks in {optimize.finest_refinement((s.n_bins,)),
+                   optimize.finest_refinement(eq.branching)}:
+            d = optimize.optimal_blue_budgets(
+                ks, s.budget, noise=s.noise, neighbours=s.neighbours,
+                public_total=s.public_total, workload="all_range", n_queries=s.n_bins)
+            if best is None or d.error < best.error:
+                best = d
+        cand = _with_all_range_tree(s, cand, best)
+    return cand
 
 
 def _generic_candidate(s: Setting, fn, label: str, structured: bool = False) -> Candidate:
@@ -608,7 +654,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
     for wl in which:
         if wl not in WORKLOADS:
             raise ValueError(f"unknown workload {wl!r}; choose from {', '.join(WORKLOADS)}")
-    setting = Setting(int(K), budget, noise, neighbours, public_total)
+    setting = Setting(int(K), budget, noise, neighbours, public_total, which)
     keys = list(ROWS) if rows is None else list(rows)
     for key in keys:
         if key not in ROWS:

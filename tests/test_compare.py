@@ -323,3 +323,19 @@ def test_cli_plot_path_is_reported_as_written(capsys, tmp_path):
     code, out, err = run_cli("compare", "--bins", "64", "--epsilon", "1", "--plot",
                              str(tmp_path / "missing" / "x.png"), capsys=capsys)
     assert code == 2 and "does not exist" in err
+
+
+def test_all_range_column_uses_the_tree_searched_for_all_ranges():
+    """The "best tree, BLUE" rows answer the all-range column with the tree found by
+    level_uniform(workload="all_range"), not the CDF's tree."""
+    K = 200
+    res = compare.compare(K, 1.0, neighbours="add_remove", rows=["best_blue_equal"])
+    row = res.rows[0]
+    best = dp.optimize.level_uniform(K, 1.0, estimator="blue", neighbours="add_remove",
+                                     workload="all_range", top=0)
+    assert row.errors["all_range"].mean == pytest.approx(best.error / (K * (K + 1) / 2),
+                                                         rel=1e-9)
+    assert "searched for all ranges" in row.note
+    cdf_only = compare.compare(K, 1.0, neighbours="add_remove", rows=["best_blue_equal"],
+                               workloads=("cdf",))
+    assert "all-range column" not in cdf_only.rows[0].note

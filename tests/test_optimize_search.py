@@ -425,3 +425,63 @@ def test_finest_refinement_splits_each_factor_into_its_primes():
             assert prod == k and list(out[pos:pos + n]) == sorted(out[pos:pos + n])
             pos += n
         assert pos == len(out)
+
+
+# ------------------------------------------------------------------ the all-range workload
+def brute_force_all_range(K, *, noise="laplace", neighbours="swap"):
+    """Every ordered factorisation of every K' in [K, 2K], scored by the dense GLS error of
+    the ranges within the first K bins (equal budgets)."""
+    from dptree_opt import Mechanism, strategies
+    from dptree_opt.estimation.blue import blue_covariance
+
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    out = []
+    for Kp in range(K, 2 * K + 1):
+        for ks in ordered_factorisations(Kp):
+            mech = Mechanism(strategies.tree(Kp, list(ks)), noise=noise, neighbours=neighbours,
+                             **kw)
+            z = np.zeros((Kp + 1, Kp + 1))
+            z[1:, 1:] = np.cumsum(np.cumsum(blue_covariance(mech), 0), 1)
+            zk = z[:K + 1, :K + 1]
+            out.append(((K + 1) * np.trace(zk) - zk.sum(), ks))
+    out.sort()
+    return out
+
+
+@pytest.mark.parametrize("K", [2, 7, 12, 30])
+@pytest.mark.parametrize("noise,neighbours", [("laplace", "swap"), ("laplace", "add_remove"),
+                                              ("gaussian", "swap"), ("gaussian", "add_remove")])
+def test_all_range_search_equals_brute_force(K, noise, neighbours):
+    """workload="all_range" (BLUE, equal budgets): the best tree and the ranked table equal
+    the enumeration of every padded tree scored by the dense GLS."""
+    brute = brute_force_all_range(K, noise=noise, neighbours=neighbours)
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    found = table(level_uniform(K, **kw, noise=noise, neighbours=neighbours,
+                                estimator="blue", workload="all_range", top=6))
+    assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
+    assert_same_ranking(found, minimal_padding(brute, K))
+
+
+def test_all_range_search_refuses_other_estimators():
+    with pytest.raises(ValueError, match="all_range"):
+        level_uniform(64, 1.0, estimator="covering", workload="all_range")
+    with pytest.raises(ValueError, match="workload"):
+        level_uniform(64, 1.0, estimator="blue", workload="ranges")
+
+
+def test_all_range_optimal_budgets_reach_the_issue_anchor():
+    """K = 4096, eps = 1, add/remove, all ranges: 16^3 with budgets 0, .323, .325, .352
+    reaches 260.87 per range (issue 14's anchor); the optimal-budget search must do at least
+    as well, and its reported error is the mechanism's (padded-tree formula)."""
+    from dptree_opt import Mechanism, strategies
+    from dptree_opt.error.tree import _padded_tree_all_range_total
+
+    K = 4096
+    d = level_uniform(K, 1.0, estimator="blue", workload="all_range", budgets="optimal",
+                      neighbours="add_remove", top=0)
+    n_ranges = K * (K + 1) / 2
+    assert d.error / n_ranges <= 260.875
+    kp = math.prod(d.branching)
+    mech = Mechanism(strategies.tree(kp, list(d.branching)), epsilon=1.0,
+                     neighbours="add_remove", level_budgets=list(d.budgets))
+    assert _padded_tree_all_range_total(mech, K) == pytest.approx(d.error, rel=1e-9)

@@ -302,3 +302,26 @@ def test_all_range_per_query_size_limit():
     with pytest.raises(ValueError, match="all_range"):
         blue_error(ks, [1.0] * 14, "all_range", per_query=True)
     assert blue_error(ks, [1.0] * 14, "all_range") > 0
+
+
+@pytest.mark.parametrize("ks,n", [((2, 2, 2), 6), ((3, 4), 10), ((4, 2, 3), 17),
+                                  ((2, 3, 2, 2), 23), ((5, 5), 21), ((7, 3), 21), ((4, 4), 16)])
+def test_all_range_weights_of_the_first_n_bins_equal_dense(ks, n):
+    """haar_workload_weights(ks, "all_range", n): the ranges within the first n bins of a
+    padded tree; sum_j q_j mu_j equals the dense GLS error of those ranges."""
+    import math
+
+    from dptree_opt import Mechanism, strategies
+    from dptree_opt.error.tree import blue_haar_variances, haar_workload_weights
+    from dptree_opt.estimation.blue import blue_covariance
+
+    kp = math.prod(ks)
+    mech = Mechanism(strategies.tree(kp, list(ks)), epsilon=1.0, neighbours="add_remove",
+                     level_budgets=list(np.linspace(0.1, 0.3, len(ks) + 1) /
+                                        np.linspace(0.1, 0.3, len(ks) + 1).sum()))
+    v = np.array([mech.level_variances[lv] for lv in range(len(ks) + 1)])
+    got = float(haar_workload_weights(ks, "all_range", n) @ blue_haar_variances(ks, v))
+    z = np.zeros((kp + 1, kp + 1))
+    z[1:, 1:] = np.cumsum(np.cumsum(blue_covariance(mech), 0), 1)
+    zk = z[:n + 1, :n + 1]
+    assert got == pytest.approx((n + 1) * np.trace(zk) - zk.sum(), rel=1e-10)

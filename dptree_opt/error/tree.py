@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ..mechanism import Mechanism
 
 __all__ = ["blue_haar_variances", "blue_covariance_coefficients", "blue_error",
+           "all_range_level_weight",
            "blue_range_variances", "haar_workload_weights", "WORKLOADS"]
 
 WORKLOADS = ("prefix", "identity", "all_range")
@@ -241,12 +242,60 @@ def _prefix_gram_sums_first(n: int, widths) -> list[int]:
     return out
 
 
+def _block_gram(A, B, s, L):
+    """sum over i, j in [s, s + L) of (A + min(i, j)) (B - max(i, j)) (float, vectorised).
+
+    (A + m)(B - M) = AB - (A - B)(i + j) / 2 - (A + B)|i - j| / 2 - i j, with
+    sum |i - j| = (L^3 - L) / 3 and sum i j = (sum i)^2 over the block."""
+    sx = L * s + L * (L - 1) / 2.0
+    return A * B * L * L - (A - B) * L * sx - (A + B) / 2.0 * (L**3 - L) / 3.0 - sx * sx
+
+
+def all_range_level_weight(n, W, u):
+    """q_j of the all-range workload over the first n bins for a level of node width u under
+    parents of width W = d u (float, vectorised over W, u; exact up to rounding).
+
+    The all-range Gram over bins [0, n) is (min(a, b) + 1)(n - max(a, b)). A parent at
+    offset o has local Gram (A + min)(B - max), A = o + 1, B = n - o, and its Haar energy
+    sum_children 1_c'G 1_c / u - 1_P'G 1_P / W: the constant and the (i + j) parts cancel,
+    leaving, for a parent inside [0, n), E = (n + 1)(d - 1)(d u^2 + 1) / 6 - u^3 d (d^2 - 1) / 12
+    (independent of o). floor(n / W) such parents, plus the one cut by n (r = n mod W bins,
+    b full children and one of c bins), summed in closed form. Checked against
+    :func:`haar_workload_weights` and the dense GLS (tests/test_tree_error.py)."""
+    n = float(n)
+    W = np.asarray(W, dtype=float)
+    u = np.asarray(u, dtype=float)
+    d = W / u
+    nfull = np.floor(n / W)
+    r = n - nfull * W
+    full = (n + 1) * (d - 1) * (d * u * u + 1) / 6.0 - u**3 * d * (d * d - 1) / 12.0
+    A, B = n - r + 1, r
+    b = np.floor(r / u)
+    c = r - b * u
+    # sum over the b full children of _block_gram(A, B, i u, u): sx_i = u^2 i + u (u - 1) / 2
+    al, be = u * u, u * (u - 1) / 2.0
+    s1, s2 = b * (b - 1) / 2.0, (b - 1) * b * (2 * b - 1) / 6.0
+    sum_sx = al * s1 + be * b
+    sum_sx2 = al * al * s2 + 2 * al * be * s1 + be * be * b
+    kids = (A * B * u * u * b - (A - B) * u * sum_sx - (A + B) / 2.0 * (u**3 - u) / 3.0 * b
+            - sum_sx2) + _block_gram(A, B, b * u, c)
+    partial = np.where(r > 0, kids / u - _block_gram(A, B, 0.0, r) / W, 0.0)
+    return nfull * full + partial
+
+
 def _haar_weights(workload: str, ks, widths, n_queries=None) -> list[float]:
     """q_j of :func:`haar_workload_weights` from validated inputs (floats of exact ratios).
 
     q_0 = Q_0 / K, q_j = (k_j Q_j - Q_{j-1}) / w_{j-1} for k_j >= 2 and 0 for k_j = 1 (empty
     Haar subspace), with Q_l the exact integer workload sums of the module docstring."""
     K = widths[0]
+    if workload == "all_range" and n_queries is not None:  # the first n bins of a padded tree
+        n = n_queries
+        q = [float(_block_gram(1.0, n, 0.0, n)) / K]
+        for j in range(1, len(ks) + 1):
+            q.append(float(all_range_level_weight(n, widths[j - 1], widths[j]))
+                     if ks[j - 1] >= 2 else 0.0)
+        return q
     if n_queries is None:
         Q = _level_gram_sums(workload, K, widths)
     else:
@@ -269,8 +318,9 @@ def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.nd
     ----------
     branching : sequence of int >= 1 (k_1, ..., k_h); K = prod k_l.
     workload : "prefix", "identity" or "all_range" (see :func:`blue_error`).
-    n_queries : for the prefix workload only, use just the first n_queries prefixes
-        C_1..C_n (1 <= n <= K; a padded tree over K >= n bins); None = all K.
+    n_queries : a padded tree over K >= n real bins: the prefix workload uses just the
+        first n prefixes C_1..C_n, the all-range workload the n (n + 1) / 2 ranges within
+        the first n bins (1 <= n <= K); None = all K. Not for "identity".
 
     Returns
     -------
@@ -280,8 +330,9 @@ def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.nd
     if workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
     if n_queries is not None:
-        if workload != "prefix":
-            raise ValueError(f"n_queries is only supported for workload='prefix', got {workload!r}")
+        if workload == "identity":
+            raise ValueError("n_queries is supported for workload='prefix' and 'all_range', "
+                             f"got {workload!r}")
         if (isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral)
                 or not 1 <= n_queries <= widths[0]):
             raise ValueError(f"n_queries must be an integer in [1, K = {widths[0]}], "

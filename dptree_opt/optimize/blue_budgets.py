@@ -209,12 +209,12 @@ class BlueBudgetProblem:
 
     def blue_error(self, budgets) -> float:
         """The error recomputed independently of the optimiser: ``error.tree.blue_error`` on
-        the calibrated variances (for the first n_bins prefixes of a padded tree, the Haar
-        weights of those prefixes times ``blue_haar_variances``)."""
+        the calibrated variances (on the first n_bins bins of a padded tree, the workload's
+        Haar weights there times ``blue_haar_variances``)."""
         v = _blue_variances(self.level_variances(budgets))
         if self.n_bins == int(self.widths[0]):
             return blue_error(self.branching, v, self.workload)
-        q = haar_workload_weights(self.branching, "prefix", self.n_bins)
+        q = haar_workload_weights(self.branching, self.workload, self.n_bins)
         return float(q @ blue_haar_variances(self.branching, v))
 
 
@@ -618,7 +618,8 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     neighbours, public_total : as for ``Mechanism`` (swap: N public, levels 1..h noisy;
         add/remove: the root is a noisy level too unless ``public_total=True``).
     workload : "prefix" (default), "identity" or "all_range".
-    n_queries : prefix workload only: the first n_queries prefixes of a padded tree.
+    n_queries : a padded tree's real bins: the prefix workload's first n_queries prefixes,
+        or the all-range workload's ranges within the first n_queries bins.
     measure_root : under add/remove with a private N, False fixes the root budget to 0.
         No effect when N is public (the root is exact).
     starts, seed : Laplace only, the number of random Dirichlet starts and their seed.

@@ -79,6 +79,7 @@ import numpy as np
 
 from ..privacy import check_noise, resolve_budget
 from ..strategies.base import check_neighbours
+from ..error.tree import _block_gram, all_range_level_weight, haar_workload_weights
 from .levels import level_variances, noisy_levels, resolve_public, unit_variances
 from .result import TreeDesign, error_unit
 
@@ -269,6 +270,7 @@ class _Setting:
     public: bool
     estimator: str
     budgets: str
+    workload: str = "prefix"  # "prefix" (the CDF) or "all_range" (BLUE only)
     p: int = field(init=False)  # Laplace: variance ~ 1/b^2 (p = 3 in Thm IV.2(a)); Gaussian 2
 
     def __post_init__(self):
@@ -347,7 +349,8 @@ def _covering_score(s: _Setting, ks) -> tuple[float, tuple]:
 
 def _blue_equal(s: _Setting, ks) -> float:
     h = len(ks)
-    H = blue_level_sums(ks, s.K)
+    H = (haar_workload_weights(ks, "all_range", s.K) if s.workload == "all_range"
+         else blue_level_sums(ks, s.K))
     w = _widths(ks)
     S = np.cumsum(np.array(w[::-1], dtype=float))[::-1]  # S_l = w_l + ... + w_h
     v = s.v_equal(h)
@@ -502,6 +505,7 @@ class _Engine:
         self.mode = ("blue" if s.estimator in ("blue", "refined")
                      else "cov_opt" if s.budgets == "optimal" else "cov")
         self.T = s.K + 1
+        self.all_range = s.workload == "all_range"
         self.div = _Divisors(s.K)
         self._par = {}
         self._haar_cache = {}
@@ -545,7 +549,32 @@ class _Engine:
             return float(_digit_sum(self.T, W, w))
         if self.mode == "cov_opt":
             return (self._cu(h) * _digit_sum(self.T, W, w)) ** (1.0 / self.s.p)
-        return self._haar(W, w) / (W * S)
+        return self._num(W, w) / S
+
+    # ---- BLUE level numerators: error = v sum_j num(w_(j-1), w_j) / S_j (+ root)
+    def _num(self, W: int, w: int) -> float:
+        """The level's workload weight q_j (prefix: H_j = haar sum / W; all ranges:
+        error.tree.all_range_level_weight), memoised."""
+        if not self.all_range:
+            return self._haar(W, w) / W
+        key = ("ar", W, w)
+        val = self._haar_cache.get(key)
+        if val is None:
+            val = self._haar_cache[key] = float(all_range_level_weight(self.s.K, W, w))
+        return val
+
+    def _num_vec(self, W: int, w: np.ndarray) -> np.ndarray:
+        """_num for one W and an array of child widths (float64)."""
+        if not self.all_range:
+            return _haar_sum_float(self.T, W, w) / W
+        return all_range_level_weight(self.s.K, W, w)
+
+    def _root_num(self, Kp: int) -> float:
+        """The root's weight q_0 = 1'G1 / K' (G: the workload's Gram over the K bins)."""
+        K = self.s.K
+        if self.all_range:
+            return float(_block_gram(1.0, K, 0.0, K)) / Kp
+        return (K * (K + 1) * (2 * K + 1) // 6) / Kp
 
     # ---- exact completion: Pareto set of (cost below, widths below) for m levels below u
     def par(self, h: int, u: int, m: int):
@@ -576,7 +605,7 @@ class _Engine:
                 v_arr = np.array(vs, dtype=np.int64)
                 sizes = [sub[0].size for sub in subs]
                 sv = np.repeat(v_arr, sizes) + np.concatenate([sub[1] for sub in subs])
-                num = np.repeat(_haar_sum_float(self.T, u, v_arr) / u, sizes)
+                num = np.repeat(self._num_vec(u, v_arr), sizes)
                 costs = [np.concatenate([sub[0] for sub in subs]) + num / sv]
                 sums = [sv]
             elif vs:
@@ -633,9 +662,9 @@ class _Engine:
                 root = float(s.unit(h)[0]) ** (1.0 / s.p)
                 c = min(c + root, (self._cu(h) * (f1 + Kp // w1)) ** (1.0 / s.p))
             return c
-        c = self._haar(Kp, w1) / (Kp * S1)
+        c = self._num(Kp, w1) / S1
         if not s.public:
-            c += (s.K * (s.K + 1) * (2 * s.K + 1) // 6) / Kp / (Kp + S1)
+            c += self._root_num(Kp) / (Kp + S1)
         return c
 
     # ---- depth-first enumeration below w_1
@@ -657,10 +686,9 @@ class _Engine:
             return float(tot.min())
 
         if blue:
-            top_levels = [(self._haar(Kp, w1) / Kp, w1)]
+            top_levels = [(self._num(Kp, w1), w1)]
             if not self.s.public:
-                top_levels.append(((self.s.K * (self.s.K + 1) * (2 * self.s.K + 1) // 6) / Kp,
-                                   Kp + w1))
+                top_levels.append((self._root_num(Kp), Kp + w1))
             fixed = 0.0
         else:
             top_levels = []
@@ -678,7 +706,7 @@ class _Engine:
                     continue
                 if blue:
                     nl = [(H, P + v) for H, P in levels]
-                    nl.append((self._haar(u, v) / u, v))
+                    nl.append((self._num(u, v), v))
                     nf = fixed
                 else:
                     nl = levels
@@ -736,6 +764,8 @@ class _Engine:
         u = u.astype(float)
         T = float(self.T)
         W = d * u
+        if self.mode == "blue" and self.all_range:
+            return self._phi_all_range(d, u, sb)
         if self.mode == "blue":
             return np.maximum(1.0 - W / T, 0.5) * (d - 1.0) * (W * u + 1.0) / (6.0 * W * sb)
         cov = np.maximum(np.maximum((d - 1.0) / 2.0 - d * W / (8.0 * T),
@@ -745,11 +775,30 @@ class _Engine:
     def _phi_floor(self, d: float, u: np.ndarray, sb: np.ndarray) -> float:
         """min over the entries of a minorant of _phi that increases with d."""
         u = u.astype(float)
+        if self.mode == "blue" and self.all_range:
+            return float(np.min(self._phi_all_range(d, u, sb, tight=False)))
         if self.mode == "blue":
             W = d * u
             return float(np.min(0.5 * (d - 1.0) * (W * u + 1.0) / (6.0 * W * sb)))
         cov = (d - 1.0) / 4.0
         return cov if self.mode == "cov" else cov ** (1.0 / self.s.p)
+
+    def _phi_all_range(self, d: float, u: np.ndarray, sb: np.ndarray,
+                       tight: bool = True) -> np.ndarray:
+        """All ranges: a level below the top (parent width W = d u <= K - 1) has
+        q_j >= floor(K / W) E(d, u) (the cut parent adds a non-negative energy), with
+        E = (K + 1)(d - 1)(W u + 1) / 6 - u W (W + u) (d - 1) / 12 (``tight``: this, per S_u
+        and per T as the sieve's values). Since E >= (d - 1) W u K / 24 (W + u <= 1.5 (K - 1))
+        and floor(K / W) >= K / (2 W), q_j / S_u >= (d - 1) u K^2 / (48 S_u): the minorant
+        that increases with d (``tight=False``)."""
+        K = float(self.s.K)
+        T = float(self.T)
+        loose = (d - 1.0) * u * K * K / (48.0 * T * sb)
+        if not tight:
+            return loose
+        W = d * u
+        E = (K + 1.0) * (d - 1.0) * (W * u + 1.0) / 6.0 - u * W * (W + u) * (d - 1.0) / 12.0
+        return np.maximum(np.floor(K / W) * E / (T * sb), loose)
 
     def _per_bin_scale(self, h: int) -> float:
         """Multiplier turning a sieve value into a lower bound of the levels' cost."""
@@ -784,6 +833,8 @@ class _Engine:
                 out = np.where(exact, np.minimum(out + root, alt), out)
             return out
         # BLUE: level 1 with S_1 <= s_bound(w_1, c), float arithmetic (shrunk by _SAFE later)
+        if self.all_range:
+            return all_range_level_weight(self.s.K, kp, w1) / self._s_bound(w1, c)
         return _haar_sum_float(self.T, kp, w1) / (kp.astype(float) * self._s_bound(w1, c))
 
     def run(self) -> None:
@@ -898,9 +949,10 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
                   allow_padding: bool = True, max_padding: float = 2.0,
                   budgets: str = "equal", max_height=None, height=None, top: int = 10,
                   pool: int = 24, max_refined: int = 5000,
-                  refined_pool: int = 500) -> TreeDesign:
+                  refined_pool: int = 500, workload=None) -> TreeDesign:
     """The best level-uniform tree for the CDF of ``n_bins`` bins, by exact integer search
-    ([RTS] Sec. V, Thm V.1-V.2, Cor. V.1-V.2, Lemma V.2; search method: module docstring).
+    ([RTS] Sec. V, Thm V.1-V.2, Cor. V.1-V.2, Lemma V.2; search method: module docstring);
+    with ``workload="all_range"`` and the BLUE, for all ranges within the K bins.
 
     Parameters
     ----------
@@ -924,6 +976,13 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
         it scores the ``refined_pool`` best trees by the BLUE error instead, and ``method``
         says whether the table is certified (every other tree has BLUE error, hence refined
         error, above it) or gives the optimality gap bound.
+    workload : None or "prefix" (the CDF: the first K prefix counts) or "all_range" (the
+        K (K + 1) / 2 ranges within the K bins; estimator="blue" only so far). For all
+        ranges the BLUE error is sum_j q_j mu_j with the closed-form level weights
+        ``error.tree.all_range_level_weight`` (padding included), and the same branch and
+        bound applies: the smallest padding of a subtree is best (q_1 = Q_1 / w_1 - 1'G1 / K'
+        grows with K' faster than the root term falls), and non-top levels are bounded
+        below by (d - 1) u K^2 / 48 per S (``_Engine._phi_all_range``).
 
     Returns
     -------
@@ -954,13 +1013,19 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
                              f"least 2^{height} bins")
     top = _check_int(top, "top", 0)
     pool = _check_int(pool, "pool", 1)
+    workload = "prefix" if workload is None else workload
+    if workload not in ("prefix", "all_range"):
+        raise ValueError(f"workload must be None, 'prefix' or 'all_range', got {workload!r}")
+    if workload == "all_range" and estimator != "blue":
+        raise ValueError("workload='all_range' is searched for estimator='blue' only (the "
+                         f"covering and refined searches are for the CDF), got {estimator!r}")
     max_refined = _check_int(max_refined, "max_refined", 0)
     refined_pool = _check_int(refined_pool, "refined_pool", 1)
     if max_height is not None and height is not None and height > max_height:
         raise ValueError(f"height={height} exceeds max_height={max_height}")
 
     t0 = time.perf_counter()
-    s = _Setting(K, budget, noise, neighbours, public, estimator, budgets)
+    s = _Setting(K, budget, noise, neighbours, public, estimator, budgets, workload)
     numerical = budgets == "optimal" and estimator != "covering"
     search_s = replace(s, budgets="equal") if numerical else s
     search_s.__post_init__()
@@ -1020,6 +1085,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     out.sort(key=lambda d: (d.error, d.height, d.branching))
     out = out[: top + 1]
     secs = time.perf_counter() - t0
+    if workload != "prefix":
+        how = f"workload {workload}: {how}"
     method = f"{how}; {secs:.3g} s"
     best = replace(out[0], method=method, alternatives=tuple(
         replace(d, method=how) for d in out[1:]))
@@ -1087,7 +1154,7 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
             candidates.setdefault(finest_refinement((s.K,)), None)
         for ks in candidates:
             d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
-                                     public_total=s.public, workload="prefix", n_queries=s.K)
+                                     public_total=s.public, workload=s.workload, n_queries=s.K)
             out.append((d.error, ks, d.budgets))
     else:
         for _, ks, _ in ranked[:pool]:
