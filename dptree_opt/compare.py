@@ -49,7 +49,9 @@ from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
 from .error.interval import MAX_LAMINAR_DENSE_BINS, interval_blue_errors  # noqa: F401 (re-export)
 from .error.interval import has_bridge_structure
+from .error.refined import padded_refined_all_range_total
 from .error.tree import _padded_tree_all_range_total
+from .estimation.tree import tree_parameters
 from .estimation.covering import covering_moments
 from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
@@ -286,9 +288,8 @@ def _candidate_errors(cand: Candidate, which) -> dict:
                     total = _padded_tree_all_range_total(mech, K)
                 elif tree and est == "covering":
                     total = covering_moments(mech, K)["all_range_total"]
-                elif tree:
-                    raise NotAvailable(f"n/a (padded tree, {est}: needs K' <= "
-                                       f"{MAX_ALL_RANGE_MAX_BINS})")
+                elif tree:  # refined, padded: the first K bins' ranges, O(K')
+                    total = padded_refined_all_range_total(*tree_parameters(mech), K)
                 else:
                     raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
                 if mx is None:

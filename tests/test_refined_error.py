@@ -330,3 +330,27 @@ def test_refined_recursion_unidentified_levels():
                                   [False, True, False, True, False, True])
     est = refined_recursion(ks, v, np.arange(10.0))[0]
     assert est.shape == (6,) and np.isfinite(est[1::2]).all() and np.isnan(est[0::2]).all()
+
+
+@pytest.mark.parametrize("ks,n,neighbours", [((4, 4, 4), 50, "add_remove"),
+                                             ((3, 5, 4), 47, "swap"),
+                                             ((2, 2, 2, 2, 2), 20, "add_remove"),
+                                             ((4, 4, 4), 64, "add_remove"),
+                                             ((6, 7), 1, "swap")])
+def test_padded_refined_all_range_total_equals_dense(ks, n, neighbours):
+    """The refined estimator's all-range total over the first n bins of a padded tree
+    (compare's padded rows) equals the dense refined covariance."""
+    import math
+
+    from dptree_opt import Mechanism, strategies
+    from dptree_opt.error.refined import (_refined_histogram_covariance,
+                                          padded_refined_all_range_total)
+    from dptree_opt.estimation.tree import tree_parameters
+
+    kp = math.prod(ks)
+    mech = Mechanism(strategies.tree(kp, list(ks)), epsilon=1.0, neighbours=neighbours)
+    got = padded_refined_all_range_total(*tree_parameters(mech), n)
+    z = np.zeros((kp + 1, kp + 1))
+    z[1:, 1:] = np.cumsum(np.cumsum(_refined_histogram_covariance(mech), 0), 1)
+    zk = z[:n + 1, :n + 1]
+    assert got == pytest.approx((n + 1) * np.trace(zk) - zk.sum(), rel=1e-10, abs=1e-9)

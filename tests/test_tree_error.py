@@ -309,8 +309,6 @@ def test_all_range_per_query_size_limit():
 def test_all_range_weights_of_the_first_n_bins_equal_dense(ks, n):
     """haar_workload_weights(ks, "all_range", n): the ranges within the first n bins of a
     padded tree; sum_j q_j mu_j equals the dense GLS error of those ranges."""
-    import math
-
     from dptree_opt import Mechanism, strategies
     from dptree_opt.error.tree import blue_haar_variances, haar_workload_weights
     from dptree_opt.estimation.blue import blue_covariance

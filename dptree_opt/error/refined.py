@@ -219,11 +219,19 @@ def _identity_per_query(tree: _Tree) -> np.ndarray:
 # --------------------------------------------------------------------------- all-range total
 
 
-def _sum_variance(tree: _Tree, alpha, beta) -> float:
-    """Var(sum_{t=1}^{K} C_t) by pushing the functional's node coefficients down the tree, O(n).
+def _sum_variance(tree: _Tree, alpha, beta, n: int | None = None) -> float:
+    """Var(sum_{t=1}^{n} C_t) by pushing the functional's node coefficients down the tree, O(K).
 
-    ``alpha``, ``beta``: the refined weights for t = 0..K (length K + 1)."""
+    ``alpha``, ``beta``: the refined weights for t = 0..K (length K + 1). ``n`` < K (the
+    first n prefixes of a padded tree): the weights beyond n are dropped and C_K = T (the
+    root's t^-) leaves the sum (checked against the dense refined covariance)."""
     ks, K, a, v = tree.ks, tree.K, tree.a, tree.v
+    root_coef = 1.0
+    if n is not None and n < K:
+        alpha, beta = alpha.copy(), beta.copy()
+        alpha[n + 1:] = 0.0
+        beta[n + 1:] = 0.0
+        root_coef = 0.0
     # per-node sums over the node's bins tau of alpha_tau and of beta_{tau + 1} (tau = 0..K-1)
     node_alpha = [alpha[:K].copy()]
     node_beta = [beta[1:].copy()]  # beta_K = 0
@@ -232,10 +240,10 @@ def _sum_variance(tree: _Tree, alpha, beta) -> float:
         node_beta.append(node_beta[-1].reshape(-1, k).sum(axis=1))
     node_alpha.reverse()
     node_beta.reverse()
-    G = np.ones(1)  # root: C_K = T contributes 1 to the coefficient of T = t^-_root
+    G = np.full(1, root_coef)  # root: C_K = T contributes 1 to the coefficient of T = t^-_root
     total = 0.0
     if 0.0 < v[0] < np.inf:
-        total += v[0] * (a[0] + beta.sum()) ** 2
+        total += v[0] * (a[0] * root_coef + beta.sum()) ** 2
     for lev, k in enumerate(ks, 1):
         fa = node_alpha[lev].reshape(-1, k)
         fb = node_beta[lev].reshape(-1, k)
@@ -251,9 +259,27 @@ def _sum_variance(tree: _Tree, alpha, beta) -> float:
     return total
 
 
-def _all_range_total(tree: _Tree) -> float:
+def _all_range_total(tree: _Tree, n: int | None = None) -> float:
+    """Sum over the ranges within the first n bins (default K) of Var(C_b - C_a):
+    (n + 1) sum_{t <= n} V_t - Var(sum_{t <= n} C_t). O(K)."""
     _, alpha, beta, V = tree.prefix_stats()
-    return float((tree.K + 1) * V.sum() - _sum_variance(tree, alpha, beta))
+    n = tree.K if n is None else int(n)
+    return float((n + 1) * V[:n + 1].sum() - _sum_variance(tree, alpha, beta, n))
+
+
+def padded_refined_all_range_total(branching, level_variances, n: int) -> float:
+    """The refined estimator's all-range total over the first n bins of a (padded)
+    level-uniform tree, O(K'). Needs every prefix identified (all levels below the root
+    measured at the leaves' resolution); raises ValueError otherwise."""
+    ks = tuple(int(k) for k in branching)
+    v = np.asarray(level_variances, dtype=float)
+    ks_eff, v_eff, step = _effective_tree(ks, v)
+    if ks_eff is None or step != 1:
+        raise ValueError("the refined estimator does not identify every bin of this tree")
+    K = math.prod(ks)
+    if not 1 <= n <= K:
+        raise ValueError(f"n must be in [1, {K}], got {n!r}")
+    return _all_range_total(_Tree(ks, v), n)
 
 
 # --------------------------------------------------------------------------- all-range per query
