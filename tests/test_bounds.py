@@ -88,3 +88,27 @@ def test_public_total_bounds_below_cvxpy_optimum(neighbours):
     lb = bounds.svd_bound(w, neighbours=neighbours, public_total=True)
     assert lb <= prob.value * (1 + 1e-6)
     assert lb >= 0.5 * prob.value  # and not vacuous
+
+
+@pytest.mark.parametrize("kind", ["prefix", "all_range"])
+@pytest.mark.parametrize("n", [2, 3, 10, 257, 3000])
+def test_public_total_nuclear_quadrature_equals_dense(kind, n):
+    """||W P||_* by the resolvent quadrature (used above 8192 bins) = the dense eigenvalues."""
+    from dptree_opt.bounds import _projected_nuclear_of, _projected_nuclear_quadrature
+
+    dense = _projected_nuclear_of(getattr(workloads, kind)(n))
+    assert _projected_nuclear_quadrature(kind, n) == pytest.approx(dense, rel=1e-9)
+
+
+def test_public_total_closed_forms_and_scale():
+    from dptree_opt.bounds import _projected_nuclear_of, svd_bound
+
+    for n in (2, 7, 50):
+        assert svd_bound("identity", n, neighbours="add_remove", public_total=True) == \
+            pytest.approx(_projected_nuclear_of(workloads.identity(n)) ** 2 / n, rel=1e-12)
+    # above the dense limit the public-N bounds exist, and lie below the private ones
+    n = 1 << 14
+    for kind in ("prefix", "all_range"):
+        pub = svd_bound(kind, n, neighbours="add_remove", public_total=True)
+        priv = svd_bound(kind, n, neighbours="add_remove")
+        assert 0 < pub <= priv
