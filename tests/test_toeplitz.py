@@ -383,3 +383,61 @@ def test_noisy_total_rows_match_dense_gls(n_totals, budgets, noise):
         np.testing.assert_allclose(fast, dense, rtol=1e-9)
     y = np.random.default_rng(5).normal(size=(4, mech.released.n_rows)) * 3
     np.testing.assert_allclose(blue(mech, y), blue(mech, y, method="dense"), atol=1e-9)
+
+
+# ------------------------------------------------------------------ row scalings D T(a)
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 10**6))
+def test_row_scaled_sensitivities_and_products_equal_the_matrix(n, seed):
+    """ScaledToeplitzStrategy: A x, A' u, A^-1 y and the exact sensitivities (both neighbour
+    models, l1 and l2, equal weights and with a total row) equal the explicit matrix's."""
+    rng = np.random.default_rng(seed)
+    a = well_conditioned(rng, n)
+    d = rng.uniform(0.3, 3.0, n)
+    strat = toeplitz(a, row_scale=d)
+    generic = Strategy(strat.matrix, np.ones(n, dtype=np.int32))
+    x = rng.normal(size=(n, 2))
+    np.testing.assert_allclose(strat.apply(x), generic.apply(x), atol=1e-9)
+    np.testing.assert_allclose(strat.rmatvec(x), strat.matrix.T @ x, atol=1e-9)
+    np.testing.assert_allclose(strat.solve(strat.apply(x)), x, atol=1e-7)
+    for nb in ("add_remove", "swap"):
+        for p in (1, 2):
+            assert strat.sensitivity(np.ones(n), nb, p) == pytest.approx(
+                generic.sensitivity(np.ones(n), nb, p), rel=1e-9)
+    withtot = strat.with_total_row()
+    w = np.append(np.ones(n), 0.5)
+    gt = Strategy(withtot.matrix, np.append(np.ones(n, dtype=np.int32), 0))
+    assert withtot.sensitivity(w, "add_remove", 1) == pytest.approx(
+        gt.sensitivity(w, "add_remove", 1), rel=1e-9)
+
+
+@pytest.mark.parametrize("neighbours,public", [("add_remove", None), ("swap", None),
+                                               ("add_remove", True)])
+def test_row_scaled_errors_and_blue_match_dense_gls(neighbours, public):
+    n = 48
+    rng = np.random.default_rng(9)
+    d = rng.uniform(0.5, 2.0, n)
+    mech = Mechanism(toeplitz(sqrt_factorization(n).coefficients, row_scale=d), rho=0.5,
+                     noise="gaussian", neighbours=neighbours, public_total=public)
+    assert is_toeplitz_mechanism(mech)
+    for wl in (workloads.prefix(n), workloads.identity(n), workloads.all_range(n),
+               workloads.total(n), workloads.ranges(n, [(0, 4), (5, 30)])):
+        for per in (False, True):
+            fast = np.atleast_1d(expected_error(wl, mech, per_query=per))
+            dense = np.atleast_1d(expected_error(wl, mech, per_query=per, method="dense"))
+            np.testing.assert_allclose(fast, dense, rtol=1e-9, atol=1e-9)
+    y = rng.normal(size=(3, mech.released.n_rows)) * 4
+    np.testing.assert_allclose(blue(mech, y), blue(mech, y, method="dense"), atol=1e-9)
+
+
+def test_row_scaled_input_checks_and_swap_limit():
+    with pytest.raises(ValueError, match="row_scale"):
+        toeplitz([1.0, 0.5], row_scale=[1.0])
+    with pytest.raises(ValueError, match="row_scale"):
+        toeplitz([1.0, 0.5], row_scale=[1.0, 0.0])
+    n = 8200
+    strat = toeplitz(sqrt_factorization(n).coefficients, row_scale=np.linspace(1, 2, n))
+    mech = Mechanism(strat, rho=0.5, noise="gaussian", neighbours="add_remove")
+    assert expected_error(workloads.prefix(n), mech) > 0     # structured, no matrix
+    with pytest.raises(ValueError, match="swap sensitivity of a row-scaled"):
+        Mechanism(strat, rho=0.5, noise="gaussian", neighbours="swap")

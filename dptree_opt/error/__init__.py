@@ -52,7 +52,7 @@ from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_op
     _refined_histogram_covariance,
     refined_workload_error,
 )
-from .toeplitz import TOEPLITZ_WORKLOADS, is_toeplitz_mechanism, toeplitz_error
+from .toeplitz import toeplitz_error, toeplitz_supports
 
 __all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
            "MonteCarloResult", "interval_blue_errors"]
@@ -119,8 +119,7 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         ks, v = tree_parameters(mechanism)  # custom ranges: O(h) each, no matrix
         var = tree.blue_range_variances(ks, v, workload.lo, workload.hi)
         return var if per_query else float(var.sum())
-    elif (structured and workload.kind in TOEPLITZ_WORKLOADS
-          and is_toeplitz_mechanism(mechanism)):
+    elif structured and toeplitz_supports(mechanism, workload.kind, per_query):
         return toeplitz_error(mechanism, workload.kind, per_query=per_query,
                               lo=workload.lo, hi=workload.hi)
     elif (structured and workload.kind in LAMINAR_WORKLOADS

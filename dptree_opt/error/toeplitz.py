@@ -47,11 +47,14 @@ from ..estimation.toeplitz import (
     _CHUNK_FLOATS,
     _constraint_direction,
     _parameters,
+    _row_weights,
     is_toeplitz_mechanism,
 )
+from ..strategies.toeplitz import series_multiply
 from ..mechanism import Mechanism
 
-__all__ = ["TOEPLITZ_WORKLOADS", "is_toeplitz_mechanism", "toeplitz_error"]
+__all__ = ["TOEPLITZ_WORKLOADS", "is_toeplitz_mechanism", "toeplitz_error",
+           "toeplitz_supports"]
 
 # Workload kinds with a structured exact error (others: the dense path, n <= 8192).
 TOEPLITZ_WORKLOADS = ("prefix", "identity", "all_range", "total", "ranges")
@@ -138,6 +141,29 @@ def _toeplitz_rows_error(series, corr, v, weights, per_query):
     return tot - float(corr @ corr) if corr is not None else tot
 
 
+def _scaled_rows_error(series, corr, v, s, per_query):
+    """Row-scaled strategies: the rows of T(series) S T(series)' times v (row i:
+    v sum_(j <= i) s_j series_(i-j)^2, an FFT convolution), minus corr_i^2; per row or
+    summed (coefficient k reaches the n - k rows from j: sum_j s_j S2(n - j))."""
+    if per_query:
+        var = v * series_multiply(series * series, s)
+        return var - corr**2 if corr is not None else var
+    s2 = np.concatenate([[0.0], np.cumsum(series * series)])
+    n = series.size
+    tot = v * float(s @ s2[n - np.arange(n)])
+    return tot - float(corr @ corr) if corr is not None else tot
+
+
+def toeplitz_supports(mechanism: Mechanism, kind: str, per_query: bool) -> bool:
+    """Whether :func:`toeplitz_error` answers ``kind``: every kind for plain T(a); prefix,
+    identity, total and the all-range total for row-scaled D T(a)."""
+    if kind not in TOEPLITZ_WORKLOADS or not is_toeplitz_mechanism(mechanism):
+        return False
+    if _row_weights(mechanism.released) is None:
+        return True
+    return kind in ("prefix", "identity", "total") or (kind == "all_range" and not per_query)
+
+
 def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
                    lo=None, hi=None):
     """Exact BLUE error sum_q Var(answer_q) (float) or per-query variances (workload order)
@@ -156,6 +182,9 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
         h, q = _constraint_direction(strat)
         g = np.sqrt(v / (q + r)) * h
     weights = n - np.arange(n, dtype=float)  # how many rows of T(.) hold coefficient k
+    s = _row_weights(strat)
+    if s is not None:
+        return _scaled_error(kind, per_query, b, t, g, v, s, r)
     if kind == "identity":  # W A^-1 = T(b)
         return _toeplitz_rows_error(b, g, v, weights, per_query)
     g_cum = np.cumsum(g) if public else None
@@ -181,3 +210,30 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
     if public:
         tot -= (n + 1) * float(g_cum @ g_cum) - float(g_cum.sum()) ** 2
     return tot
+
+
+def _scaled_error(kind, per_query, b, t, g, v, s, r):
+    """toeplitz_error for a row-scaled strategy D T(a): row variances v s_j in the T(a)
+    system (s = 1 / d^2). Prefix / identity per query by FFT convolutions, totals O(n)."""
+    n = t.size
+    public = r is not None
+    if kind == "identity":
+        return _scaled_rows_error(b, g, v, s, per_query)
+    g_cum = np.cumsum(g) if public else None
+    if kind == "prefix":
+        return _scaled_rows_error(t, g_cum, v, s, per_query)
+    if kind == "total":
+        q_t = float(s @ (t[::-1] * t[::-1]))  # 1' Cov 1 / v
+        var = v * q_t if not public else (0.0 if r == 0 else v * q_t * r / (q_t + r))
+        return np.array([var]) if per_query else var
+    if kind == "all_range" and not per_query:
+        # column j of P A^-1 holds t shifted by j: (n + 1) S2(n - j) - S1(n - j)^2 each
+        s1 = np.concatenate([[0.0], np.cumsum(t)])
+        s2 = np.concatenate([[0.0], np.cumsum(t * t)])
+        m = n - np.arange(n)
+        tot = v * float(s @ ((n + 1) * s2[m] - s1[m] ** 2))
+        if public:
+            tot -= (n + 1) * float(g_cum @ g_cum) - float(g_cum.sum()) ** 2
+        return tot
+    raise ValueError(f"{kind!r} (per_query={per_query}) has no structured path for a "
+                     "row-scaled Toeplitz strategy; use method='dense' (n <= 8192)")

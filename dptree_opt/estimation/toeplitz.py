@@ -96,11 +96,22 @@ def _total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
     return flat[:, n:] @ (w / w.sum())
 
 
+def _row_weights(strat: ToeplitzStrategy) -> np.ndarray | None:
+    """s_i = 1 / d_i^2 for a row-scaled strategy D T(a) (its rows carry variance v s_i in
+    the T(a) system), None for plain T(a) (s = 1)."""
+    d = getattr(strat, "_d", None)
+    return None if d is None else 1.0 / (d * d)
+
+
 def _constraint_direction(strat: ToeplitzStrategy) -> tuple[np.ndarray, float]:
-    """(h, q) with h = A^-1 A^-T 1 and q = 1' A^-1 A^-T 1 = ||A^-T 1||^2 (unit variance):
-    A^-T 1 = reverse(t). O(n log n)."""
+    """(h, q) with h = T^-1 S T^-T 1 and q = 1' T^-1 S T^-T 1 (unit variance, S = diag(s),
+    s = 1 unless row-scaled): T^-T 1 = reverse(t). O(n log n)."""
     t = np.cumsum(strat.inverse_coefficients())
-    return series_multiply(strat.inverse_coefficients(), t[::-1]), float(t @ t)
+    rt = t[::-1]
+    s = _row_weights(strat)
+    if s is not None:
+        return series_multiply(strat.inverse_coefficients(), s * rt), float(s @ (rt * rt))
+    return series_multiply(strat.inverse_coefficients(), rt), float(t @ t)
 
 
 def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
@@ -122,8 +133,12 @@ def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
     size = sfft.next_fast_len(2 * n - 1, real=True)
     fb = sfft.rfft(b, size)  # the spectrum of A^-1's column, once for all trials
     step = max(1, _CHUNK_FLOATS // (2 * size))  # FFT buffers of length ~2n per trial
+    core = flat[:, :n]
+    d = getattr(strat, "_d", None)
+    if d is not None:  # (D T)^-1 y = T^-1 (y / d)
+        core = core / d
     for start in range(0, flat.shape[0], step):  # A^-1 y along the last axis, O(n log n) each
-        fy = sfft.rfft(flat[start:start + step, :n], size, axis=-1)
+        fy = sfft.rfft(core[start:start + step], size, axis=-1)
         x[start:start + step] = sfft.irfft(fy * fb, size, axis=-1)[:, :n]
     if r is not None:
         h, q = _constraint_direction(strat)

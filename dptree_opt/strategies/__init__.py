@@ -25,7 +25,7 @@ from .interval import (
 )
 from .factorization import SqrtFactorization, sqrt_factorization
 from .haar import haar
-from .toeplitz import ToeplitzStrategy, toeplitz
+from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .optimized import OptimizedStrategy, p_identity
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "tree",
     "haar",
     "toeplitz",
+    "ScaledToeplitzStrategy",
     "ToeplitzStrategy",
     "sqrt_factorization",
     "SqrtFactorization",

@@ -54,6 +54,7 @@ from .base import Strategy, _readonly
 __all__ = [
     "MAX_GENERAL_L1_SWAP_BINS",
     "MAX_MATRIX_BINS",
+    "ScaledToeplitzStrategy",
     "ToeplitzStrategy",
     "series_inverse",
     "series_multiply",
@@ -311,10 +312,120 @@ class ToeplitzStrategy(Strategy):
         return u * toeplitz_swap_sensitivity(self._a, p)
 
 
-def toeplitz(coefficients, *, name: str = "toeplitz") -> ToeplitzStrategy:
-    """The lower-triangular Toeplitz strategy T(a) with first column ``coefficients``.
+def _cross_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """c[j] = sum_k x_k y_(k+j), j = 0..n-1 (x, y of length n): FFT, O(n log n)."""
+    n = x.size
+    if n <= _DIRECT_AUTOCORR:
+        return np.correlate(y, x, mode="full")[n - 1:]
+    size = sfft.next_fast_len(2 * n - 1, real=True)
+    return sfft.irfft(sfft.rfft(y, size) * np.conj(sfft.rfft(x, size)), size)[:n]
+
+
+class ScaledToeplitzStrategy(ToeplitzStrategy):
+    """A diagonal (row) scaling D T(a) of a lower-triangular Toeplitz strategy, no matrix.
+
+    Row i measures d_i (T(a) x)_i (d_i > 0). Measuring D T(a) x with noise of variance v per
+    row is measuring T(a) x with variance v / d_i^2 on row i, so the BLUE and its errors keep
+    the Toeplitz structure (:mod:`dptree_opt.estimation.toeplitz`). Sensitivity with equal
+    weight u on the scaled rows: column j is (d_i a_(i-j))_(i >= j), so
+
+        add/remove:  l_p^p = u^p max_j sum_(k < n-j) d_(k+j)^p |a_k|^p  (+ the totals)
+
+    (a cross-correlation, FFT, O(n log n)). The columns are no longer shifts of each other,
+    so the swap sensitivity is the generic exact search on ``.matrix`` (n <= MAX_MATRIX_BINS;
+    refused above)."""
+
+    def __init__(self, coefficients, row_scale, *, n_totals: int = 0,
+                 name: str = "scaled toeplitz"):
+        super().__init__(coefficients, n_totals=n_totals, name=name)
+        try:
+            d = np.array(row_scale, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError("row_scale must be a 1-D array of numbers") from None
+        if d.shape != (self._n_bins,):
+            raise ValueError(f"row_scale must have shape ({self._n_bins},), got {d.shape}")
+        if not np.all(np.isfinite(d)) or np.any(d <= 0):
+            raise ValueError("row_scale must be finite and > 0")
+        self._d = _readonly(d)
+
+    @property
+    def row_scale(self) -> np.ndarray:
+        """d_0..d_(n-1), the row scaling (a copy)."""
+        return self._d.copy()
+
+    @property
+    def matrix(self) -> sp.csr_matrix:
+        """D T(a) as CSR (with the totals), built on request; n <= MAX_MATRIX_BINS."""
+        if self._matrix is None:
+            plain = ToeplitzStrategy.matrix.fget(self)  # T(a) and the totals
+            scale = np.concatenate([self._d, np.ones(self._n_totals)])
+            self._matrix = sp.csr_matrix(sp.diags(scale) @ plain)
+        return self._matrix
+
+    def __repr__(self) -> str:
+        return f"<ScaledToeplitzStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
+
+    def total_row_mask(self) -> np.ndarray:
+        """The appended totals, and row n-1 when every d_(n-1) a_k == 1."""
+        mask = np.zeros(self.n_rows, dtype=bool)
+        mask[self._n_core:] = True
+        mask[self._n_core - 1] = bool(np.all(self._d[-1] * self._a == 1.0))
+        return mask
+
+    def apply(self, x) -> np.ndarray:
+        """D T(a) x, then the totals. O(n log n)."""
+        out = super().apply(x)
+        scale = np.concatenate([self._d, np.ones(self._n_totals)])
+        return out * scale.reshape((-1,) + (1,) * (out.ndim - 1))
+
+    def rmatvec(self, u) -> np.ndarray:
+        """(D T(a))' u = T(a)' (D u). O(n log n)."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[:1] != (self.n_rows,):
+            raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
+        scale = np.concatenate([self._d, np.ones(self._n_totals)])
+        return super().rmatvec(u * scale.reshape((-1,) + (1,) * (u.ndim - 1)))
+
+    def solve(self, y) -> np.ndarray:
+        """(D T(a))^-1 y = T(a)^-1 (y / d). O(n log n)."""
+        y = np.asarray(y, dtype=float)
+        if y.shape[:1] != (self._n_bins,):
+            raise ValueError(f"y must have {self._n_bins} rows, got shape {y.shape}")
+        return super().solve(y / self._d.reshape((-1,) + (1,) * (y.ndim - 1)))
+
+    def with_total_row(self) -> "ScaledToeplitzStrategy":
+        """A copy with one more all-ones row at level 0 (the last row)."""
+        new = super().with_total_row()
+        new._d = self._d
+        return new
+
+    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+        u = self._uniform_core_weight(w)
+        if u is None:
+            return Strategy._add_remove_loss(self, w, p)
+        tot = w[self._n_core:]
+        col = _cross_correlation(np.abs(self._a) ** p, self._d ** p)  # sum_k |a_k|^p d_(k+j)^p
+        best = u**p * float(col.max())
+        if p == 1:
+            return best + float(tot.sum())
+        return math.sqrt(best + float(np.sum(tot**2)))
+
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        if self._n_bins > MAX_MATRIX_BINS:
+            raise ValueError(
+                "the swap sensitivity of a row-scaled Toeplitz strategy is an exact search over "
+                f"column pairs on its matrix: refused for n = {self._n_bins} > "
+                f"{MAX_MATRIX_BINS} bins (use add/remove neighbours)")
+        return Strategy._swap_loss(self, w, p)
+
+
+def toeplitz(coefficients, *, row_scale=None, name: str | None = None) -> ToeplitzStrategy:
+    """The lower-triangular Toeplitz strategy T(a) with first column ``coefficients``, or its
+    row scaling D T(a) with ``row_scale`` = (d_0..d_(n-1)) > 0 (:class:`ScaledToeplitzStrategy`).
 
     All n rows at budget level 1; no matrix is built (see :class:`ToeplitzStrategy`).
     ``toeplitz(np.ones(n))`` is the prefix-sum strategy; ``toeplitz(sqrt_coefficients(n))``
     the square-root factorisation."""
-    return ToeplitzStrategy(coefficients, name=name)
+    if row_scale is None:
+        return ToeplitzStrategy(coefficients, name=name or "toeplitz")
+    return ScaledToeplitzStrategy(coefficients, row_scale, name=name or "scaled toeplitz")
