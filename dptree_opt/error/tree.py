@@ -251,6 +251,12 @@ def _block_gram(A, B, s, L):
     return A * B * L * L - (A - B) * L * sx - (A + B) / 2.0 * (L**3 - L) / 3.0 - sx * sx
 
 
+def all_range_parent_energy(n, d, u):
+    """The all-range Haar energy of one parent of width d u lying inside [0, n):
+    (n + 1)(d - 1)(d u^2 + 1) / 6 - u^3 d (d^2 - 1) / 12 (see all_range_level_weight)."""
+    return (n + 1) * (d - 1) * (d * u * u + 1) / 6.0 - u**3 * d * (d * d - 1) / 12.0
+
+
 def all_range_level_weight(n, W, u):
     """q_j of the all-range workload over the first n bins for a level of node width u under
     parents of width W = d u (float, vectorised over W, u; exact up to rounding).
@@ -268,7 +274,7 @@ def all_range_level_weight(n, W, u):
     d = W / u
     nfull = np.floor(n / W)
     r = n - nfull * W
-    full = (n + 1) * (d - 1) * (d * u * u + 1) / 6.0 - u**3 * d * (d * d - 1) / 12.0
+    full = all_range_parent_energy(n, d, u)
     A, B = n - r + 1, r
     b = np.floor(r / u)
     c = r - b * u

@@ -79,7 +79,8 @@ import numpy as np
 
 from ..privacy import check_noise, resolve_budget
 from ..strategies.base import check_neighbours
-from ..error.tree import _block_gram, all_range_level_weight, haar_workload_weights
+from ..error.tree import (_block_gram, all_range_level_weight, all_range_parent_energy,
+                          haar_workload_weights)
 from .levels import level_variances, noisy_levels, resolve_public, unit_variances
 from .result import TreeDesign, error_unit
 
@@ -796,9 +797,8 @@ class _Engine:
         loose = (d - 1.0) * u * K * K / (48.0 * T * sb)
         if not tight:
             return loose
-        W = d * u
-        E = (K + 1.0) * (d - 1.0) * (W * u + 1.0) / 6.0 - u * W * (W + u) * (d - 1.0) / 12.0
-        return np.maximum(np.floor(K / W) * E / (T * sb), loose)
+        E = all_range_parent_energy(K, d, u)
+        return np.maximum(np.floor(K / (d * u)) * E / (T * sb), loose)
 
     def _per_bin_scale(self, h: int) -> float:
         """Multiplier turning a sieve value into a lower bound of the levels' cost."""
