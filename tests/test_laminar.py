@@ -272,3 +272,19 @@ def test_monte_carlo_agrees_with_exact(make):
     exact = expected_error(wl, mech)
     mc = monte_carlo_error(wl, mech, trials=400, rng=11)
     assert mc.within(exact, 4.0), (exact, mc)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Mechanism(strategies.haar(8), epsilon=1.0, neighbours="swap"),
+    lambda: Mechanism(strategies.prefix_sums(8), epsilon=1.0, neighbours="add_remove"),
+    lambda: opendp_default(30, epsilon=1.0, neighbours="swap").mechanism,
+])
+def test_structured_blue_refuses_non_finite_answers(make):
+    """A NaN on a row the estimate uses (including the public total) is a ValueError, not a
+    silently NaN histogram."""
+    mech = make()
+    y = np.zeros(mech.released.n_rows)
+    exact = np.flatnonzero(mech.exact_rows)
+    y[exact[0] if exact.size else 1] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        blue(mech, y)

@@ -102,6 +102,12 @@ def haar_blue(mechanism: Mechanism, y) -> np.ndarray:
                          f"got shape {y.shape}")
     single = y.ndim == 1
     Y = y.reshape(-1, rows)
+    used = np.ones(rows, bool)
+    if strat.n_totals:  # the exact total replaces the noisy one (row 0 is not used)
+        used[0] = False
+        used[n + 1:] = False
+    if not np.all(np.isfinite(Y[:, used])):
+        raise ValueError("y must be finite on the measured rows")
     x = np.zeros((Y.shape[0], n + 1))
     x[:, n] = Y[:, n] if strat.n_totals else Y[:, 0]
     a, mid, b = strat.node_bounds()

@@ -289,7 +289,7 @@ def _build(mech: Mechanism) -> Laminar:
     # chain entries of the internal nodes (leaves have no chain):
     # (v, lo_v), (v, hi_v), (parent c, lo_c), (parent c, hi_c)
     kids = np.flatnonzero(parent >= 0)
-    inner = np.unique(np.append(parent[kids], 0))
+    inner = _unique_sorted(np.append(parent[kids], 0))
     ekey = _unique_sorted(np.concatenate([inner * P + lo[inner], inner * P + hi[inner],
                                           parent[kids] * P + lo[kids],
                                           parent[kids] * P + hi[kids]]))
@@ -461,6 +461,10 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
         if not np.all(np.isfinite(v)):
             raise ValueError("the strategy cannot identify the histogram (singular system): "
                              "some prefixes are not measured")
+        used = np.asarray(abs(S).sum(axis=0)).ravel() > 0
+        if not np.all(np.isfinite(y[..., used])):
+            raise ValueError("y must be finite on the measured rows")
+        y = np.where(used, y, 0.0)
         x = (S @ np.moveaxis(y, -1, 0)).reshape((S.shape[0],) + y.shape[:-1])
         return np.moveaxis(np.diff(x, axis=0), 0, -1)
     lam = laminar_model(mechanism)
@@ -471,7 +475,7 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
                          f"got shape {y.shape}")
     single = y.ndim == 1
     Y = y.reshape(-1, m_rows)
-    if not np.all(np.isfinite(Y[:, lam.row_w > 0])):
+    if not np.all(np.isfinite(Y[:, (lam.row_w > 0) | lam.exact_rows])):
         raise ValueError("y must be finite on the measured rows")
     mom = point_moments(lam)
     if not np.all(np.isfinite(mom.bin_var)):

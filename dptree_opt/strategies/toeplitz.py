@@ -132,6 +132,15 @@ def series_inverse(a, n: int | None = None) -> np.ndarray:
     return b[:n]
 
 
+def _cross_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """c[j] = sum_k x_k y_(k+j), j = 0..n-1 (x, y of length n): FFT, O(n log n)."""
+    n = x.size
+    if n <= _DIRECT_AUTOCORR:
+        return np.correlate(y, x, mode="full")[n - 1:]
+    size = sfft.next_fast_len(2 * n - 1, real=True)
+    return sfft.irfft(sfft.rfft(y, size) * np.conj(sfft.rfft(x, size)), size)[:n]
+
+
 def toeplitz_swap_sensitivity(a, p: int) -> float:
     """Unit-weight swap sensitivity max_(a != b) ||A_:a - A_:b||_p of T(a) (module docstring).
 
@@ -144,12 +153,7 @@ def toeplitz_swap_sensitivity(a, p: int) -> float:
     d = np.arange(1, n)
     if p == 2:
         s2 = np.concatenate([[0.0], np.cumsum(a * a)])
-        if n <= _DIRECT_AUTOCORR:
-            r = np.correlate(a, a, mode="full")[n:]  # r(D) for D = 1..n-1
-        else:
-            size = sfft.next_fast_len(2 * n - 1, real=True)
-            f = sfft.rfft(a, size)
-            r = sfft.irfft(f * np.conj(f), size)[1:n]
+        r = _cross_correlation(a, a)[1:]  # r(D) for D = 1..n-1
         g = s2[n] + s2[n - d] - 2.0 * r
         return math.sqrt(max(float(g.max()), 0.0))
     if p != 1:
@@ -240,8 +244,12 @@ class ToeplitzStrategy(Strategy):
         """All-ones rows: the appended totals, and row n-1 of T(a) when every a_k == 1. O(n)."""
         mask = np.zeros(self.n_rows, dtype=bool)
         mask[self._n_core:] = True
-        mask[self._n_core - 1] = bool(np.all(self._a == 1.0))
+        mask[self._n_core - 1] = bool(np.all(self._last_row_scale() * self._a == 1.0))
         return mask
+
+    def _last_row_scale(self) -> float:
+        """The scaling of row n-1 (1 for T(a); d_(n-1) for a row scaling D T(a))."""
+        return 1.0
 
     def apply(self, x) -> np.ndarray:
         """A @ x for x of shape (n,) or (n, r): the FFT product, then the totals. O(n log n)."""
@@ -312,15 +320,6 @@ class ToeplitzStrategy(Strategy):
         return u * toeplitz_swap_sensitivity(self._a, p)
 
 
-def _cross_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """c[j] = sum_k x_k y_(k+j), j = 0..n-1 (x, y of length n): FFT, O(n log n)."""
-    n = x.size
-    if n <= _DIRECT_AUTOCORR:
-        return np.correlate(y, x, mode="full")[n - 1:]
-    size = sfft.next_fast_len(2 * n - 1, real=True)
-    return sfft.irfft(sfft.rfft(y, size) * np.conj(sfft.rfft(x, size)), size)[:n]
-
-
 class ScaledToeplitzStrategy(ToeplitzStrategy):
     """A diagonal (row) scaling D T(a) of a lower-triangular Toeplitz strategy, no matrix.
 
@@ -358,33 +357,31 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
         """D T(a) as CSR (with the totals), built on request; n <= MAX_MATRIX_BINS."""
         if self._matrix is None:
             plain = ToeplitzStrategy.matrix.fget(self)  # T(a) and the totals
-            scale = np.concatenate([self._d, np.ones(self._n_totals)])
-            self._matrix = sp.csr_matrix(sp.diags(scale) @ plain)
+            self._matrix = sp.csr_matrix(sp.diags(self._scale_column(1)) @ plain)
         return self._matrix
 
     def __repr__(self) -> str:
         return f"<ScaledToeplitzStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
 
-    def total_row_mask(self) -> np.ndarray:
-        """The appended totals, and row n-1 when every d_(n-1) a_k == 1."""
-        mask = np.zeros(self.n_rows, dtype=bool)
-        mask[self._n_core:] = True
-        mask[self._n_core - 1] = bool(np.all(self._d[-1] * self._a == 1.0))
-        return mask
+    def _last_row_scale(self) -> float:
+        return float(self._d[-1])
+
+    def _scale_column(self, ndim: int) -> np.ndarray:
+        """(d, 1 per total row) shaped to broadcast over the rows of an ndim array."""
+        scale = np.concatenate([self._d, np.ones(self._n_totals)])
+        return scale.reshape((-1,) + (1,) * (ndim - 1))
 
     def apply(self, x) -> np.ndarray:
         """D T(a) x, then the totals. O(n log n)."""
         out = super().apply(x)
-        scale = np.concatenate([self._d, np.ones(self._n_totals)])
-        return out * scale.reshape((-1,) + (1,) * (out.ndim - 1))
+        return out * self._scale_column(out.ndim)
 
     def rmatvec(self, u) -> np.ndarray:
         """(D T(a))' u = T(a)' (D u). O(n log n)."""
         u = np.asarray(u, dtype=float)
         if u.shape[:1] != (self.n_rows,):
             raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
-        scale = np.concatenate([self._d, np.ones(self._n_totals)])
-        return super().rmatvec(u * scale.reshape((-1,) + (1,) * (u.ndim - 1)))
+        return super().rmatvec(u * self._scale_column(u.ndim))
 
     def solve(self, y) -> np.ndarray:
         """(D T(a))^-1 y = T(a)^-1 (y / d). O(n log n)."""
@@ -392,12 +389,6 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
         if y.shape[:1] != (self._n_bins,):
             raise ValueError(f"y must have {self._n_bins} rows, got shape {y.shape}")
         return super().solve(y / self._d.reshape((-1,) + (1,) * (y.ndim - 1)))
-
-    def with_total_row(self) -> "ScaledToeplitzStrategy":
-        """A copy with one more all-ones row at level 0 (the last row)."""
-        new = super().with_total_row()
-        new._d = self._d
-        return new
 
     def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
         u = self._uniform_core_weight(w)
