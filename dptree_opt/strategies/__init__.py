@@ -5,7 +5,8 @@ Def. IV.1) and ``hierarchy`` (any rooted networkx tree) are laminar families of 
 with structured exact sensitivities; ``Strategy`` wraps any other matrix. Beyond trees:
 ``haar`` (Privelet), ``toeplitz`` (any lower-triangular Toeplitz strategy, kept implicit:
 FFT products, exact sensitivities without a matrix), ``sqrt_factorization`` (the Toeplitz
-L with L @ L = prefix matrix) and the optimisers
+L with L @ L = prefix matrix), ``kron`` (Kronecker products over a row-major grid, kept
+implicit: per-axis products, exact sensitivities from per-axis profiles) and the optimisers
 of ``strategies.optimized`` (the Gaussian optimum, HDMM's p-Identity for Laplace; with the
 best-tree safety net: ``optimize.optimized_strategy``).
 """
@@ -26,6 +27,7 @@ from .interval import (
 from .factorization import SqrtFactorization, sqrt_factorization
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
+from .kronecker import KroneckerStrategy, kron
 from .optimized import OptimizedStrategy, p_identity
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
     "toeplitz",
     "ScaledToeplitzStrategy",
     "ToeplitzStrategy",
+    "kron",
+    "KroneckerStrategy",
     "sqrt_factorization",
     "SqrtFactorization",
     "OptimizedStrategy",
