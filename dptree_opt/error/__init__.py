@@ -16,6 +16,8 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   bridge decomposition (:mod:`dptree_opt.error.interval`, O(K) numpy; custom ranges
   O(depth) each; per-query all-range uses the dense path);
   Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.estimation.haar`);
+  the implicit Gaussian optimum (``strategies.implicit_optimum``) for prefix, identity, total
+  and all-range totals from quadratures over tridiagonal resolvents (O(n) per node);
   otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); other workloads from differences of the covering prefixes (identity and all-range
@@ -39,6 +41,7 @@ import numpy as np
 
 from .._progress import Progress
 from ..estimation.blue import blue, blue_covariance
+from ..estimation.implicit import is_implicit_mechanism
 from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                                    covering_moments, covering_variances)
 from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
@@ -122,6 +125,10 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     elif structured and toeplitz_supports(mechanism, workload.kind, per_query):
         return toeplitz_error(mechanism, workload.kind, per_query=per_query,
                               lo=workload.lo, hi=workload.hi)
+    elif (structured and is_implicit_mechanism(mechanism)
+          and workload.kind in ("prefix", "identity", "total", "all_range")
+          and not (per_query and workload.kind == "all_range")):
+        return _implicit_error(mechanism, workload.kind, per_query)
     elif (structured and workload.kind in LAMINAR_WORKLOADS
           and not (per_query and workload.kind == "all_range")
           and has_bridge_structure(mechanism)):
@@ -133,6 +140,17 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     else:
         cov = blue_covariance(mechanism)
     return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+
+
+def _implicit_error(mechanism: Mechanism, kind: str, per_query: bool):
+    """expected_error on the implicit Gaussian optimum from its quadrature moments."""
+    v = float(mechanism.variances[0])
+    m = mechanism.released.moments()
+    if kind == "all_range":
+        return v * m["all_range_total"]
+    var = v * (m["identity"] if kind == "identity" else
+               m["prefix"][-1:] if kind == "total" else m["prefix"])
+    return var if per_query else float(var.sum())
 
 
 def _laminar_error(mechanism: Mechanism, kind: str, per_query: bool):

@@ -6,7 +6,8 @@ rank-one step when N is public or measured by noisy total rows
 (:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
 on any other interval (laminar) strategy the bridge recursion of
 :mod:`dptree_opt.estimation.laminar` (O(n), Honaker's passes on any hierarchy), on Haar
-(n = 2^L) its top-down solve (:mod:`dptree_opt.estimation.haar`); otherwise the
+(n = 2^L) its top-down solve (:mod:`dptree_opt.estimation.haar`), on the implicit Gaussian
+optimum A^-1 y (:mod:`dptree_opt.estimation.implicit`); otherwise the
 generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
 to rounding (tests pin it)."""
 
@@ -17,6 +18,7 @@ import numpy as np
 from ..mechanism import Mechanism
 from .gls import gls
 from .haar import haar_blue, is_haar_mechanism
+from .implicit import implicit_blue, is_implicit_mechanism
 from .laminar import is_laminar_mechanism, laminar_blue
 from .toeplitz import is_toeplitz_mechanism, toeplitz_blue
 from .tree import is_tree_mechanism, tree_blue
@@ -47,6 +49,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
         return laminar_blue(mechanism, y)
     if method == "haar" or (method == "auto" and is_haar_mechanism(mechanism)):
         return haar_blue(mechanism, y)
+    if method == "auto" and is_implicit_mechanism(mechanism):
+        return implicit_blue(mechanism, y)
     return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
 
 
