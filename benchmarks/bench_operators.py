@@ -22,7 +22,7 @@ buffers are traced, FFT work arrays inside pocketfft are not) of
 * the BLUE of one noisy release and of a batch of 16 releases.
 
 Prints markdown tables (and the mean per-prefix error, MATH.md section 7: 19.6643 at 2^16,
-28.2753 at 2^20 under add/remove).
+28.2753 at 2^20 under add/remove). Part 3: Kronecker products of trees on 2-D grids.
 """
 
 from __future__ import annotations
@@ -135,7 +135,30 @@ def interval_main(ns):
                   f"prefix RMSE {rmse:.2f} |", flush=True)
 
 
+def kronecker_main(sides=(256, 1024)):
+    """Part 3: Kronecker products of binary trees on side x side grids (no grid-sized
+    matrix): calibration (exact sensitivities from per-axis profiles), A x and A' u."""
+    from dptree_opt import strategies
+    print()
+    print("| grid | neighbours | step | time (s) | peak traced MiB | value |")
+    print("|---|---|---|---|---|---|")
+    for side in sides:
+        k = strategies.kron(strategies.binary_tree(side), strategies.binary_tree(side))
+        for neighbours in ("add_remove", "swap"):
+            k = strategies.kron(*k.factors)  # fresh: no cached profiles
+            mech, secs, mib = timed(Mechanism, k, epsilon=1.0, neighbours=neighbours)
+            print(f"| {side}x{side} | {neighbours} | mechanism ({len(mech.level_budgets)} "
+                  f"level pairs) | {secs:.3f} | {mib:.0f} | eps = {mech.epsilon:.6f} |",
+                  flush=True)
+        x = np.random.default_rng(0).random(k.n_bins)
+        y, secs, mib = timed(k.apply, x)
+        print(f"| {side}x{side} | - | A x ({k.n_rows} rows) | {secs:.3f} | {mib:.0f} | |")
+        _, secs, mib = timed(k.rmatvec, y)
+        print(f"| {side}x{side} | - | A' u | {secs:.3f} | {mib:.0f} | |", flush=True)
+
+
 if __name__ == "__main__":
     sizes = [int(a) for a in sys.argv[1:]] or [1 << 13, 1 << 16, 1 << 20]
     main(sizes)
     interval_main(sizes)
+    kronecker_main()

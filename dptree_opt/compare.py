@@ -53,10 +53,11 @@ from .error.refined import padded_refined_all_range_total
 from .error.tree import _padded_tree_all_range_total
 from .estimation.tree import tree_parameters
 from .estimation.covering import covering_moments
+from .estimation.implicit import is_implicit_mechanism
 from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
 from .privacy import check_noise, resolve_budget, resolve_public
-from .strategies import IntervalStrategy, LevelUniformTree
+from .strategies import IntervalStrategy, LevelUniformTree, implicit_optimum
 from .strategies.base import check_neighbours
 
 __all__ = ["WORKLOADS", "Setting", "Candidate", "RowSpec", "NotAvailable", "WorkloadError",
@@ -73,6 +74,10 @@ MAX_REFINED_SEARCH_BINS = 1 << 20  # ~13 s at 2^20 (benchmarks/bench_search.py)
 # optimize.optimized_strategy, largest K per noise: the Gaussian fixed point takes ~3 s at
 # K = 1024 (minutes at 4096), the Laplace p-Identity ~3 s at 256 (~45 s at 1024); 2 cores
 MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
+# above, Gaussian: the implicit optimum (strategies.implicit_optimum) to this certified gap or
+# for at most this long (~6 s to 6e-4 at 2^16; one ~25 s iteration, gap ~1.2 %, at 2^20)
+IMPLICIT_OPTIMUM_TOL = 1e-3
+IMPLICIT_OPTIMUM_SECONDS = 20.0
 # above this K, compare feeds OpenDP's tree + postprocessor with numpy discrete-Laplace noise
 OPENDP_SAMPLER_MAX_BINS = 4096
 
@@ -214,9 +219,10 @@ def _all_range_mask(kp: int, K: int) -> np.ndarray:
 def _dense_ok(mech: Mechanism) -> bool:
     """Whether expected_error can answer this mechanism: small K, or a structure with an
     exact fast path (Toeplitz strategies: O(K log K); Haar on 2^L bins and other interval
-    strategies: the bridge decomposition, O(K); at any size)."""
+    strategies: the bridge decomposition, O(K); the implicit Gaussian optimum: quadratures over
+    tridiagonal resolvents, O(K) per node; at any size)."""
     return (mech.n_bins <= MAX_DENSE_BINS or is_toeplitz_mechanism(mech)
-            or has_bridge_structure(mech))
+            or has_bridge_structure(mech) or is_implicit_mechanism(mech))
 
 
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
@@ -272,7 +278,8 @@ def _candidate_errors(cand: Candidate, which) -> dict:
                 if lam is not None:
                     total, mx = lam["all_range_total"], lam["all_range_max"]
                 elif tree and kp <= MAX_ALL_RANGE_MAX_BINS or not tree and _dense_ok(mech):
-                    if kp <= MAX_ALL_RANGE_MAX_BINS:
+                    if kp <= MAX_ALL_RANGE_MAX_BINS and not (is_implicit_mechanism(mech)
+                                                             and kp > 2048):
                         per = expected_error(workloads.all_range(kp), mech, est,
                                              per_query=True)
                         if kp != K:
@@ -529,12 +536,20 @@ def _sqrt(s: Setting) -> Candidate:
 
 @register_row("optimized", "optimised strategy",
               "strategy optimised for the prefix workload (optimize."
-              "optimized_strategy), BLUE")
+              "optimized_strategy; Gaussian above 1024 bins: the implicit optimum, "
+              "strategies.gaussian_optimal_implicit), BLUE")
 def _optimized(s: Setting) -> Candidate:
+    if s.noise == "gaussian" and s.n_bins > MAX_OPTIMIZED_BINS["gaussian"]:
+        # the implicit optimum: no n x n matrix; a certified gap, time-limited here
+        res = implicit_optimum.gaussian_optimal_implicit(
+            workloads.prefix(s.n_bins), tol=IMPLICIT_OPTIMUM_TOL,
+            time_limit=IMPLICIT_OPTIMUM_SECONDS)
+        return Candidate(s.mechanism(res.strategy), "blue", "optimal factorisation",
+                         s.n_bins, note=res.method + " (optimal for add/remove neighbours)")
     if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:
         raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS[s.noise]} with {s.noise} noise "
-                           "(the dense optimiser takes tens of seconds; call "
-                           "optimize.optimized_strategy; an implicit optimum at scale is "
+                           "(HDMM's p-Identity is dense: tens of seconds at 256 bins; call "
+                           "optimize.optimized_strategy; pure-DP strategies at scale are "
                            "issue 14)")
     res = optimize.optimized_strategy(workloads.prefix(s.n_bins), s.noise,
                                       neighbours=s.neighbours, public_total=s.public_total)

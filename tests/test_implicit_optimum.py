@@ -219,3 +219,43 @@ def test_bad_input_and_refusals():
         big.apply(np.ones(5))
     with pytest.raises(ValueError):
         blue(m, np.full(4096, np.nan))
+
+
+@pytest.mark.parametrize("setting", [dict(neighbours="swap"),
+                                     dict(neighbours="add_remove", public_total=True),
+                                     dict(neighbours="add_remove", level_budgets=[0.3, 0.2])])
+def test_total_rows_rank_one_step_matches_generic(setting):
+    """N public (swap, or declared) or measured by a noisy total row: the BLUE and every
+    error carry the rank-one step; equal to the GLS on the explicit matrix."""
+    n = 150
+    a = IO.gaussian_optimal_implicit(workloads.prefix(n), tol=1e-4).strategy
+    if "level_budgets" in setting:
+        a = a.with_total_row()  # a noisy total row at level 0 with its own budget
+    m = Mechanism(a, rho=0.5, noise="gaussian", **setting)
+    for wk in (workloads.prefix(n), workloads.identity(n), workloads.total(n)):
+        got = expected_error(wk, m, per_query=True)
+        want = expected_error(wk, m, per_query=True, method="dense")  # GLS on the matrix
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-9 * n * m.variances[0])
+    w = workloads.all_range(n)
+    assert expected_error(w, m) == pytest.approx(expected_error(w, m, method="dense"), rel=1e-8)
+    y = m.measure(np.random.default_rng(3).integers(0, 40, n), np.random.default_rng(4))
+    np.testing.assert_allclose(blue(m, y), blue(m, y, method="dense"), rtol=1e-7, atol=1e-7)
+
+
+def test_swap_bracket_contains_the_exact_sensitivity():
+    """Above 512 bins the swap L2 loss is the certified upper end of [x_0 + x_(n-1) -
+    2 (A'A)_(0,n-1), top two x]; the exact value (explicit matrix, brute force over column
+    pairs) lies inside, and the bracket is within 1e-3."""
+    n = 600
+    a = IO.gaussian_optimal_implicit(workloads.prefix(n), tol=1e-4).strategy
+    low, high = a.swap_bracket()
+    mat = a.matrix.toarray()
+    gram = mat.T @ mat
+    sq = np.diag(gram)[:, None] + np.diag(gram)[None, :] - 2.0 * gram
+    np.fill_diagonal(sq, -np.inf)
+    exact = float(sq.max())
+    assert low - 1e-8 <= exact <= high + 1e-8
+    assert high - low <= 1e-3 * high
+    assert gram.min() >= -1e-12  # A'A >= 0 entrywise (the Stieltjes argument)
+    loss = a.sensitivity(np.ones(n), "swap", 2)
+    assert loss >= np.sqrt(exact) and loss == pytest.approx(np.sqrt(high), rel=1e-8)

@@ -41,7 +41,7 @@ import numpy as np
 
 from .._progress import Progress
 from ..estimation.blue import blue, blue_covariance
-from ..estimation.implicit import is_implicit_mechanism
+from ..estimation.implicit import implicit_parameters, is_implicit_mechanism
 from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                                    covering_moments, covering_variances)
 from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
@@ -143,13 +143,26 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
 
 
 def _implicit_error(mechanism: Mechanism, kind: str, per_query: bool):
-    """expected_error on the implicit Gaussian optimum from its quadrature moments."""
-    v = float(mechanism.variances[0])
-    m = mechanism.released.moments()
+    """expected_error on the implicit Gaussian optimum from its quadrature moments, minus the
+    rank-one term of the total rows (Cov_c = C - h h' / (q + r), estimation.implicit)."""
+    strat, v, r, h = implicit_parameters(mechanism)
+    m = strat.moments()
+    cum = np.concatenate([[0.0], np.cumsum(h)])  # Cov(X_p, 1'x^) at the cut points p = 0..n
+    den = None if r is None else float(cum[-1]) + r
     if kind == "all_range":
-        return v * m["all_range_total"]
-    var = v * (m["identity"] if kind == "identity" else
-               m["prefix"][-1:] if kind == "total" else m["prefix"])
+        total = m["all_range_total"]
+        if den is not None:  # sum_(a<b) (w_b - w_a)^2 = (n + 1) sum w^2 - (sum w)^2
+            total -= ((cum.size * float(cum @ cum) - float(cum.sum()) ** 2) / den)
+        return v * total
+    if kind == "identity":
+        var, corr = m["identity"], h
+    else:
+        var, corr = m["prefix"], cum[1:]
+        if kind == "total":
+            var, corr = var[-1:], corr[-1:]
+    if den is not None:
+        var = var - corr * corr / den
+    var = v * np.maximum(var, 0.0)
     return var if per_query else float(var.sum())
 
 

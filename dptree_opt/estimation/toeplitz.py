@@ -75,16 +75,21 @@ def _parameters(mechanism: Mechanism) -> tuple[ToeplitzStrategy, float, float | 
         raise ValueError("the Toeplitz paths need a ToeplitzStrategy whose Toeplitz rows share "
                          "one finite noise variance")
     released = mechanism.released
-    n = released.n_bins
     v = float(mechanism.variances[0])
-    tv = np.asarray(mechanism.variances[n:], dtype=float)
+    return released, v, total_rows_ratio(mechanism, v)
+
+
+def total_rows_ratio(mechanism: Mechanism, v: float) -> float | None:
+    """r = v_N / v for the total rows after the n core rows combined (v_N = 1 / sum 1 / v_i;
+    0 if one is exact), None if none is measured (N private: no constraint step)."""
+    tv = np.asarray(mechanism.variances[mechanism.released.n_bins:], dtype=float)
     if np.any(tv == 0):
-        return released, v, 0.0
+        return 0.0
     prec = float(np.sum(1.0 / tv[np.isfinite(tv)]))
-    return released, v, (None if prec == 0 else 1.0 / prec / v)
+    return None if prec == 0 else 1.0 / prec / v
 
 
-def _total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
+def total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
     """The combined observation of N per trial (flat: (trials, rows)): the first exact total
     row, else the inverse-variance mean of the noisy ones."""
     n = mechanism.released.n_bins
@@ -142,7 +147,7 @@ def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
         x[start:start + step] = sfft.irfft(fy * fb, size, axis=-1)[:, :n]
     if r is not None:
         h, q = _constraint_direction(strat)
-        resid = x.sum(axis=-1) - _total_observation(mechanism, flat)  # 1'x - y_N
+        resid = x.sum(axis=-1) - total_observation(mechanism, flat)  # 1'x - y_N
         x -= np.multiply.outer(resid, h / (q + r))
     return x.reshape(y.shape[:-1] + (n,))
 

@@ -29,6 +29,8 @@ from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .kronecker import KroneckerStrategy, kron
 from .optimized import OptimizedStrategy, p_identity
+from . import implicit_optimum
+from .implicit_optimum import ImplicitFactorization, gaussian_optimal_implicit
 
 __all__ = [
     "NEIGHBOURS",
@@ -52,5 +54,7 @@ __all__ = [
     "sqrt_factorization",
     "SqrtFactorization",
     "OptimizedStrategy",
+    "ImplicitFactorization",
+    "gaussian_optimal_implicit",
     "p_identity",
 ]

@@ -293,7 +293,8 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
     T = D^(-1/2) G^-1 D^(-1/2), G^-1 = tridiag(gb, ga, gb), ``gdiag`` = diag(G).
 
     Returns ``prefix`` (Var(C_t) = e_(<t)' T^(1/2) e_(<t), e = sqrt(d), t = 1..n),
-    ``identity`` (d_i (T^(1/2))_ii) and, if ``all_range``, ``all_range_total``
+    ``identity`` (d_i (T^(1/2))_ii), ``total_cov`` (Cov(x^_i, N^) = e_i (T^(1/2) e)_i, from
+    T (T^(-1/2) e)) and, if ``all_range``, ``all_range_total``
     = (n + 1) sum_t Var(C_t) - Var(sum_t C_t). ``weights`` e (default sqrt(d)) replaces
     sqrt(d) in D^(1/2) T^(1/2) D^(1/2): the moments of the column-rescaled strategy
     A diag(sqrt(d) / e), whose Gram is diag(sqrt(d) / e) X(d) diag(sqrt(d) / e) (T is
@@ -322,10 +323,13 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
     tg = _tri_matvec(a, b, g)
     prefix = np.zeros(n)
     ident = np.zeros(n)
+    half = np.zeros(n)  # T^(-1/2) e
     bilinear = 0.0
     for s, w in zip(*_sqrt_nodes(lam_min, lam_max, *quadrature)):
         r = _Resolvent(a, b, float(s))
-        ze = r.forward(r.solve(e))
+        xe = r.solve(e)
+        half += w * xe
+        ze = r.forward(xe)
         zf = r.forward(r.solve(f))
         c = zf * ze / r.delta
         excl = np.concatenate([[0.0], np.cumsum(c)[:-1]])   # sum_(i < t-1), t = 1..n
@@ -343,7 +347,8 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
         ident += w * np.where(sr < 0.5, 1.0 - sr, r.diag * inner)
         if all_range:
             bilinear += w * float(tg @ r.solve(g))
-    out = {"prefix": prefix, "identity": e * e * ident}
+    out = {"prefix": prefix, "identity": e * e * ident,
+           "total_cov": e * _tri_matvec(a, b, half)}
     if all_range:
         out["all_range_total"] = (n + 1) * float(prefix.sum()) - bilinear
     return out
@@ -351,6 +356,8 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
 
 MAX_MATRIX_BINS = 2048       # .matrix (n applications of A) on request up to this size
 _SENSITIVITY_SLACK = 1e-9     # relative: covers the quadrature's error in the applied A
+EXACT_SWAP_BINS = 512         # swap sensitivity from the explicit matrix up to this size
+SWAP_BRACKET = 1e-3           # above: the certified upper end if the bracket is this tight
 
 
 class ImplicitFactorization(Strategy):
@@ -366,7 +373,9 @@ class ImplicitFactorization(Strategy):
     error ~1e-12). Sensitivity: add/remove L2 is exact from diag(A'A) (max 1, times
     1 + 1e-9 + 2 x (the relative error bound of the diag(S) it was normalised with) to cover
     the quadratures' errors in the applied operator); L1 and swap need the
-    explicit matrix (n <= 2048, built from n applications) and are refused above.
+    explicit matrix (n <= 2048, built from n applications) and are refused above, except
+    swap L2 above 512 bins: a certified upper bound from the entrywise positivity of A'A,
+    within (A'A)_(0, n-1) (relative; ``swap_bracket``) of the exact value (``_swap_loss``).
     ``n_totals`` all-ones rows (level 0) may follow the n rows of A.
     """
 
@@ -505,5 +514,39 @@ class ImplicitFactorization(Strategy):
             return math.sqrt(loss2) * (1.0 + _SENSITIVITY_SLACK + 2.0 * self._diag_error)
         return super()._add_remove_loss(w, p)  # through .matrix (n <= 2048)
 
+    def corner(self) -> float:
+        """(A'A)_(0, n-1), from R_(0, n-1) = R_(n-1, n-1) prod_k (-l_k) per node (log domain;
+        every factor is positive: T is a Stieltjes matrix)."""
+        n = self._n_bins
+        if n == 1:
+            return float(self._x[0])
+        logs = []
+        for s, w in zip(*_sqrt_nodes(*self._bounds)):
+            r = _Resolvent(self._a, self._b, float(s))
+            logs.append(math.log(w) + math.log(r.diag[-1]) + float(np.sum(np.log(-r.l))))
+        top = max(logs)
+        s_corner = math.exp(top) * sum(math.exp(v - top) for v in logs)
+        return s_corner / (self._e[0] * self._e[-1] * self._c)
+
+    def swap_bracket(self) -> tuple[float, float]:
+        """(lower, upper) on max_(a != b) ||A_a - A_b||^2 (module docstring of ``_swap_loss``)."""
+        top2 = float(np.sort(self._x)[-2:].sum())
+        return float(self._x[0] + self._x[-1] - 2.0 * self.corner()), top2
+
     def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        # G^-1 with off-diagonals <= 0 makes T a Stieltjes matrix: every resolvent, hence
+        # T^(-1/2) and A'A, is entrywise >= 0, so ||A_a - A_b||^2 = x_a + x_b - 2 (A'A)_ab
+        # <= the two largest x combined (upper), and the pair (0, n - 1) gives
+        # x_0 + x_(n-1) - 2 (A'A)_(0, n-1) (lower). Up to EXACT_SWAP_BINS bins: exact, from the
+        # explicit matrix; above, the upper end is used (never under-calibrates) when the
+        # bracket is within SWAP_BRACKET relative (the corner correlation is ~7e-5 at 4096
+        # bins and falls with n), else the matrix (<= 2048 bins) or a refusal.
+        core = w[:self._n_bins]
+        n = self._n_bins
+        if (p == 2 and n > EXACT_SWAP_BINS and np.all(core == core[0])
+                and np.all(self._gb <= 0)):
+            low, top2 = self.swap_bracket()
+            if top2 - low <= SWAP_BRACKET * top2:
+                return (abs(core[0]) * math.sqrt(top2)
+                        * (1.0 + _SENSITIVITY_SLACK + 2.0 * self._diag_error))
         return super()._swap_loss(w, p)  # through .matrix (n <= 2048)
