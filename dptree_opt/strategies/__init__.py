@@ -54,6 +54,7 @@ __all__ = [
     "sqrt_factorization",
     "SqrtFactorization",
     "OptimizedStrategy",
+    "implicit_optimum",
     "ImplicitFactorization",
     "gaussian_optimal_implicit",
     "p_identity",
