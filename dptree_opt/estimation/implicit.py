@@ -12,7 +12,7 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from ..strategies.implicit_optimum import ImplicitFactorization
-from .toeplitz import total_observation, total_rows_ratio
+from .toeplitz import square_core_mechanism, total_observation, total_rows_ratio
 
 __all__ = ["is_implicit_mechanism", "implicit_blue", "implicit_parameters"]
 
@@ -20,15 +20,7 @@ __all__ = ["is_implicit_mechanism", "implicit_blue", "implicit_parameters"]
 def is_implicit_mechanism(mechanism: Mechanism) -> bool:
     """Whether the A^-1 y path applies: an ImplicitFactorization whose n rows share one
     finite variance v > 0 (total rows: exact, noisy or unmeasured)."""
-    if not isinstance(mechanism, Mechanism):
-        return False
-    released = mechanism.released
-    if not isinstance(released, ImplicitFactorization):
-        return False
-    var = mechanism.variances
-    n = released.n_bins
-    return bool(np.isfinite(var[0]) and var[0] > 0 and np.all(var[:n] == var[0])
-                and np.all(var[n:] >= 0))
+    return square_core_mechanism(mechanism, ImplicitFactorization)
 
 
 def implicit_parameters(mechanism: Mechanism):

@@ -55,13 +55,16 @@ def is_toeplitz_mechanism(mechanism: Mechanism) -> bool:
     """Whether the Toeplitz fast paths apply: the released strategy is a ToeplitzStrategy
     whose n Toeplitz rows share one finite variance v > 0; the other rows (totals) may be
     exact, noisy or unmeasured."""
-    if not isinstance(mechanism, Mechanism):
-        return False
-    released = mechanism.released
-    if not isinstance(released, ToeplitzStrategy):
+    return square_core_mechanism(mechanism, ToeplitzStrategy)
+
+
+def square_core_mechanism(mechanism, cls) -> bool:
+    """Whether ``mechanism`` releases a ``cls`` strategy (n square core rows, then total
+    rows) whose n core rows share one finite variance v > 0 (totals: any variance >= 0)."""
+    if not isinstance(mechanism, Mechanism) or not isinstance(mechanism.released, cls):
         return False
     var = mechanism.variances
-    n = released.n_bins
+    n = mechanism.released.n_bins
     core = var[:n]
     return bool(np.isfinite(core[0]) and core[0] > 0 and np.all(core == core[0])
                 and np.all(var[n:] >= 0))
