@@ -147,7 +147,6 @@ def choose_branching_factor(size_guess: int) -> int:
     QYL13 formula (3), (b - 1) h^3 - 2 (b + 1) h^2 / 3 with h = log_b n real (Qardaji, Yang,
     Li 2013, Prop. 1). 26 / 21 / 19 for n = 2^10 / 2^16 / 2^20. O(n) evaluations of a closed
     form (vectorised)."""
-    import numpy as np
 
     n = int(size_guess)
     if n < 2:
@@ -175,21 +174,9 @@ def opendp_tree(n_bins: int, branching: int):
     b = int(branching)
     if b < 2:
         raise ValueError(f"branching must be >= 2, got {branching!r}")
-    layers = opendp_layers(n, b)
-    widths = [b ** (layers - 1 - d) for d in range(layers)]
-    counts = [-(-n // w) for w in widths]  # nodes per layer that hold a real bin
-    offsets = np.concatenate(([0], np.cumsum(counts)))
-    lo, hi, parent, depth = [], [], [], []
-    for d, (w, c) in enumerate(zip(widths, counts)):  # one numpy step per layer
-        i = np.arange(c, dtype=np.int64)
-        lo.append(i * w)
-        hi.append(np.minimum((i + 1) * w, n))
-        parent.append(offsets[d - 1] + i // b if d else np.full(c, -1, dtype=np.int64))
-        depth.append(np.full(c, d, dtype=np.int64))
-    depth = np.concatenate(depth)
-    return strategies.IntervalStrategy(
-        np.concatenate(lo), np.concatenate(hi), np.concatenate(parent), depth.astype(np.int32),
-        n_bins=n, depth=depth, bin_row=offsets[layers - 1] + np.arange(n), name="opendp_tree")
+    strat = strategies.truncated_tree(n, (b,) * (opendp_layers(n, b) - 1))
+    strat.name = "opendp_tree"
+    return strat
 
 
 def discrete_laplace_variance(scale: float) -> float:

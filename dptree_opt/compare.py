@@ -56,7 +56,7 @@ from .estimation.covering import covering_moments
 from .estimation.implicit import is_implicit_mechanism
 from .estimation.toeplitz import is_toeplitz_mechanism
 from .mechanism import Mechanism
-from .privacy import check_noise, resolve_budget, resolve_public
+from .privacy import infer_noise, resolve_budget, resolve_public
 from .strategies import IntervalStrategy, LevelUniformTree, implicit_optimum
 from .strategies.base import check_neighbours
 
@@ -650,7 +650,7 @@ def _sort_key(row: CompareRow, which=WORKLOADS):
 
 
 def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
-            noise: str = "laplace", neighbours: str = "swap", public_total=None,
+            noise: str | None = None, neighbours: str = "swap", public_total=None,
             workloads=WORKLOADS, rows=None, opendp: bool | int = False,
             opendp_time_limit: float = 5.0, rng=0) -> Comparison:
     """Exact mean and max per-query error of every registered row (or the keys in ``rows``).
@@ -662,7 +662,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
     K = n_bins
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
         raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
-    noise = check_noise(noise)
+    noise = infer_noise(noise, epsilon, rho)
     budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
     resolve_public(neighbours, public_total)

@@ -9,6 +9,7 @@ import numpy as np
 from .privacy import (
     calibrate,
     check_noise,
+    infer_noise,
     loss_from_sensitivity,
     norm_of,
     resolve_budget,
@@ -148,6 +149,8 @@ class Mechanism:
     epsilon / rho : float
         Total budget: ``epsilon`` for ``noise="laplace"`` (pure eps-DP), ``rho`` for
         ``noise="gaussian"`` (rho-zCDP).
+    noise : "laplace" | "gaussian", optional
+        Default: Gaussian when only ``rho`` is given, Laplace otherwise.
     neighbours : "swap" | "add_remove"
         swap: one record changes value, so the total N is invariant and public; rows at
         level 0 (total rows) are released exactly and take no budget.
@@ -181,12 +184,12 @@ class Mechanism:
     would). Instances are immutable.
     """
 
-    def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str = "laplace",
+    def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str | None = None,
                  neighbours: str = "swap", public_total=None, level_budgets=None,
                  discrete: bool = False):
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
-        noise = check_noise(noise)
+        noise = infer_noise(noise, epsilon, rho)
         neighbours = check_neighbours(neighbours)
         if not isinstance(discrete, (bool, np.bool_)):
             raise ValueError(f"discrete must be True or False, got {discrete!r}")

@@ -24,6 +24,14 @@ def check_noise(noise: str) -> str:
     return noise
 
 
+def infer_noise(noise, epsilon=None, rho=None) -> str:
+    """The noise to use: ``noise`` when given (validated); otherwise Gaussian when only
+    ``rho`` is given (zCDP) and Laplace else (issue 14: passing rho implies Gaussian noise)."""
+    if noise is None:
+        return "gaussian" if rho is not None and epsilon is None else "laplace"
+    return check_noise(noise)
+
+
 def norm_of(noise: str) -> int:
     """The sensitivity norm a noise calibrates to: 1 for Laplace, 2 for Gaussian."""
     return 1 if check_noise(noise) == "laplace" else 2

@@ -43,8 +43,10 @@ def test_epsilon_with_gaussian(tree8):
 
 
 def test_rho_with_laplace(tree8):
+    # rho alone implies Gaussian noise (issue 14); rho with Laplace noise is an error
+    assert Mechanism(tree8, rho=1.0).noise == "gaussian"
     with pytest.raises(ValueError, match="rho"):
-        Mechanism(tree8, rho=1.0)
+        Mechanism(tree8, rho=1.0, noise="laplace")
     with pytest.raises(ValueError, match="rho"):
         Mechanism(tree8, rho=1.0, epsilon=1.0, noise="laplace")
 
@@ -109,10 +111,16 @@ def test_unknown_neighbours(tree8, neighbours):
         Mechanism(tree8, epsilon=1.0, neighbours=neighbours)
 
 
-@pytest.mark.parametrize("noise", ["Laplace", "normal", "gauss", "", None])
+@pytest.mark.parametrize("noise", ["Laplace", "normal", "gauss", "", 0, "none"])
 def test_unknown_noise(tree8, noise):
     with pytest.raises(ValueError, match="noise"):
         Mechanism(tree8, epsilon=1.0, noise=noise)
+
+
+def test_noise_none_is_inferred(tree8):
+    # None (the default) means: Gaussian with rho alone, Laplace otherwise (issue 14)
+    assert Mechanism(tree8, epsilon=1.0, noise=None).noise == "laplace"
+    assert Mechanism(tree8, rho=1.0, noise=None).noise == "gaussian"
 
 
 def test_strategy_not_a_strategy():

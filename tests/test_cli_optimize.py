@@ -33,3 +33,23 @@ def test_optimize_text(capsys):
 def test_optimize_bad_input(args, capsys):
     assert main(["optimize", *args]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_optimize_workload_flag(capsys):
+    """--workload all_range: the same search as level_uniform(workload="all_range"); mean per
+    range printed; other estimators refused with the library's message."""
+    import dptree_opt as dp
+    assert main(["optimize", "--bins", "200", "--epsilon", "1", "--neighbours", "add_remove",
+                 "--workload", "all_range", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = dp.optimize.level_uniform(200, 1.0, estimator="blue", neighbours="add_remove",
+                                     workload="all_range")
+    assert out["workload"] == "all_range"
+    assert out["best"]["branching"] == list(best.branching)
+    assert out["best"]["mean_error_per_query"] == pytest.approx(best.error / (200 * 201 / 2))
+    assert out["best"]["mean_error_per_prefix"] is None
+    assert main(["optimize", "--bins", "200", "--epsilon", "1", "--workload", "all_range"]) == 0
+    assert "mean per range" in capsys.readouterr().out
+    assert main(["optimize", "--bins", "200", "--epsilon", "1", "--workload", "all_range",
+                 "--estimator", "covering"]) == 2
+    assert "estimator='blue' only" in capsys.readouterr().err

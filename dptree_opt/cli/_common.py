@@ -47,7 +47,11 @@ def parse_strategy(spec: str, n_bins: int):
 
 
 def budget_kwargs(args) -> dict:
-    """{"epsilon": ...} or {"rho": ...} from --epsilon/--rho, checked against --noise."""
+    """{"epsilon": ...} or {"rho": ...} from --epsilon/--rho, checked against --noise (which
+    defaults to gaussian when only --rho is given; ``args.noise`` is set to the noise used)."""
+    from ..privacy import infer_noise
+
+    args.noise = infer_noise(args.noise, args.epsilon, args.rho)
     if args.noise == "laplace":
         if args.epsilon is None or args.rho is not None:
             raise ValueError("--noise laplace needs --epsilon (and no --rho)")
@@ -61,7 +65,8 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
     """--epsilon/--rho/--noise/--neighbours/--public-total, shared by every subcommand."""
     parser.add_argument("--epsilon", type=float, help="total eps (Laplace, pure eps-DP)")
     parser.add_argument("--rho", type=float, help="total rho (Gaussian, rho-zCDP)")
-    parser.add_argument("--noise", choices=("laplace", "gaussian"), default="laplace")
+    parser.add_argument("--noise", choices=("laplace", "gaussian"), default=None,
+                        help="default: gaussian with --rho alone, else laplace")
     parser.add_argument("--neighbours", choices=("swap", "add_remove"), default="swap",
                         help="swap: N public and invariant (default); add_remove: N private")
     parser.add_argument("--public-total", action="store_true",

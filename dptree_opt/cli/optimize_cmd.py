@@ -11,10 +11,16 @@ from ._common import add_budget_arguments, budget_kwargs
 ORDER = 20  # position in `dptree-opt --help`
 
 
-def _design_dict(design) -> dict:
+def _n_queries(workload: str, n_bins: int) -> int:
+    return n_bins * (n_bins + 1) // 2 if workload == "all_range" else n_bins
+
+
+def _design_dict(design, workload: str = "prefix") -> dict:
     return {"branching": list(design.branching), "padded_bins": design.padded_bins,
             "height": design.height, "budgets": list(design.budgets), "error": design.error,
-            "mean_error_per_prefix": design.error / design.n_bins,
+            "mean_error_per_query": design.error / _n_queries(workload, design.n_bins),
+            "mean_error_per_prefix": (design.error / design.n_bins
+                                      if workload == "prefix" else None),
             "normalised_error": design.normalised_error, "method": design.method}
 
 
@@ -28,31 +34,40 @@ def run(args) -> int:
         args.bins, **budget, estimator=args.estimator, noise=args.noise,
         neighbours=args.neighbours, public_total=True if args.public_total else None,
         allow_padding=not args.no_padding, max_padding=args.max_padding, budgets=args.budgets,
-        top=args.top)
+        top=args.top, workload=args.workload)
     seconds = time.perf_counter() - t0
+    wl = args.workload
+    q = _n_queries(wl, args.bins)
     if args.json:
-        out = {"n_bins": design.n_bins, "estimator": design.estimator, "noise": design.noise,
+        out = {"n_bins": design.n_bins, "workload": wl, "estimator": design.estimator,
+               "noise": design.noise,
                "neighbours": design.neighbours, "public_total": design.public_total,
                **budget, "budgets_rule": args.budgets, "seconds": seconds,
-               "best": _design_dict(design),
-               "alternatives": [_design_dict(alt) for alt in design.alternatives]}
+               "best": _design_dict(design, wl),
+               "alternatives": [_design_dict(alt, wl) for alt in design.alternatives]}
         print(json.dumps(out, indent=2))
         return 0
     unit = "eps" if args.noise == "laplace" else "rho"
-    print(f"{args.bins} bins, {args.noise} noise ({unit} = {next(iter(budget.values())):g}), "
-          f"{args.neighbours} neighbours, {args.estimator} estimator, {args.budgets} budgets "
-          f"({seconds:.2f} s)")
+    what = "CDF (prefix counts)" if wl == "prefix" else "all ranges"
+    print(f"{args.bins} bins, {what}, {args.noise} noise ({unit} = "
+          f"{next(iter(budget.values())):g}), {args.neighbours} neighbours, {args.estimator} "
+          f"estimator, {args.budgets} budgets ({seconds:.2f} s)")
     pad = (f" (padded to {design.padded_bins} bins; the extra bins are empty)"
            if design.padded_bins != args.bins else "")
     print(f"recommended tree: branching {list(design.branching)}, height {design.height}{pad}")
     print("budgets per noisy level: " + ", ".join(f"{b:.4g}" for b in design.budgets))
-    print(f"exact CDF error: total {design.error:.6g} counts^2, mean per prefix "
-          f"{design.error / args.bins:.6g}, normalised {design.normalised_error:.6g}")
+    if wl == "prefix":
+        print(f"exact CDF error: total {design.error:.6g} counts^2, mean per prefix "
+              f"{design.error / args.bins:.6g}, normalised {design.normalised_error:.6g}")
+    else:
+        print(f"exact all-range error: total {design.error:.6g} counts^2, mean per range "
+              f"{design.error / q:.6g}")
     if design.alternatives:
-        print("\nrank  branching                      bins      mean/prefix  vs best")
+        col = "mean/prefix" if wl == "prefix" else " mean/range"
+        print(f"\nrank  branching                      bins      {col}  vs best")
         for rank, alt in enumerate((design,) + tuple(design.alternatives), start=1):
             shape = ",".join(str(k) for k in alt.branching)
-            print(f"{rank:>4}  {shape:<28} {alt.padded_bins:>8}  {alt.error / args.bins:>12.6g}"
+            print(f"{rank:>4}  {shape:<28} {alt.padded_bins:>8}  {alt.error / q:>12.6g}"
                   f"  {alt.error / design.error:>6.3f}")
     return 0
 
@@ -62,11 +77,15 @@ def register(sub) -> None:
     opt = sub.add_parser(
         "optimize", help="the best level-uniform tree (branching, budgets) for K bins",
         description="Exact integer search over ordered factorisations of K (and of padded "
-                    "K' >= K) scored by the exact CDF error of the chosen estimator; prints the "
-                    "recommended tree, its budgets and error, and the ranked runners-up.",
+                    "K' >= K) scored by the exact error of the chosen estimator on the CDF "
+                    "(or, --workload all_range, on all ranges); prints the recommended tree, "
+                    "its budgets and error, and the ranked runners-up.",
         epilog="example: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue")
     opt.add_argument("--bins", type=int, required=True, help="number of bins K")
     add_budget_arguments(opt)
+    opt.add_argument("--workload", choices=("prefix", "all_range"), default="prefix",
+                     help="what the tree is optimised for: the CDF's prefix counts (default) "
+                          "or all K (K + 1) / 2 ranges (BLUE only)")
     opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
     opt.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
                      help="per-level budget split: equal, or optimised for the estimator")

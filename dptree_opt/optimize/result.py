@@ -50,6 +50,32 @@ class TreeDesign:
         """Number of levels below the root, h = len(branching)."""
         return len(self.branching)
 
+    def mechanism(self, *, padded: bool = False):
+        """The design as a ``Mechanism`` (its budgets, noise, neighbour model and public
+        total), on the K real bins: an unpadded design is the level-uniform tree itself; a
+        padded one (prod k_l > K) is the tree truncated to the K bins
+        (``strategies.truncated_tree``: the padding bins are known zeros, OpenDP's convention;
+        its BLUE and covering errors are never above ``error``, which the search computed
+        with the padding treated as ordinary empty bins). ``padded=True`` returns the
+        level-uniform tree over all K' bins instead (the refined estimator, defined on
+        level-uniform trees only, needs it; answer the first K prefixes)."""
+        from ..mechanism import Mechanism
+        from ..strategies import tree, truncated_tree
+
+        if any(not float(k).is_integer() or k < 1 for k in self.branching):
+            raise ValueError(f"a relaxed design (branching {self.branching}) has no mechanism: "
+                             "its branching factors are not integers")
+        ks = tuple(int(k) for k in self.branching)
+        kp = math.prod(ks)
+        if padded or kp == self.n_bins:
+            strat = tree(kp, list(ks)) if ks else tree(1, [])
+        else:
+            strat = truncated_tree(self.n_bins, ks)
+        budget = {"epsilon" if self.noise == "laplace" else "rho": float(sum(self.budgets))}
+        return Mechanism(strat, noise=self.noise, neighbours=self.neighbours,
+                         public_total=self.public_total, level_budgets=list(self.budgets),
+                         **budget)
+
 
 def error_unit(n_bins: int, total_budget: float, noise: str) -> float:
     """[RTS]'s unit c for ``normalised_error``: 4K/eps^2 (Laplace) or K/(2 rho) (Gaussian)."""

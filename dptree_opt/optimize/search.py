@@ -77,7 +77,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..privacy import check_noise, resolve_budget
+from ..privacy import check_noise, infer_noise, resolve_budget
 from ..strategies.base import check_neighbours
 from ..error.tree import (_block_gram, all_range_level_weight, all_range_parent_energy,
                           haar_workload_weights)
@@ -945,7 +945,7 @@ def _design(s: _Setting, ks: tuple, error: float, budgets: tuple, method: str) -
 
 
 def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering",
-                  noise: str = "laplace", neighbours: str = "swap", public_total=None,
+                  noise: str | None = None, neighbours: str = "swap", public_total=None,
                   allow_padding: bool = True, max_padding: float = 2.0,
                   budgets: str = "equal", max_height=None, height=None, top: int = 10,
                   pool: int = 24, max_refined: int = 5000,
@@ -959,7 +959,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     n_bins : K >= 2, the number of bins (the CDF workload is the first K prefix counts).
     epsilon / rho : the total budget (``epsilon`` for Laplace noise, ``rho`` for Gaussian).
     estimator : "covering" ([RTS] direct sums), "refined" ([RTS] App. B) or "blue".
-    noise, neighbours, public_total : as for ``Mechanism`` (swap: N public).
+    noise, neighbours, public_total : as for ``Mechanism`` (swap: N public; noise defaults
+        to Gaussian when only ``rho`` is given).
     allow_padding : also consider trees over K' in (K, max_padding K] (the extra bins empty);
         the reported error is that of the first K prefixes.
     budgets : "equal" (the equal split over the noisy levels) or "optimal" (per tree:
@@ -991,7 +992,7 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     ``alternatives`` = the next ``top`` trees, ranked. ``method`` records the search.
     """
     K = _check_int(n_bins, "n_bins", 2)
-    noise = check_noise(noise)
+    noise = infer_noise(noise, epsilon, rho)
     budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
     public = resolve_public(neighbours, public_total)

@@ -23,6 +23,7 @@ from .interval import (
     prefix_sums,
     resolve_branching,
     tree,
+    truncated_tree,
 )
 from .factorization import SqrtFactorization, sqrt_factorization
 from .haar import haar
@@ -45,6 +46,7 @@ __all__ = [
     "prefix_sums",
     "resolve_branching",
     "tree",
+    "truncated_tree",
     "haar",
     "toeplitz",
     "ScaledToeplitzStrategy",

@@ -336,6 +336,37 @@ def tree(n: int, branching) -> LevelUniformTree:
     return LevelUniformTree(_check_n(n), resolve_branching(n, branching))
 
 
+def truncated_tree(n: int, branching) -> IntervalStrategy:
+    """The level-uniform tree with branching (k_1..k_h) over K' = prod k_l >= n bins,
+    truncated to the first n bins: the padding bins are known zeros, so nodes lying entirely
+    in them are dropped and the last node of each level keeps only [lo, n) (OpenDP's
+    convention, ``make_consistent_b_ary_tree``). Node i of level d (width
+    w_d = k_(d+1) ... k_h) covers [i w_d, min((i + 1) w_d, n)); its parent is node i // k_d
+    of level d - 1; rows in level order, levels = depth. O(rows) numpy, one step per level.
+    With K' = n it is the level-uniform tree itself (as an IntervalStrategy)."""
+    n = _check_n(n)
+    ks = tuple(int(k) for k in branching)
+    if any(k < 1 for k in ks):
+        raise ValueError(f"branching factors must be >= 1, got {branching!r}")
+    widths = [int(np.prod(ks[d:], dtype=object)) for d in range(len(ks) + 1)]
+    if widths[0] < n:
+        raise ValueError(f"branching {ks} covers {widths[0]} < n = {n} bins")
+    counts = [-(-n // w) for w in widths]
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    lo, hi, parent, depth = [], [], [], []
+    for d, (w, c) in enumerate(zip(widths, counts)):
+        i = np.arange(c, dtype=np.int64)
+        lo.append(i * w)
+        hi.append(np.minimum((i + 1) * w, n))
+        parent.append(offsets[d - 1] + i // ks[d - 1] if d else np.full(c, -1, dtype=np.int64))
+        depth.append(np.full(c, d, dtype=np.int64))
+    depth = np.concatenate(depth)
+    return IntervalStrategy(
+        np.concatenate(lo), np.concatenate(hi), np.concatenate(parent), depth.astype(np.int32),
+        n_bins=n, depth=depth, bin_row=offsets[-2] + np.arange(n),
+        name="truncated_tree(" + ",".join(map(str, ks)) + f"; {n})")
+
+
 def binary_tree(n: int) -> LevelUniformTree:
     """The binary tree mechanism's strategy ([SU]; n must be a power of 2)."""
     return tree(n, 2)
