@@ -75,9 +75,10 @@ MAX_REFINED_SEARCH_BINS = 1 << 20  # ~13 s at 2^20 (benchmarks/bench_search.py)
 # K = 1024 (minutes at 4096), the Laplace p-Identity ~3 s at 256 (~45 s at 1024); 2 cores
 MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
 # above, Gaussian: the implicit optimum (strategies.implicit_optimum) to this certified gap or
-# for at most this long (~6 s to 6e-4 at 2^16; one ~25 s iteration, gap ~1.2 %, at 2^20)
+# dual iterations for about this long, then one primal evaluation (2^16: ~3 s, gap 6e-4;
+# 2^20: 4 iterations + the primal, ~20 s, gap ~1e-3)
 IMPLICIT_OPTIMUM_TOL = 1e-3
-IMPLICIT_OPTIMUM_SECONDS = 20.0
+IMPLICIT_OPTIMUM_SECONDS = 10.0
 # above this K, compare feeds OpenDP's tree + postprocessor with numpy discrete-Laplace noise
 OPENDP_SAMPLER_MAX_BINS = 4096
 
@@ -543,7 +544,7 @@ def _optimized(s: Setting) -> Candidate:
         # the implicit optimum: no n x n matrix; a certified gap, time-limited here
         res = implicit_optimum.gaussian_optimal_implicit(
             workloads.prefix(s.n_bins), tol=IMPLICIT_OPTIMUM_TOL,
-            time_limit=IMPLICIT_OPTIMUM_SECONDS)
+            time_limit=IMPLICIT_OPTIMUM_SECONDS, primal_every=5)
         return Candidate(s.mechanism(res.strategy), "blue", "optimal factorisation",
                          s.n_bins, note=res.method + " (optimal for add/remove neighbours)")
     if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:

@@ -47,7 +47,14 @@ __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
 
 _TRUNCATION = 30.0   # u-units beyond the spectrum on each side (relative tail ~ e^-30)
 _STEP = 0.3          # trapezoid step in u (discretisation error ~ exp(-pi^2 / step))
-FAST = (0.45, 22.0)  # (step, truncation) of the fixed point: ~120 nodes, ~1e-9 relative
+FAST = (0.45, 22.0)  # (step, truncation) of the primal evaluations: ~120 nodes, ~1e-9 relative
+
+
+def rule_for(accuracy: float) -> tuple[float, float]:
+    """(step, truncation) of the T^(-1/2) rule with relative error about ``accuracy``:
+    discretisation exp(-pi^2 / step) and tails exp(-truncation) both ~ accuracy / e."""
+    log = math.log(1.0 / accuracy) + 1.0
+    return math.pi ** 2 / log, log
 
 
 class _Resolvent:
@@ -65,9 +72,11 @@ class _Resolvent:
         ash = a + s
         if a.size == 1:
             self.delta, self.l, self.omega = ash, np.zeros(0), ash
-        else:
-            self.delta, self.l, info = lapack.dpttrf(ash, b)
-            bwd, _, info2 = lapack.dpttrf(ash[::-1], b[::-1])
+        else:  # fresh copies, factorised in place (no copies inside the LAPACK wrapper)
+            self.delta, self.l, info = lapack.dpttrf(ash.copy(), b.copy(), overwrite_d=1,
+                                                     overwrite_e=1)
+            bwd, _, info2 = lapack.dpttrf(ash[::-1].copy(), b[::-1].copy(), overwrite_d=1,
+                                          overwrite_e=1)
             if info or info2:
                 raise np.linalg.LinAlgError("tridiagonal matrix is not positive definite")
             self.omega = bwd[::-1]
@@ -201,12 +210,15 @@ class ImplicitOptimum:
 
 
 def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter: int = 1000,
-                              d0=None, time_limit: float | None = None,
+                              d0=None, time_limit: float | None = None, primal_every: int = 1,
                               progress: bool = False) -> ImplicitOptimum:
     """The Gaussian optimum (P) for the prefix / all-range / identity workload at any n, with
     a certified gap (module docstring): iterate d <- diag(S) from ``d0`` (default: the
     SVD-bound point, d = (||W||_* / n)^2 1, as the dense solver) until
-    primal / dual - 1 <= ``tol``, ``max_iter`` iterations or ``time_limit`` seconds.
+    primal / dual - 1 <= ``tol``, ``max_iter`` iterations or ``time_limit`` seconds (the
+    iteration running then is completed). The primal value (an exact BLUE error: about
+    2.5 x the cost of an iteration) is evaluated every ``primal_every`` iterations and at
+    the last one; ``history`` holds (primal or nan, dual) per iteration.
     ``.strategy`` is the best primal point as an :class:`ImplicitFactorization` (measure with
     ``Mechanism(..., neighbours="add_remove")``; BLUE and exact errors without a matrix).
     O(n) memory, O(n x ~250) time per iteration."""
@@ -217,6 +229,9 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     if (isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer))
             or max_iter < 1):
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+    if (isinstance(primal_every, bool) or not isinstance(primal_every, (int, np.integer))
+            or primal_every < 1):
+        raise ValueError(f"primal_every must be an integer >= 1, got {primal_every!r}")
     t0 = time.perf_counter()
     ga, gb, gdiag = _gram_inverse(workload)
     n = workload.n_bins
@@ -232,43 +247,54 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     bar = Progress(max_iter, "gaussian optimum", enabled=progress)
     it = 0
     q_err = 0.0
+    d_err = 0.0
+    # the dual iterations need diag(S) only to well below tol; the primal evaluations (the
+    # strategy's errors and column norms) use the ~1e-9 rule
+    rule = rule_for(min(max(tol / 50.0, 1e-12), 1e-6))
     for it in range(1, max_iter + 1):
         sd = np.sqrt(d)
         a = ga / d
         b = gb / (sd[:-1] * sd[1:])
         bounds = spectral_bounds(a, b, inverse_trace=float(np.sum(d * gdiag)))
-        eps = 2.0 * quadrature_error(*bounds, *FAST)  # certified relative quadrature error
-        q_err = max(q_err, eps)
-        s = inverse_sqrt_diagonal(a, b, *bounds, step=FAST[0], truncation=FAST[1])
+        eps = 2.0 * quadrature_error(*bounds, *rule)  # certified relative quadrature error
+        d_err = max(d_err, eps)
+        s = inverse_sqrt_diagonal(a, b, *bounds, step=rule[0], truncation=rule[1])
         trace = float(s.sum())
         dual = 2.0 * trace * (1.0 - eps) - float(d.sum())
-        # primal: the column-normalised point X~ = diag(sqrt(d / s)) X(d) diag(sqrt(d / s))
-        # (unit diagonal), whose BLUE moments are those of weights e = sqrt(s)
-        mom = factorization_moments(ga, gb, gdiag, d, weights=np.sqrt(s), all_range=True,
-                                    quadrature=FAST)
-        primal = _workload_total(workload.kind, mom) * (1.0 + eps)
-        history.append((primal, dual))
-        if primal < best_primal:
-            best_primal, best = primal, (d, s, mom)
         best_dual = max(best_dual, dual)
         bar.update(1)
-        if best_primal <= best_dual * (1.0 + tol):
-            break
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+        last = it == max_iter or (time_limit is not None
+                                  and time.perf_counter() - t0 > time_limit)
+        primal = math.nan
+        if it % primal_every == 0 or last:
+            # primal: the column-normalised point, weights e = sqrt(s) (unit diagonal up to
+            # the error of s), its exact BLUE moments and column norms s_acc / e^2 from the
+            # ~1e-9 rule, scaled to max column norm 1
+            eps_p = 2.0 * quadrature_error(*bounds, *FAST)
+            q_err = max(q_err, eps_p)
+            mom = factorization_moments(ga, gb, gdiag, d, weights=np.sqrt(s), all_range=True,
+                                        quadrature=FAST)
+            c = float((mom["diag_s"] / s).max())
+            primal = _workload_total(workload.kind, mom) * c * (1.0 + eps_p)
+            if primal < best_primal:
+                best_primal, best = primal, (d, s, mom)
+        history.append((primal, dual))
+        if best_primal <= best_dual * (1.0 + tol) or last:
             break
         d = s  # fixed point d <- diag((D^1/2 G D^1/2)^1/2)
     bar.close()
     gap = best_primal / best_dual - 1.0
     d, s, mom = best
     strategy = ImplicitFactorization(ga, gb, gdiag, d, workload_kind=workload.kind,
-                                     name=f"optimal_gaussian_{workload.kind}", _diag_s=s,
+                                     name=f"optimal_gaussian_{workload.kind}",
+                                     _diag_s=mom["diag_s"], _weights=np.sqrt(s),
                                      _diag_error=q_err, _moments=mom)
     return ImplicitOptimum(
         workload_kind=workload.kind, n_bins=n, error=best_primal, lower_bound=best_dual,
         strategy=strategy, iterations=it, seconds=time.perf_counter() - t0,
-        method=(f"implicit dual fixed point (tridiagonal quadrature, relative error "
-                f"<= {q_err:.1e} folded into both bounds), {it} iterations, certified gap "
-                f"{gap:.2e}"), history=tuple(history))
+        method=(f"implicit dual fixed point (tridiagonal quadratures; relative errors <= "
+                f"{d_err:.0e} dual, {q_err:.0e} primal, folded into both bounds), {it} "
+                f"iterations, certified gap {gap:.2e}"), history=tuple(history))
 
 
 def _workload_total(kind: str, moments: dict) -> float:
@@ -294,7 +320,8 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
 
     Returns ``prefix`` (Var(C_t) = e_(<t)' T^(1/2) e_(<t), e = sqrt(d), t = 1..n),
     ``identity`` (d_i (T^(1/2))_ii), ``total_cov`` (Cov(x^_i, N^) = e_i (T^(1/2) e)_i, from
-    T (T^(-1/2) e)) and, if ``all_range``, ``all_range_total``
+    T (T^(-1/2) e)), ``diag_s`` (diag(T^(-1/2)), the same resolvents) and, if
+    ``all_range``, ``all_range_total``
     = (n + 1) sum_t Var(C_t) - Var(sum_t C_t). ``weights`` e (default sqrt(d)) replaces
     sqrt(d) in D^(1/2) T^(1/2) D^(1/2): the moments of the column-rescaled strategy
     A diag(sqrt(d) / e), whose Gram is diag(sqrt(d) / e) X(d) diag(sqrt(d) / e) (T is
@@ -324,11 +351,13 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
     prefix = np.zeros(n)
     ident = np.zeros(n)
     half = np.zeros(n)  # T^(-1/2) e
+    diag_s = np.zeros(n)  # diag(T^(-1/2)), free from the same resolvents
     bilinear = 0.0
     for s, w in zip(*_sqrt_nodes(lam_min, lam_max, *quadrature)):
         r = _Resolvent(a, b, float(s))
         xe = r.solve(e)
         half += w * xe
+        diag_s += w * r.diag
         ze = r.forward(xe)
         zf = r.forward(r.solve(f))
         c = zf * ze / r.delta
@@ -348,7 +377,7 @@ def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: 
         if all_range:
             bilinear += w * float(tg @ r.solve(g))
     out = {"prefix": prefix, "identity": e * e * ident,
-           "total_cov": e * _tri_matvec(a, b, half)}
+           "total_cov": e * _tri_matvec(a, b, half), "diag_s": diag_s}
     if all_range:
         out["all_range_total"] = (n + 1) * float(prefix.sum()) - bilinear
     return out
@@ -381,7 +410,7 @@ class ImplicitFactorization(Strategy):
 
     def __init__(self, ga, gb, gdiag, d, *, normalise: bool = True, n_totals: int = 0,
                  workload_kind: str = "prefix", name: str = "implicit optimum", _diag_s=None,
-                 _diag_error: float = 0.0, _moments=None):
+                 _diag_error: float = 0.0, _moments=None, _weights=None):
         d = np.asarray(d, dtype=float)
         n = d.size
         if d.ndim != 1 or n < 1 or not np.all(np.isfinite(d)) or np.any(d <= 0):
@@ -398,7 +427,9 @@ class ImplicitFactorization(Strategy):
         # bound): the column norms of the applied A are within it of the computed ones
         self._diag_error = float(_diag_error) if _diag_s is not None else 1e-12
         self._normalise = bool(normalise)
-        e = np.sqrt(s_diag) if normalise else sd  # A = T^(-1/4) diag(1 / e) / sqrt(c)
+        # A = T^(-1/4) diag(1 / e) / sqrt(c); the solver passes the weights it normalised with
+        e = (np.asarray(_weights, dtype=float) if _weights is not None
+             else np.sqrt(s_diag) if normalise else sd)
         self._e = e
         ratio = s_diag / (e * e)
         self._c = float(ratio.max())
@@ -408,7 +439,9 @@ class ImplicitFactorization(Strategy):
         self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
         self._matrix = None
-        self._moments = _moments
+        self._corner = None
+        self._raw_moments = _moments  # factorization_moments at weights e (before c)
+        self._moments = None
         self.workload_kind = workload_kind
         self.name = name
 
@@ -444,8 +477,10 @@ class ImplicitFactorization(Strategy):
         """A copy with one more all-ones row at level 0 (the last row)."""
         return ImplicitFactorization(self._ga, self._gb, self._gdiag, self._d,
                                      normalise=self._normalise, n_totals=self._n_totals + 1,
+                                     _weights=self._e,
                                      workload_kind=self.workload_kind, name=self.name,
-                                     _diag_s=self._s_diag, _diag_error=self._diag_error)
+                                     _diag_s=self._s_diag, _diag_error=self._diag_error,
+                                     _moments=self._raw_moments)
 
     def _power(self, alpha: float, y: np.ndarray) -> np.ndarray:
         out = np.zeros_like(y)
@@ -501,9 +536,11 @@ class ImplicitFactorization(Strategy):
         """Unit-noise BLUE moments (``factorization_moments``, all-range total included) of
         this strategy (A'A = X / c: every variance times c); computed once, cached."""
         if self._moments is None:
-            m = factorization_moments(self._ga, self._gb, self._gdiag, self._d,
-                                      weights=self._e, all_range=True)
-            self._moments = {k: v * self._c for k, v in m.items()}
+            if self._raw_moments is None:
+                self._raw_moments = factorization_moments(
+                    self._ga, self._gb, self._gdiag, self._d, weights=self._e, all_range=True)
+            self._moments = {k: (v if k == "diag_s" else v * self._c)
+                             for k, v in self._raw_moments.items()}
         return self._moments
 
     # -------------------------------------------------------- sensitivity
@@ -515,13 +552,19 @@ class ImplicitFactorization(Strategy):
         return super()._add_remove_loss(w, p)  # through .matrix (n <= 2048)
 
     def corner(self) -> float:
+        if self._corner is None:
+            self._corner = self._corner_value()
+        return self._corner
+
+    def _corner_value(self) -> float:
         """(A'A)_(0, n-1), from R_(0, n-1) = R_(n-1, n-1) prod_k (-l_k) per node (log domain;
-        every factor is positive: T is a Stieltjes matrix)."""
+        every factor is positive: T is a Stieltjes matrix); the fast quadrature (relative
+        error ~1e-9: it only places the lower end of ``swap_bracket``)."""
         n = self._n_bins
         if n == 1:
             return float(self._x[0])
         logs = []
-        for s, w in zip(*_sqrt_nodes(*self._bounds)):
+        for s, w in zip(*_sqrt_nodes(*self._bounds, *FAST)):
             r = _Resolvent(self._a, self._b, float(s))
             logs.append(math.log(w) + math.log(r.diag[-1]) + float(np.sum(np.log(-r.l))))
         top = max(logs)
