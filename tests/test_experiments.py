@@ -23,7 +23,8 @@ def rows_of(path):
 
 def test_experiment_list():
     assert set(list_scripts("experiments")) >= {"compare_table", "k_sweep", "eps_split",
-                                                "k_and_eps_sweep", "laplace_vs_gaussian"}
+                                                "k_and_eps_sweep", "laplace_vs_gaussian",
+                                                "frontier"}
 
 
 def test_k_sweep(tmp_path):
@@ -139,3 +140,19 @@ def test_experiment_runs_only_shipped_scripts(tmp_path, capsys, name):
     with pytest.raises(ValueError, match="unknown script"):
         load_script("experiments", name)
     assert not marker.exists()
+
+
+def test_frontier(tmp_path):
+    """Quick mode (K = 2^4 .. 2^12): every check passes (MATH.md section 7 numbers, every
+    mechanism above the bound); the Gaussian optimum is the best non-tree strategy and lies
+    above its own certified dual bound; the best tree is never better than the optimum."""
+    res = load_script("experiments", "frontier").run(tmp_path, quick=True)
+    assert (tmp_path / "frontier.png").stat().st_size > 1000
+    assert res["checks"] and all(c["ok"] for c in res["checks"])
+    gauss = [r for r in res["rows"] if r["noise"] == "gaussian"]
+    assert len(gauss) == 5
+    for r in gauss:
+        assert r["best_non_tree_key"] == "optimized"
+        assert r["optimum_dual"] <= r["best_non_tree"] * (1 + 1e-12)
+        assert r["best_non_tree"] <= r["best_tree"]
+        assert r["bound"] <= r["optimum_dual"] * (1 + 1e-12)

@@ -1,0 +1,122 @@
+"""The frontier: the best tree, the best non-tree strategy and the lower bound, K = 2^4 .. 2^20.
+
+For each K and noise (Laplace eps = 1 and Gaussian rho = 1/2, i.e. sigma^2 = 1 per unit l2
+sensitivity; add/remove neighbours, N private; BLUE; the CDF workload, mean per prefix) it
+runs ``compare.compare`` on four rows, so the figure shows exactly what ``dptree-opt compare``
+ranks:
+
+* best tree: level-uniform trees with BLUE-optimal per-level budgets (the exact search up to
+  4096 bins, the finest refinement of K above: ``compare``'s "best_blue_optimal" row);
+* best non-tree strategy: the best of Privelet's Haar (2^L bins), the square-root
+  factorisation and the optimised strategy ("optimized": the Gaussian optimum, implicit
+  above 1024 bins with a certified gap; HDMM's p-Identity under Laplace up to 256 bins);
+* the lower bound: the SVD bound (Li & Miklau 2012) for Gaussian noise, its l1 analogue for
+  Laplace (loose: no pure-DP strategy comes near it); for Gaussian the optimum's certified
+  dual value is drawn too (nothing can beat it).
+
+Curves are ratios to the bound. Checks: MATH.md section 7 numbers (Gaussian optimum 8.7348
+at 2^10, square-root factorisation 9.6708 / 19.6643 / 28.2753, best tree with optimal BLUE
+budgets under Laplace 119.0 / 414.5 / 760.9 at 2^10 / 2^16 / 2^20) and every ratio >= 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dptree_opt import compare, strategies, workloads
+
+import _experiments as C  # experiments/_experiments.py
+
+NAME = "frontier"
+EPSILON = 1.0
+RHO = 0.5
+NEIGHBOURS = "add_remove"
+BINS = tuple(2**m for m in range(4, 21, 2))
+QUICK_BINS = tuple(2**m for m in range(4, 13, 2))  # 2^4 .. 2^12: seconds
+NON_TREE = ("haar", "sqrt_factorization", "optimized")
+ROWS = ("best_blue_optimal",) + NON_TREE
+# MATH.md section 7 (mean per prefix; Gaussian per unit sigma^2)
+ANCHORS = {("gaussian", "optimized", 1024): 8.7348,
+           ("gaussian", "sqrt_factorization", 1024): 9.6708,
+           ("gaussian", "sqrt_factorization", 65536): 19.6643,
+           ("gaussian", "sqrt_factorization", 1048576): 28.2753,
+           ("laplace", "best_blue_optimal", 1024): 119.0,
+           ("laplace", "best_blue_optimal", 65536): 414.5,
+           ("laplace", "best_blue_optimal", 1048576): 760.9}
+
+
+def _one(K: int, noise: str) -> dict:
+    budget = {"epsilon": EPSILON} if noise == "laplace" else {"rho": RHO}
+    res = compare.compare(K, **budget, noise=noise, neighbours=NEIGHBOURS, rows=list(ROWS),
+                          workloads=("cdf",))
+    bound = res.bounds["cdf"]
+    rows = {r.key: r for r in res.rows if r.available and r.errors["cdf"].mean is not None}
+    out = {"n_bins": K, "noise": noise, "bound": bound,
+           "best_tree": rows["best_blue_optimal"].errors["cdf"].mean,
+           "best_tree_strategy": rows["best_blue_optimal"].strategy}
+    non_tree = {k: rows[k].errors["cdf"].mean for k in NON_TREE if k in rows}
+    best = min(non_tree, key=non_tree.get)
+    out.update({"best_non_tree": non_tree[best], "best_non_tree_key": best,
+                **{f"{k}_mean": non_tree.get(k) for k in NON_TREE}})
+    out["optimum_dual"] = None
+    if noise == "gaussian":  # the optimum's certified lower bound (nothing can beat it)
+        res = strategies.gaussian_optimal_implicit(workloads.prefix(K), tol=1e-3)
+        out["optimum_dual"] = res.lower_bound / K
+    return out
+
+
+def run(out_dir: Path, quick: bool = True) -> dict:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [_one(K, noise) for noise in ("laplace", "gaussian")
+            for K in (QUICK_BINS if quick else BINS)]
+    checks = []
+    for r in rows:
+        for key in ("best_blue_optimal",) + NON_TREE:
+            want = ANCHORS.get((r["noise"], key, r["n_bins"]))
+            got = r["best_tree"] if key == "best_blue_optimal" else r.get(f"{key}_mean")
+            if want is not None and got is not None:
+                checks.append(C.check(f"{r['noise']} {key}, K = {r['n_bins']}", got, want,
+                                      "MATH.md section 7", rel=2e-4 if key == "optimized"
+                                      else 1e-4 if r["noise"] == "gaussian" else 1e-3))
+    low = min(min(r["best_tree"], r["best_non_tree"]) / r["bound"] for r in rows)
+    checks.append(C.check("every mechanism >= the lower bound (smallest ratio, clipped at 1)",
+                          min(low, 1.0), 1.0, "SVD bound (Li & Miklau 2012)", rel=1e-9))
+    C.write_csv(rows, out_dir, NAME)
+    C.style()
+    fig, axes = C.plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, noise in zip(axes, ("laplace", "gaussian")):
+        sub = [r for r in rows if r["noise"] == noise]
+        Ks = [r["n_bins"] for r in sub]
+        ax.plot(Ks, [r["best_tree"] / r["bound"] for r in sub], "-o", ms=3, color="#1f77b4",
+                label="best tree (BLUE, optimal budgets)")
+        ax.plot(Ks, [r["best_non_tree"] / r["bound"] for r in sub], "-s", ms=3,
+                color="#d62728", label="best non-tree strategy")
+        for r in sub:
+            ax.annotate(r["best_non_tree_key"].replace("_factorization", "").replace(
+                "optimized", "opt"), (r["n_bins"], r["best_non_tree"] / r["bound"]),
+                fontsize=6.5, xytext=(2, -9), textcoords="offset points", color="#d62728")
+        if noise == "gaussian":
+            dual = [(r["n_bins"], r["optimum_dual"] / r["bound"]) for r in sub
+                    if r["optimum_dual"]]
+            if dual:
+                ax.plot(*zip(*dual), ":", color="#2ca02c",
+                        label="optimum's certified dual bound")
+        ax.axhline(1.0, color="k", lw=0.8, label="SVD lower bound" if noise == "gaussian"
+                   else "l1 SVD lower bound (loose)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("number of bins K")
+        ax.set_ylabel("mean per-prefix error / lower bound")
+        ax.set_title(f"{'Laplace eps = 1' if noise == 'laplace' else 'Gaussian rho = 1/2'}, "
+                     "add/remove, CDF")
+        ax.legend(fontsize=7.5)
+    C.caption(fig, "Exact errors (compare.compare rows). Non-tree: Haar, square-root "
+                   "factorisation, optimised strategy (Gaussian optimum, implicit above 1024 "
+                   "bins; p-Identity up to 256 bins under Laplace).")
+    png = C.save_png(fig, out_dir, NAME, bottom=0.07)
+    return {"name": NAME, "png": str(png), "csv": str(out_dir / f"{NAME}.csv"),
+            "rows": rows, "checks": checks}
+
+
+if __name__ == "__main__":
+    C.cli(run, NAME)
