@@ -485,3 +485,49 @@ def test_all_range_optimal_budgets_reach_the_issue_anchor():
     mech = Mechanism(strategies.tree(kp, list(d.branching)), epsilon=1.0,
                      neighbours="add_remove", level_budgets=list(d.budgets))
     assert _padded_tree_all_range_total(mech, K) == pytest.approx(d.error, rel=1e-9)
+
+
+def _brute_force_workload(K, wl_of, *, noise, neighbours, budget):
+    """min over every tree over K' in [K, 2K] of the BLUE error of the workload on the first
+    K bins, through a Mechanism on the padded tree (slow path)."""
+    best = math.inf
+    for kp in range(K, 2 * K + 1):
+        for ks in ordered_factorisations(kp):
+            kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
+            mech = dp.Mechanism(S.tree(kp, list(ks)), noise=noise, neighbours=neighbours, **kw)
+            best = min(best, dp.expected_error(wl_of(kp), mech))
+    return best
+
+
+@pytest.mark.parametrize("noise,neighbours", [("laplace", "swap"), ("gaussian", "add_remove")])
+@pytest.mark.parametrize("K", [6, 12, 17])
+def test_identity_and_ranges_searches_equal_brute_force(K, noise, neighbours):
+    """Issue 14: searches for identity and custom ranges = exhaustive enumeration."""
+    rng = np.random.default_rng(K)
+    iv = np.sort(rng.integers(0, K, (8, 2)), axis=1)
+    cases = [("identity", lambda kp: W.ranges(kp, [(i, i) for i in range(K)])),
+             (W.ranges(K, iv), lambda kp: W.ranges(kp, iv))]
+    budget = 1.0 if noise == "laplace" else 0.5
+    kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
+    for workload, wl_of in cases:
+        found = level_uniform(K, estimator="blue", workload=workload, noise=noise,
+                              neighbours=neighbours, top=3, **kw)
+        want = _brute_force_workload(K, wl_of, noise=noise, neighbours=neighbours,
+                                     budget=budget)
+        assert found.error == pytest.approx(want, rel=1e-9)
+        assert "exhaustive enumeration" in found.method
+        errs = [found.error] + [a.error for a in found.alternatives]
+        assert errs == sorted(errs) and len(found.alternatives) == 3
+
+
+def test_identity_and_ranges_search_refusals():
+    with pytest.raises(ValueError, match="estimator='blue'"):
+        level_uniform(16, 1.0, workload="identity", estimator="covering")
+    with pytest.raises(ValueError, match="budgets='equal'"):
+        level_uniform(16, 1.0, workload="identity", estimator="blue", budgets="optimal")
+    with pytest.raises(ValueError, match="more than"):
+        level_uniform(5000, 1.0, workload="identity", estimator="blue")
+    with pytest.raises(ValueError, match="bins"):
+        level_uniform(16, 1.0, workload=W.identity(8), estimator="blue")
+    with pytest.raises(ValueError, match="workload must be"):
+        level_uniform(16, 1.0, workload="quantiles", estimator="blue")

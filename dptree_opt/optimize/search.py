@@ -593,11 +593,14 @@ class _Engine:
         elif self.div.omega(u) >= m:
             below = None if self.layers is None else self.layers[m - 1]
             vs, subs = [], []
+            memo, hk = self._par, key[0]
             for d in self.div.divisors(u):
                 v = u // d
                 if below is not None and v not in below:
                     continue  # every chain below v is too costly for any top (sieve)
-                sub = self.par(h, v, m - 1)
+                sub = memo.get((hk, v, m - 1))  # inline memo hit: no call
+                if sub is None:
+                    sub = self.par(h, v, m - 1)
                 if sub[0].size:
                     vs.append(v)
                     subs.append(sub)
@@ -929,6 +932,103 @@ class _Engine:
         return w[first], c[first], v[first]
 
 
+# ------------------------------------------------ identity and custom ranges: exhaustive
+MAX_WORKLOAD_SEARCH_TREES = 20000  # trees scored one by one for identity / custom ranges
+
+
+def _resolve_workload(workload, K: int):
+    """"prefix" / "all_range" (the branch and bound), or a Workload (identity, ranges: the
+    exhaustive search); "identity" as a string means workloads.identity(K)."""
+    from ..workloads import Workload, identity
+
+    if workload is None:
+        return "prefix"
+    if isinstance(workload, Workload):
+        if workload.n_bins != K:
+            raise ValueError(f"workload has {workload.n_bins} bins, n_bins is {K}")
+        if workload.kind in ("prefix", "all_range"):
+            return workload.kind
+        if workload.kind in ("identity", "ranges", "total"):
+            return workload
+        raise ValueError(f"unsupported workload kind {workload.kind!r}")
+    if workload in ("prefix", "all_range"):
+        return workload
+    if workload == "identity":
+        return identity(K)
+    raise ValueError(f"workload must be None, 'prefix', 'all_range', 'identity' or a "
+                     f"Workload (e.g. workloads.ranges(K, ...)), got {workload!r}")
+
+
+def _ordered_factorisations(n: int, max_height=None):
+    """Every ordered factorisation of n into factors >= 2 (n = 1: the empty one)."""
+    if n == 1:
+        yield ()
+        return
+    if max_height is not None and max_height <= 0:
+        return
+    for d in range(2, n + 1):
+        if n % d == 0:
+            for rest in _ordered_factorisations(n // d, None if max_height is None
+                                                else max_height - 1):
+                yield (d,) + rest
+
+
+def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, workload,
+                     allow_padding, max_padding, max_height, height, top) -> TreeDesign:
+    """The best level-uniform tree for the BLUE of an identity / custom-ranges workload over
+    the first K bins, equal budgets: every ordered factorisation of every K' in
+    [K, max_padding K] (or K' = K) scored exactly (``error.tree.blue_error`` per bin,
+    ``blue_range_variances`` per range, O(h) each); refused above
+    MAX_WORKLOAD_SEARCH_TREES trees."""
+    from ..error.tree import blue_error, blue_range_variances
+
+    if estimator != "blue":
+        raise ValueError(f"identity / custom-range workloads are searched for estimator='blue' "
+                         f"only, got {estimator!r}")
+    if budgets != "equal":
+        raise ValueError("identity / custom-range workloads are searched with budgets='equal' "
+                         "only so far")
+    t0 = time.perf_counter()
+    top_kp = int(math.floor(max_padding * K)) if allow_padding else K
+    shapes = []
+    for kp in range(K, top_kp + 1):
+        for ks in _ordered_factorisations(kp, max_height):
+            if height is None or len(ks) == height:
+                shapes.append(ks)
+                if len(shapes) > MAX_WORKLOAD_SEARCH_TREES:
+                    raise ValueError(
+                        f"the identity / custom-range search scores trees one by one: more than "
+                        f"{MAX_WORKLOAD_SEARCH_TREES} trees for n_bins={K} (lower max_padding "
+                        "or max_height, or allow_padding=False)")
+    if not shapes:
+        raise ValueError(f"no level-uniform tree with factors >= 2 fits n_bins={K} with the "
+                         "given height / padding constraints")
+    lo, hi = workload.intervals()
+    scored = []
+    for ks in shapes:
+        n_noisy = len(noisy_levels(len(ks), neighbours, public))
+        b = (budget / n_noisy,) * n_noisy
+        v = level_variances(ks, b, noise=noise, neighbours=neighbours, public_total=public)
+        if workload.kind == "identity":
+            err = float(blue_error(ks, v, "identity", per_query=True)[:K].sum())
+        else:
+            err = float(blue_range_variances(ks, v, lo, hi).sum())
+        scored.append((err, len(ks), ks, b))
+    scored.sort(key=lambda x: (x[0], x[1], x[2]))
+    secs = time.perf_counter() - t0
+    span = f"K' <= {max_padding:g} K" if allow_padding else "K' = K"
+    method = (f"exhaustive enumeration of {len(shapes)} trees ({span}), {workload.kind} "
+              f"workload, {secs:.2g} s")
+    unit = error_unit(K, budget, noise)
+
+    def design(err, ks, b):
+        return TreeDesign(K, ks, b, err, err / unit, estimator, noise, neighbours, public, method)
+
+    best = scored[0]
+    alts = tuple(design(e, ks, b) for e, _, ks, b in scored[1:top + 1])
+    return replace(design(best[0], best[2], best[3]), alternatives=alts)
+
+
 # --------------------------------------------------------------------------- public API
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < minimum:
@@ -978,7 +1078,10 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
         says whether the table is certified (every other tree has BLUE error, hence refined
         error, above it) or gives the optimality gap bound.
     workload : None or "prefix" (the CDF: the first K prefix counts) or "all_range" (the
-        K (K + 1) / 2 ranges within the K bins; estimator="blue" only so far). For all
+        K (K + 1) / 2 ranges within the K bins; estimator="blue" only so far), or
+        "identity" / a ``Workload`` over the K bins (``workloads.identity``, ``ranges``,
+        ``total``; BLUE, equal budgets: every tree scored exactly, up to
+        MAX_WORKLOAD_SEARCH_TREES trees). For all
         ranges the BLUE error is sum_j q_j mu_j with the closed-form level weights
         ``error.tree.all_range_level_weight`` (padding included), and the same branch and
         bound applies: the smallest padding of a subtree is best (q_1 = Q_1 / w_1 - 1'G1 / K'
@@ -1014,9 +1117,11 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
                              f"least 2^{height} bins")
     top = _check_int(top, "top", 0)
     pool = _check_int(pool, "pool", 1)
-    workload = "prefix" if workload is None else workload
-    if workload not in ("prefix", "all_range"):
-        raise ValueError(f"workload must be None, 'prefix' or 'all_range', got {workload!r}")
+    workload = _resolve_workload(workload, K)
+    if not isinstance(workload, str):  # identity / custom ranges: exhaustive enumeration
+        return _workload_search(K, budget, noise, neighbours, public, estimator, budgets,
+                                workload, bool(allow_padding), float(max_padding), max_height,
+                                height, top)
     if workload == "all_range" and estimator != "blue":
         raise ValueError("workload='all_range' is searched for estimator='blue' only (the "
                          f"covering and refined searches are for the CDF), got {estimator!r}")
