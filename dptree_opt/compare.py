@@ -51,6 +51,7 @@ from .error.interval import MAX_LAMINAR_DENSE_BINS, interval_blue_errors  # noqa
 from .error.interval import has_bridge_structure
 from .error.refined import padded_refined_all_range_total
 from .error.tree import _padded_tree_all_range_total
+from .optimize.search import _smooth_finest_trees
 from .estimation.tree import tree_parameters
 from .estimation.covering import covering_moments
 from .estimation.implicit import is_implicit_mechanism
@@ -487,12 +488,15 @@ def _best_blue_opt(s: Setting) -> Candidate:
         return cand
     # finest unpadded tree (prime factors of K, ascending): with optimal budgets a refinement
     # is never worse than the tree it refines (tests/test_optimize_search.py)
-    primes = optimize.finest_refinement((s.n_bins,))
-    design = optimize.optimal_blue_budgets(primes, s.budget, noise=s.noise,
-                                           neighbours=s.neighbours,
-                                           public_total=s.public_total)
-    cand = _design_candidate(s, design, "blue", f"; finest tree (search skipped for K > "
-                             f"{MAX_OPTIMAL_BLUE_SEARCH_BINS})")
+    # and the finest trees over the 3-smooth K' in [K, 2K] (what the search adds to its pool)
+    design = None
+    for ks in [optimize.finest_refinement((s.n_bins,))] + _smooth_finest_trees(s.n_bins, 2.0):
+        d = optimize.optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
+                                          public_total=s.public_total, n_queries=s.n_bins)
+        if design is None or d.error < design.error:
+            design = d
+    cand = _design_candidate(s, design, "blue", f"; finest trees of K and of the 3-smooth "
+                             f"K' <= 2K (search skipped for K > {MAX_OPTIMAL_BLUE_SEARCH_BINS})")
     if "all_range" in s.workloads:
         # the better of the finest refinements of K and of the best equal-budget all-range
         # tree, with budgets optimised for all ranges

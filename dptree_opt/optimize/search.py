@@ -1247,6 +1247,22 @@ def finest_refinement(ks) -> tuple:
     return tuple(out)
 
 
+def _smooth_finest_trees(K: int, max_pad: float):
+    """Both orders (2s first, 3s first) of the prime factors of every K' = 2^a 3^b in
+    [K, max_pad K]."""
+    out = []
+    b, p3 = 0, 1
+    while p3 <= max_pad * K:
+        a, kp = 0, p3
+        while kp < K:
+            a, kp = a + 1, kp * 2
+        while kp <= max_pad * K:
+            out += [(2,) * a + (3,) * b, (3,) * b + (2,) * a]
+            a, kp = a + 1, kp * 2
+        b, p3 = b + 1, p3 * 3
+    return [ks for ks in dict.fromkeys(out) if ks]
+
+
 def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
     """Optimal budgets for each tree of the pool (the best equal-budget trees)."""
     out = []
@@ -1258,6 +1274,12 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
         candidates.update(dict.fromkeys(finest_refinement(ks) for ks in list(candidates)))
         if s.K > 1:  # and the finest unpadded tree: K's prime factorisation
             candidates.setdefault(finest_refinement((s.K,)), None)
+        # and the finest trees over the 3-smooth K' = 2^a 3^b within the padding: tall trees
+        # with optimal budgets often win (K = 5000, rho = 0.1: binary over 8192) but rank low
+        # with equal budgets (many levels share the budget)
+        for ks in _smooth_finest_trees(s.K, eng.max_pad if eng.pad else 1.0):
+            if len(ks) in eng.heights:
+                candidates.setdefault(ks, None)
         for ks in candidates:
             d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
                                      public_total=s.public, workload=s.workload, n_queries=s.K)
