@@ -542,6 +542,11 @@ def test_optimal_budgets_search_reaches_the_issue_anchor_and_beats_math_md():
                       budgets="optimal", top=0)
     assert d.error / 5000 <= 88.4528
     assert d.branching == (2,) * 13
+    # the pool is not exhaustive: the method states the certificate against any mechanism
+    lb = dp.bounds.error_lower_bound(W.prefix(5000), noise="gaussian", rho=0.1,
+                                     neighbours="add_remove")
+    assert f"no mechanism has error below {lb:.6g}" in d.method
+    assert f"within a factor {d.error / lb:.4g}" in d.method
     assert dp.expected_error(W.prefix(5000), d.mechanism()) / 5000 <= 88.45
     lap = level_uniform(1024, 1.0, neighbours="add_remove", estimator="blue", budgets="optimal",
                         top=0)

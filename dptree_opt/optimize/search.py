@@ -1176,7 +1176,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
                          f"given height / padding constraints")
     if numerical:
         designs = _optimise_pool(s, ranked, eng, pool, top)
-        how = f"budgets optimised for the {len(designs)} best equal-budget trees from: {how}"
+        how = (f"budgets optimised for {len(designs)} trees (the best equal-budget trees, "
+               f"their finest refinements, the finest 3-smooth trees) from: {how}")
     else:
         designs = [(score, ks, extra) for score, ks, extra in ranked]
     out = []
@@ -1190,6 +1191,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
         out.append(_design(s, ks, score, b, ""))
     out.sort(key=lambda d: (d.error, d.height, d.branching))
     out = out[: top + 1]
+    if numerical:  # the pool is not exhaustive: certify against every mechanism instead
+        how += "; " + _bound_certificate(s, out[0].error)
     secs = time.perf_counter() - t0
     if workload != "prefix":
         how = f"workload {workload}: {how}"
@@ -1245,6 +1248,21 @@ def finest_refinement(ks) -> tuple:
             f.append(k)
         out.extend(f)
     return tuple(out)
+
+
+def _bound_certificate(s: _Setting, error: float) -> str:
+    """'certified within X of any mechanism': the SVD lower bound on the error of every
+    mechanism (tree or not) for the workload at this budget (``bounds.error_lower_bound``;
+    exactly what the best tree can at most lose against the best tree, and more)."""
+    from .. import bounds, workloads
+
+    wl = workloads.prefix(s.K) if s.workload == "prefix" else workloads.all_range(s.K)
+    kw = {"epsilon": s.budget} if s.noise == "laplace" else {"rho": s.budget}
+    lb = bounds.error_lower_bound(wl, noise=s.noise, neighbours=s.neighbours,
+                                  public_total=s.public, **kw)
+    kind = "l1 SVD bound, loose" if s.noise == "laplace" else "SVD bound"
+    return (f"certified: no mechanism has error below {lb:.6g} ({kind}), so this tree is "
+            f"within a factor {error / lb:.4g} of the best tree")
 
 
 def _smooth_finest_trees(K: int, max_pad: float):
