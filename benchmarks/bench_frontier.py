@@ -10,6 +10,12 @@ exact BLUE error) and the dual lower bound, mean per query, to a gap of 1e-3 and
 identity / all-range errors of its mechanism (a fresh strategy from the dual point: the first
 error call computes all the moments, the others reuse them) and the BLUE of one release.
 
+Part 2 (pure DP, issue 14 item 5): the best tree with optimal budgets and the non-tree rows
+under Laplace. Tried so far: only trees (the optimal-budget search now also scores the finest
+3-smooth trees: 118.23 / 412.71 / 758.44 at 2^10 / 2^16 / 2^20 against MATH.md's 119.0 /
+414.5 / 760.9); Haar and the square-root factorisation are far worse under L1; p-Identity is
+dense (256 bins). No pure-DP family beating trees at 2^16 yet (target <= 400).
+
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
 (2^16); Henzinger-Kalinin-Upadhyay's asymptotic bracket [26.150, 26.633] at 2^20.
@@ -80,9 +86,43 @@ def strategy_table(best):
               flush=True)
 
 
+def laplace_table(ns):
+    """Part 2 (issue 14 item 5, pure DP): what stands at each size, eps = 1, add/remove, mean
+    per prefix. The best tree is compare's "best_blue_optimal" row (the exact search with
+    optimal BLUE budgets up to 4096 bins, its pool extended by the finest 3-smooth trees;
+    above, the finest trees of K and of the 3-smooth K' <= 2K), also on the real bins with
+    the padding as known zeros (its design's mechanism); non-tree rows: Haar, the square-root
+    factorisation, HDMM's p-Identity (dense: 256 bins here)."""
+    from dptree_opt import compare, optimize
+    print()
+    print("| n | best tree (optimal budgets) | on the real bins | Haar | sqrt factorisation | "
+          "p-Identity | l1 SVD bound | time (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in ns:
+        rows = ["best_blue_optimal", "haar", "sqrt_factorization"] + (
+            ["optimized"] if n <= 256 else [])
+        res, secs, _ = timed(compare.compare, n, 1.0, neighbours="add_remove", rows=rows,
+                             workloads=("cdf",))
+        r = {row.key: row for row in res.rows}
+
+        def mean(key):
+            row = r.get(key)
+            return f"{row.errors['cdf'].mean:.2f}" if row and row.available else "n/a"
+
+        real = "-"
+        if n <= 4096:
+            d = optimize.level_uniform(n, 1.0, neighbours="add_remove", estimator="blue",
+                                       budgets="optimal", top=0)
+            real = f"{expected_error(workloads.prefix(n), d.mechanism()) / n:.2f}"
+        print(f"| {n} | {mean('best_blue_optimal')} ({r['best_blue_optimal'].strategy}) | {real} "
+              f"| {mean('haar')} | {mean('sqrt_factorization')} | {mean('optimized')} | "
+              f"{res.bounds['cdf']:.2f} | {secs:.1f} |", flush=True)
+
+
 def main(ns):
     best = optimum_table(ns)
     strategy_table(best)
+    laplace_table([n for n in [256] + list(ns) if n <= 1 << 20])
 
 
 if __name__ == "__main__":
