@@ -548,7 +548,7 @@ def _optimized(s: Setting) -> Candidate:
         # the implicit optimum: no n x n matrix; a certified gap, time-limited here
         res = implicit_optimum.gaussian_optimal_implicit(
             workloads.prefix(s.n_bins), tol=IMPLICIT_OPTIMUM_TOL,
-            time_limit=IMPLICIT_OPTIMUM_SECONDS, primal_every=5)
+            time_limit=IMPLICIT_OPTIMUM_SECONDS)
         return Candidate(s.mechanism(res.strategy), "blue", "optimal factorisation",
                          s.n_bins, note=res.method + " (optimal for add/remove neighbours)")
     if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:

@@ -210,7 +210,8 @@ class ImplicitOptimum:
 
 
 def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter: int = 1000,
-                              d0=None, time_limit: float | None = None, primal_every: int = 1,
+                              d0=None, time_limit: float | None = None,
+                              primal_every: int | None = None,
                               progress: bool = False) -> ImplicitOptimum:
     """The Gaussian optimum (P) for the prefix / all-range / identity workload at any n, with
     a certified gap (module docstring): iterate d <- diag(S) from ``d0`` (default: the
@@ -218,7 +219,9 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     primal / dual - 1 <= ``tol``, ``max_iter`` iterations or ``time_limit`` seconds (the
     iteration running then is completed). The primal value (an exact BLUE error: about
     2.5 x the cost of an iteration) is evaluated every ``primal_every`` iterations and at
-    the last one; ``history`` holds (primal or nan, dual) per iteration.
+    the last one; by default (None) once the dual has flattened (its last step below tol / 2
+    relative), every 5 iterations and at the last. ``history`` holds (primal or nan, dual)
+    per iteration.
     ``.strategy`` is the best primal point as an :class:`ImplicitFactorization` (measure with
     ``Mechanism(..., neighbours="add_remove")``; BLUE and exact errors without a matrix).
     O(n) memory, O(n x ~250) time per iteration."""
@@ -229,9 +232,10 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     if (isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer))
             or max_iter < 1):
         raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if (isinstance(primal_every, bool) or not isinstance(primal_every, (int, np.integer))
+    if primal_every is not None and (
+            isinstance(primal_every, bool) or not isinstance(primal_every, (int, np.integer))
             or primal_every < 1):
-        raise ValueError(f"primal_every must be an integer >= 1, got {primal_every!r}")
+        raise ValueError(f"primal_every must be None or an integer >= 1, got {primal_every!r}")
     t0 = time.perf_counter()
     ga, gb, gdiag = _gram_inverse(workload)
     n = workload.n_bins
@@ -261,12 +265,14 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
         s = inverse_sqrt_diagonal(a, b, *bounds, step=rule[0], truncation=rule[1])
         trace = float(s.sum())
         dual = 2.0 * trace * (1.0 - eps) - float(d.sum())
+        flat = it > 1 and dual - best_dual <= 0.5 * tol * abs(dual)
         best_dual = max(best_dual, dual)
         bar.update(1)
         last = it == max_iter or (time_limit is not None
                                   and time.perf_counter() - t0 > time_limit)
         primal = math.nan
-        if it % primal_every == 0 or last:
+        due = (flat or it % 5 == 0) if primal_every is None else it % primal_every == 0
+        if due or last:
             # primal: the column-normalised point, weights e = sqrt(s) (unit diagonal up to
             # the error of s), its exact BLUE moments and column norms s_acc / e^2 from the
             # ~1e-9 rule, scaled to max column norm 1
