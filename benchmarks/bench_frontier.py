@@ -14,7 +14,11 @@ Part 2 (pure DP, issue 14 item 5): the best tree with optimal budgets and the no
 under Laplace. Tried so far: only trees (the optimal-budget search now also scores the finest
 3-smooth trees: 118.23 / 412.71 / 758.44 at 2^10 / 2^16 / 2^20 against MATH.md's 119.0 /
 414.5 / 760.9); Haar and the square-root factorisation are far worse under L1; p-Identity is
-dense (256 bins). No pure-DP family beating trees at 2^16 yet (target <= 400).
+dense (256 bins). Part 3: budgets per node (not per level) on the binary tree, 256 bins,
+dense: 66.69 against 70.77 for the per-level optimum (-5.8 %) and 69.73 for the best tree;
+p-Identity reaches 54.56 there. No scalable optimiser for it yet (it needs the gradient of
+the bridge-engine error in the per-row variances). No pure-DP family beating trees at 2^16
+yet (target <= 400).
 
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
@@ -119,9 +123,63 @@ def laplace_table(ns):
               f"{res.bounds['cdf']:.2f} | {secs:.1f} |", flush=True)
 
 
+def per_node_budgets_study(n: int = 256, eps: float = 1.0):
+    """Part 3 (issue 14 item 5, an attempt): the binary tree with a budget per NODE instead of
+    per level, Laplace, add/remove, BLUE, CDF. Every root-to-leaf path must sum to eps; the
+    parametrisation b_r = R_r f_r, R_child = R_r (1 - f_r), R_root = eps, f_leaf = 1 makes that
+    exact. Dense GLS (n <= ~512): E = tr(G C), C = (A' P A)^-1, P = diag(b^2 / 2);
+    dE/db_r = -b_r a_r' C G C a_r, chained to f through the tree; L-BFGS-B from the
+    per-level optimum (optimize.optimal_blue_budgets). Prints both errors."""
+    import scipy.optimize as so
+
+    from dptree_opt import optimize, strategies
+    h = n.bit_length() - 1
+    tree = strategies.binary_tree(n)
+    A = tree.matrix.toarray()
+    parent, depth = tree.parent, tree.depth
+    m = A.shape[0]
+    G = workloads.prefix(n).gram_dense()
+    leaf = depth == h
+
+    def budgets(f):
+        R = np.empty(m)
+        R[0] = eps
+        for lev in range(1, h + 1):  # level order: parents first
+            sl = tree.level_slice(lev)
+            R[sl] = R[parent[sl]] * (1.0 - f[parent[sl]])
+        return R * f, R
+
+    def error_grad(f):
+        f = np.where(leaf, 1.0, f)
+        b, R = budgets(f)
+        C = np.linalg.inv(A.T @ ((b * b / 2.0)[:, None] * A))
+        g = -b * np.einsum("ri,ij,rj->r", A, C @ G @ C, A)
+        sub = g * b
+        for lev in range(h, 0, -1):  # subtree sums of g_s b_s, bottom-up per level
+            sl = tree.level_slice(lev)
+            np.add.at(sub, parent[sl], sub[sl])
+        df = np.where(leaf, 0.0, g * R - (sub - g * b) / np.where(leaf, 1.0, 1.0 - f))
+        return float(np.sum(G * C)), df
+
+    level = optimize.optimal_blue_budgets([2] * h, eps, neighbours="add_remove")
+    bl = np.asarray(level.budgets)
+    rem = eps - np.concatenate([[0.0], np.cumsum(bl)[:-1]])
+    f0 = np.clip(np.where(rem > 0, bl / np.maximum(rem, 1e-300), 1.0)[depth], 1e-5, 1 - 1e-5)
+    e0, _ = error_grad(f0)
+    res, secs, _ = timed(so.minimize, lambda f: tuple(v / e0 for v in error_grad(f)), f0,
+                         jac=True, method="L-BFGS-B", bounds=[(1e-5, 1 - 1e-5)] * m,
+                         options={"maxiter": 2000})
+    print()
+    print(f"per-node budgets on the binary tree over {n} bins (Laplace eps = {eps:g}, "
+          f"add/remove, BLUE, mean per prefix): per-level optimum {level.error / n:.3f}, "
+          f"per-node {res.fun * e0 / n:.3f} ({res.nit} L-BFGS-B iterations, {secs:.1f} s)",
+          flush=True)
+
+
 def main(ns):
     best = optimum_table(ns)
     strategy_table(best)
+    per_node_budgets_study()
     laplace_table([n for n in [256] + list(ns) if n <= 1 << 20])
 
 
