@@ -174,6 +174,22 @@ def per_node_budgets_study(n: int = 256, eps: float = 1.0):
           f"add/remove, BLUE, mean per prefix): per-level optimum {level.error / n:.3f}, "
           f"per-node {res.fun * e0 / n:.3f} ({res.nit} L-BFGS-B iterations, {secs:.1f} s)",
           flush=True)
+    # families a scalable optimiser could use: f shared by the nodes of a level with the same
+    # last binary digits of their index (sibling side; sibling and parent's side)
+    idx = np.arange(m) - ((1 << depth) - 1)
+    for name, grp in (("level + side", 2 * depth + idx % 2),
+                      ("level + side + parent's side", 4 * depth + idx % 4)):
+        ng = int(grp.max()) + 1
+        count = np.maximum(np.bincount(grp, None, ng), 1)
+
+        def grouped(z, grp=grp, ng=ng):
+            e, g = error_grad(z[grp])
+            return e / e0, np.bincount(grp, g, ng) / e0
+
+        z0 = np.clip(np.bincount(grp, f0, ng) / count, 1e-5, 1 - 1e-5)
+        r = so.minimize(grouped, z0, jac=True, method="L-BFGS-B", bounds=[(1e-5, 1 - 1e-5)] * ng,
+                        options={"maxiter": 2000})
+        print(f"  {name}: {ng} parameters, {r.fun * e0 / n:.3f}", flush=True)
 
 
 def main(ns):
