@@ -288,3 +288,28 @@ def test_structured_blue_refuses_non_finite_answers(make):
     y[exact[0] if exact.size else 1] = np.nan
     with pytest.raises(ValueError, match="finite"):
         blue(mech, y)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(2, 3), min_size=1, max_size=4), st.integers(0, 2**31))
+def test_laminar_model_of_any_per_row_variances_equals_dense_gls(branching, seed):
+    """Per-row (per-node) variances without a Mechanism: prefix variances = the dense GLS."""
+    from dptree_opt.estimation.laminar import laminar_model_of, point_moments
+    n = int(np.prod(branching))
+    strat = strategies.truncated_tree(n, branching)
+    rng = np.random.default_rng(seed)
+    var = rng.uniform(0.2, 5.0, strat.n_rows)
+    var[rng.random(strat.n_rows) < 0.2] = np.inf  # some rows unmeasured ...
+    var[strat.bin_row] = rng.uniform(0.2, 5.0, n)  # ... but every bin measured
+    a = strat.matrix.toarray()
+    w = np.where(np.isfinite(var), 1.0 / var, 0.0)
+    cov = np.linalg.inv(a.T @ (w[:, None] * a))
+    want = workloads.prefix(n).query_variances(cov)
+    got = point_moments(laminar_model_of(strat, var)).var[1:]
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    with pytest.raises(ValueError, match="variances"):
+        laminar_model_of(strat, var[:-1])
+    bad = var.copy()
+    bad[-1] = 0.0
+    with pytest.raises(ValueError, match="exact"):
+        laminar_model_of(strat, bad)

@@ -227,17 +227,33 @@ def laminar_model(mechanism: Mechanism) -> Laminar:
                          "prefix sums)")
     hit = _CACHE.get(mechanism)
     if hit is None:
-        hit = _build(mechanism)
+        hit = _build(mechanism.released, np.asarray(mechanism.variances, dtype=float))
         _CACHE[mechanism] = hit
     return hit
 
 
-def _build(mech: Mechanism) -> Laminar:
-    strat = mech.released
+def laminar_model_of(strategy: IntervalStrategy, variances) -> Laminar:
+    """The bridge decomposition for an interval strategy with any per-row noise variances
+    (shape (rows,); inf = unmeasured, 0 = exact, allowed for total rows only), without a
+    Mechanism: for studies of per-row (per-node) noise allocations, whose privacy the caller
+    accounts for. Not cached."""
+    if not isinstance(strategy, IntervalStrategy):
+        raise ValueError(f"strategy must be an IntervalStrategy, got {type(strategy).__name__}")
+    var = np.asarray(variances, dtype=float)
+    if var.shape != (strategy.n_rows,) or np.any(np.isnan(var)) or np.any(var < 0):
+        raise ValueError(f"variances must be {strategy.n_rows} numbers >= 0 (inf allowed)")
+    exact = var == 0
+    if np.any(exact & ~((strategy.lo == 0) & (strategy.hi == strategy.n_bins))):
+        raise ValueError("only total rows may be exact (variance 0)")
+    if int(strategy.depth.max(initial=0)) >= MAX_DEPTH:
+        raise ValueError(f"the hierarchy is deeper than {MAX_DEPTH}")
+    return _build(strategy, var)
+
+
+def _build(strat: IntervalStrategy, var: np.ndarray) -> Laminar:
     kp = int(strat.n_bins)
     P = kp + 1
     lo_r, hi_r = np.asarray(strat.lo, np.int64), np.asarray(strat.hi, np.int64)
-    var = np.asarray(mech.variances, dtype=float)
     exact = var == 0
     noisy = np.isfinite(var) & (var > 0)
     w_row = np.where(noisy, 1.0 / np.where(noisy, var, 1.0), 0.0)
