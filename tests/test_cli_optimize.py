@@ -53,3 +53,9 @@ def test_optimize_workload_flag(capsys):
     assert main(["optimize", "--bins", "200", "--epsilon", "1", "--workload", "all_range",
                  "--estimator", "covering"]) == 2
     assert "estimator='blue' only" in capsys.readouterr().err
+    # identity: the exhaustive search; under swap the flat histogram (variance 8 (1 - 1/K))
+    assert main(["optimize", "--bins", "64", "--epsilon", "1", "--workload", "identity",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"]["branching"] == [64]
+    assert out["best"]["mean_error_per_query"] == pytest.approx(8.0 * (1 - 1 / 64))

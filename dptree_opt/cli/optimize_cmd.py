@@ -48,7 +48,8 @@ def run(args) -> int:
         print(json.dumps(out, indent=2))
         return 0
     unit = "eps" if args.noise == "laplace" else "rho"
-    what = "CDF (prefix counts)" if wl == "prefix" else "all ranges"
+    what = {"prefix": "CDF (prefix counts)", "all_range": "all ranges",
+            "identity": "the bins (identity)"}[wl]
     print(f"{args.bins} bins, {what}, {args.noise} noise ({unit} = "
           f"{next(iter(budget.values())):g}), {args.neighbours} neighbours, {args.estimator} "
           f"estimator, {args.budgets} budgets ({seconds:.2f} s)")
@@ -60,10 +61,12 @@ def run(args) -> int:
         print(f"exact CDF error: total {design.error:.6g} counts^2, mean per prefix "
               f"{design.error / args.bins:.6g}, normalised {design.normalised_error:.6g}")
     else:
-        print(f"exact all-range error: total {design.error:.6g} counts^2, mean per range "
+        unit = "range" if wl == "all_range" else "bin"
+        label = "all-range" if wl == "all_range" else "identity"
+        print(f"exact {label} error: total {design.error:.6g} counts^2, mean per {unit} "
               f"{design.error / q:.6g}")
     if design.alternatives:
-        col = "mean/prefix" if wl == "prefix" else " mean/range"
+        col = {"prefix": "mean/prefix", "all_range": " mean/range", "identity": "  mean/bin"}[wl]
         print(f"\nrank  branching                      bins      {col}  vs best")
         for rank, alt in enumerate((design,) + tuple(design.alternatives), start=1):
             shape = ",".join(str(k) for k in alt.branching)
@@ -83,9 +86,11 @@ def register(sub) -> None:
         epilog="example: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue")
     opt.add_argument("--bins", type=int, required=True, help="number of bins K")
     add_budget_arguments(opt)
-    opt.add_argument("--workload", choices=("prefix", "all_range"), default="prefix",
-                     help="what the tree is optimised for: the CDF's prefix counts (default) "
-                          "or all K (K + 1) / 2 ranges (BLUE only)")
+    opt.add_argument("--workload", choices=("prefix", "all_range", "identity"),
+                     default="prefix",
+                     help="what the tree is optimised for: the CDF's prefix counts (default), "
+                          "all K (K + 1) / 2 ranges or the bins themselves (BLUE only; "
+                          "identity: equal budgets, exhaustive, small K)")
     opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
     opt.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
                      help="per-level budget split: equal, or optimised for the estimator")
