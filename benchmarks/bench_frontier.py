@@ -19,8 +19,9 @@ dense: 66.69 against 70.77 for the per-level optimum (-5.8 %) and 69.73 for the 
 p-Identity reaches 54.56 there. Part 4: the same with f shared by the nodes of a level whose
 indices end in the same 2 binary digits (68 parameters at 2^16), evaluated exactly at scale
 through the bridge engine with per-row variances (``laminar_model_of``): 1024 bins 114.31
-(dense twin 114.32); 2^16 415.07 -> 401.11 after 30 finite-difference L-BFGS-B iterations
-(286 s), below the best level-uniform tree (412.71) and near the issue's 400.
+(dense twin 114.32); 2^16 415.07 -> 401.11 (2 digits, 68 parameters, 35 finite-difference
+L-BFGS-B iterations, 376 s) and -> 393.55 (3 digits, 136 parameters, 42 iterations, 786 s):
+below the best level-uniform tree (412.71) and below the issue's 400 at 2^16.
 
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
