@@ -21,7 +21,9 @@ indices end in the same 2 binary digits (68 parameters at 2^16), evaluated exact
 through the bridge engine with per-row variances (``laminar_model_of``): 1024 bins 114.31
 (dense twin 114.32); 2^16 415.07 -> 401.11 (2 digits, 68 parameters, 35 finite-difference
 L-BFGS-B iterations, 376 s) and -> 393.55 (3 digits, 136 parameters, 42 iterations, 786 s):
-below the best level-uniform tree (412.71) and below the issue's 400 at 2^16.
+below the best level-uniform tree (412.71) and below the issue's 400 at 2^16
+(``python -c "import bench_frontier as b; b.digit_budgets_at_scale(2**16, 3, maxiter=150)"``
+from benchmarks/; ``main`` runs the 2-digit, 30-iteration version).
 
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
