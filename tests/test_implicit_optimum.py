@@ -213,6 +213,16 @@ def test_strategy_mechanism_errors_and_blue_match_generic():
     assert small.sensitivity(np.ones(6), "add_remove", 2) >= want
 
 
+def test_strategy_constructor_checks():
+    ga, gb, gd = IO._gram_inverse(workloads.prefix(5))
+    with pytest.raises(ValueError, match="shapes"):
+        IO.ImplicitFactorization(ga, gb, gd, np.ones(4))
+    with pytest.raises(ValueError, match="Stieltjes"):
+        IO.ImplicitFactorization(ga, -gb, gd, np.ones(5))
+    with pytest.raises(ValueError, match="positive"):
+        IO.ImplicitFactorization(ga, gb, gd, np.zeros(5))
+
+
 def test_bad_input_and_refusals():
     with pytest.raises(ValueError, match="tridiagonal inverse"):
         IO.gaussian_optimal_implicit(workloads.ranges(5, [(0, 4), (1, 2)]))

@@ -540,8 +540,12 @@ def test_optimal_budgets_search_reaches_the_issue_anchor_and_beats_math_md():
     below MATH.md's 119.0 (recomputed through a Mechanism on the padded tree)."""
     d = level_uniform(5000, rho=0.1, neighbours="add_remove", estimator="blue",
                       budgets="optimal", top=0)
-    assert d.error / 5000 <= 88.4528
-    assert d.branching == (2,) * 13
+    assert round(d.error / 5000, 2) <= 88.45  # the issue's anchor, given to 2 decimals
+    # the reported error, recomputed through a Mechanism on the padded tree (slow path)
+    mech = dp.Mechanism(S.tree(d.padded_bins, list(d.branching)), rho=0.1,
+                        neighbours="add_remove", level_budgets=list(d.budgets))
+    per = dp.expected_error(W.prefix(d.padded_bins), mech, per_query=True)[:5000]
+    assert per.sum() == pytest.approx(d.error, rel=1e-9)
     # the pool is not exhaustive: the method states the certificate against any mechanism
     lb = dp.bounds.error_lower_bound(W.prefix(5000), noise="gaussian", rho=0.1,
                                      neighbours="add_remove")

@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from .._progress import Progress
 from ..workloads import Workload
 from .base import Strategy, _readonly
+from .optimized import dual_start
 
 __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
            "gaussian_optimal_implicit", "inverse_sqrt_diagonal", "spectral_bounds",
@@ -239,13 +240,7 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     t0 = time.perf_counter()
     ga, gb, gdiag = _gram_inverse(workload)
     n = workload.n_bins
-    if d0 is None:
-        from ..bounds import singular_values
-        d = np.full(n, (float(np.sum(singular_values(workload))) / n) ** 2)
-    else:
-        d = np.asarray(d0, dtype=float)
-        if d.shape != (n,) or not np.all(np.isfinite(d)) or np.any(d <= 0):
-            raise ValueError(f"d0 must be a positive vector of shape ({n},)")
+    d = dual_start(workload, d0)
     best_primal, best_dual, best = math.inf, -math.inf, None
     history = []
     bar = Progress(max_iter, "gaussian optimum", enabled=progress)
@@ -421,6 +416,13 @@ class ImplicitFactorization(Strategy):
         n = d.size
         if d.ndim != 1 or n < 1 or not np.all(np.isfinite(d)) or np.any(d <= 0):
             raise ValueError("d must be a positive finite vector")
+        ga, gb, gdiag = (np.asarray(v, dtype=float) for v in (ga, gb, gdiag))
+        if ga.shape != (n,) or gb.shape != (n - 1,) or gdiag.shape != (n,):
+            raise ValueError(f"G^-1 = tridiag(gb, ga, gb) and diag(G) must have shapes "
+                             f"({n},), ({n - 1},), ({n},) for d of length {n}")
+        if np.any(gb > 0) or not np.all(np.isfinite(np.concatenate([ga, gb, gdiag]))):
+            raise ValueError("G^-1 must be finite with off-diagonals <= 0 (a Stieltjes "
+                             "tridiagonal: prefix, all-range or identity Grams)")
         self._ga, self._gb, self._gdiag, self._d = ga, gb, gdiag, d
         sd = np.sqrt(d)
         self._a = ga / d
@@ -558,6 +560,7 @@ class ImplicitFactorization(Strategy):
         return super()._add_remove_loss(w, p)  # through .matrix (n <= 2048)
 
     def corner(self) -> float:
+        """(A'A)_(0, n-1), the correlation of the first and last columns (cached)."""
         if self._corner is None:
             self._corner = self._corner_value()
         return self._corner
@@ -592,8 +595,7 @@ class ImplicitFactorization(Strategy):
         # bins and falls with n), else the matrix (<= 2048 bins) or a refusal.
         core = w[:self._n_bins]
         n = self._n_bins
-        if (p == 2 and n > EXACT_SWAP_BINS and np.all(core == core[0])
-                and np.all(self._gb <= 0)):
+        if p == 2 and n > EXACT_SWAP_BINS and np.all(core == core[0]):
             low, top2 = self.swap_bracket()
             if top2 - low <= SWAP_BRACKET * top2:
                 return (abs(core[0]) * math.sqrt(top2)

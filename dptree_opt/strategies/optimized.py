@@ -64,7 +64,7 @@ import scipy.sparse as sp
 from ..workloads import Workload
 from .base import Strategy
 
-__all__ = ["OptimizedStrategy", "gaussian_optimal", "gaussian_optimal_cvxpy",
+__all__ = ["OptimizedStrategy", "dual_start", "gaussian_optimal", "gaussian_optimal_cvxpy",
            "p_identity", "p_identity_objective", "laplace_p_identity"]
 
 # Dense Gram / eigendecomposition only up to this many bins.
@@ -220,6 +220,19 @@ def _dense_strategy(r: np.ndarray, name: str) -> Strategy:
     return Strategy(sp.csr_matrix(r), name=name)
 
 
+def dual_start(workload: Workload, d0=None) -> np.ndarray:
+    """The dual fixed point's starting point: ``d0`` checked (positive, shape (n,)), or the
+    SVD-bound point d = (||W||_* / n)^2 1, whose dual value is the SVD bound."""
+    n = workload.n_bins
+    if d0 is None:
+        from ..bounds import singular_values
+        return np.full(n, (float(np.sum(singular_values(workload))) / n) ** 2)
+    d = np.asarray(d0, dtype=float)
+    if d.shape != (n,) or not np.all(np.isfinite(d)) or np.any(d <= 0):
+        raise ValueError(f"d0 must be a positive vector of shape ({n},)")
+    return d
+
+
 def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 500,
                      d0=None) -> OptimizedStrategy:
     """The optimal Gaussian strategy for ``workload`` under add/remove (module docstring).
@@ -234,14 +247,7 @@ def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 5
     w = _check_workload(workload)
     t0 = time.perf_counter()
     prob = _GaussianProblem(w)
-    n = w.n_bins
-    if d0 is None:
-        from ..bounds import singular_values
-        d = np.full(n, (float(np.sum(singular_values(w))) / n) ** 2)
-    else:
-        d = np.asarray(d0, dtype=float)
-        if d.shape != (n,) or not np.all(np.isfinite(d)) or np.any(d <= 0):
-            raise ValueError(f"d0 must be a positive vector of shape ({n},)")
+    d = dual_start(w, d0)
     best_primal, best_dual, best = math.inf, -math.inf, None
     start_error = None
     history = []
