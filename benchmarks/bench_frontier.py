@@ -14,16 +14,17 @@ Part 2 (pure DP, issue 14 item 5): the best tree with optimal budgets and the no
 under Laplace. Tried so far: only trees (the optimal-budget search now also scores the finest
 3-smooth trees: 118.23 / 412.71 / 758.44 at 2^10 / 2^16 / 2^20 against MATH.md's 119.0 /
 414.5 / 760.9); Haar and the square-root factorisation are far worse under L1; p-Identity is
-dense (256 bins). Part 3: budgets per node (not per level) on the binary tree, 256 bins,
-dense: 66.69 against 70.77 for the per-level optimum (-5.8 %) and 69.73 for the best tree;
-p-Identity reaches 54.56 there. Part 4: the same with f shared by the nodes of a level whose
-indices end in the same 2 binary digits (68 parameters at 2^16), evaluated exactly at scale
-through the bridge engine with per-row variances (``laminar_model_of``): 1024 bins 114.31
-(dense twin 114.32); 2^16 415.07 -> 401.11 (2 digits, 68 parameters, 35 finite-difference
-L-BFGS-B iterations, 376 s) and -> 393.55 (3 digits, 136 parameters, 42 iterations, 786 s):
-below the best level-uniform tree (412.71) and below the issue's 400 at 2^16
-(``python -c "import bench_frontier as b; b.digit_budgets_at_scale(2**16, 3, maxiter=150)"``
-from benchmarks/; ``main`` runs the 2-digit, 30-iteration version).
+dense (256 bins). Part 3: budgets per NODE (not per level) on the binary tree, every root-to-leaf path summing to
+eps (``optimize.optimal_node_budgets``: L-BFGS-B with the exact O(K) adjoint gradient of the
+bridge passes; Mechanism(row_budgets=...)): 256 bins 66.69 (per-level optimum 70.77, best
+tree 69.73, p-Identity 54.56); 1024: 112.77 (per-level 118.96; the best 1024-bin tree with
+optimal per-level budgets, 3,3,3,2,.. over 1728 bins, is 118.23); 2^16: 384.63 in 31 s
+(target 400; per-level 414.49, best tree 412.71); 2^20: see node_budgets_table. Every other
+complete tree tried at 1024 ((4,)*5, (8,8,16), (32,32), (16,16,4) ...) is no better than
+binary: per-node budgets do not reach the 2^10 aim of 88 (p-Identity 91.2 is dense).
+Tried before the adjoint: f shared by the nodes of a level whose indices end in the same
+2 / 3 binary digits, finite differences (commit 6df5e5a): 2^16 401.11 (376 s) / 393.55
+(786 s): superseded by full per-node freedom.
 
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
@@ -128,129 +129,31 @@ def laplace_table(ns):
               f"{res.bounds['cdf']:.2f} | {secs:.1f} |", flush=True)
 
 
-def per_node_budgets_study(n: int = 256, eps: float = 1.0):
-    """Part 3 (issue 14 item 5, an attempt): the binary tree with a budget per NODE instead of
-    per level, Laplace, add/remove, BLUE, CDF. Every root-to-leaf path must sum to eps; the
-    parametrisation b_r = R_r f_r, R_child = R_r (1 - f_r), R_root = eps, f_leaf = 1 makes that
-    exact. Dense GLS (n <= ~512): E = tr(G C), C = (A' P A)^-1, P = diag(b^2 / 2);
-    dE/db_r = -b_r a_r' C G C a_r, chained to f through the tree; L-BFGS-B from the
-    per-level optimum (optimize.optimal_blue_budgets). Prints both errors."""
-    import scipy.optimize as so
-
-    from dptree_opt import optimize, strategies
-    h = n.bit_length() - 1
-    tree = strategies.binary_tree(n)
-    A = tree.matrix.toarray()
-    parent, depth = tree.parent, tree.depth
-    m = A.shape[0]
-    G = workloads.prefix(n).gram_dense()
-    leaf = depth == h
-
-    def budgets(f):
-        R = np.empty(m)
-        R[0] = eps
-        for lev in range(1, h + 1):  # level order: parents first
-            sl = tree.level_slice(lev)
-            R[sl] = R[parent[sl]] * (1.0 - f[parent[sl]])
-        return R * f, R
-
-    def error_grad(f):
-        f = np.where(leaf, 1.0, f)
-        b, R = budgets(f)
-        C = np.linalg.inv(A.T @ ((b * b / 2.0)[:, None] * A))
-        g = -b * np.einsum("ri,ij,rj->r", A, C @ G @ C, A)
-        sub = g * b
-        for lev in range(h, 0, -1):  # subtree sums of g_s b_s, bottom-up per level
-            sl = tree.level_slice(lev)
-            np.add.at(sub, parent[sl], sub[sl])
-        df = np.where(leaf, 0.0, g * R - (sub - g * b) / np.where(leaf, 1.0, 1.0 - f))
-        return float(np.sum(G * C)), df
-
-    level = optimize.optimal_blue_budgets([2] * h, eps, neighbours="add_remove")
-    bl = np.asarray(level.budgets)
-    rem = eps - np.concatenate([[0.0], np.cumsum(bl)[:-1]])
-    f0 = np.clip(np.where(rem > 0, bl / np.maximum(rem, 1e-300), 1.0)[depth], 1e-5, 1 - 1e-5)
-    e0, _ = error_grad(f0)
-    res, secs, _ = timed(so.minimize, lambda f: tuple(v / e0 for v in error_grad(f)), f0,
-                         jac=True, method="L-BFGS-B", bounds=[(1e-5, 1 - 1e-5)] * m,
-                         options={"maxiter": 2000})
+def node_budgets_table(ns, maxiter: int = 3000):
+    """Part 3 (issue 14 item 5): budgets per NODE on the binary tree (every root-to-leaf path
+    sums to eps; Laplace, eps 1, add/remove, BLUE, mean per prefix), by
+    ``optimize.optimal_node_budgets``: L-BFGS-B with the exact O(K) adjoint gradient of the
+    bridge passes, from the per-level optimum; then the Mechanism (``row_budgets``) and its
+    exact error through ``expected_error`` (the bridge engine), as a check."""
+    from dptree_opt import optimize
     print()
-    print(f"per-node budgets on the binary tree over {n} bins (Laplace eps = {eps:g}, "
-          f"add/remove, BLUE, mean per prefix): per-level optimum {level.error / n:.3f}, "
-          f"per-node {res.fun * e0 / n:.3f} ({res.nit} L-BFGS-B iterations, {secs:.1f} s)",
-          flush=True)
-    # families a scalable optimiser could use: f shared by the nodes of a level with the same
-    # last binary digits of their index (sibling side; sibling and parent's side)
-    idx = np.arange(m) - ((1 << depth) - 1)
-    for name, grp in (("level + side", 2 * depth + idx % 2),
-                      ("level + side + parent's side", 4 * depth + idx % 4)):
-        ng = int(grp.max()) + 1
-        count = np.maximum(np.bincount(grp, None, ng), 1)
-
-        def grouped(z, grp=grp, ng=ng):
-            e, g = error_grad(z[grp])
-            return e / e0, np.bincount(grp, g, ng) / e0
-
-        z0 = np.clip(np.bincount(grp, f0, ng) / count, 1e-5, 1 - 1e-5)
-        r = so.minimize(grouped, z0, jac=True, method="L-BFGS-B", bounds=[(1e-5, 1 - 1e-5)] * ng,
-                        options={"maxiter": 2000})
-        print(f"  {name}: {ng} parameters, {r.fun * e0 / n:.3f}", flush=True)
-
-
-def digit_budgets_at_scale(n: int = 1 << 16, digits: int = 2, eps: float = 1.0,
-                           maxiter: int = 30):
-    """Part 4: the digit-grouped per-node budgets of part 3 at scale, exact errors without a
-    matrix: the binary tree's nodes of a level share f when the last ``digits`` binary digits
-    of their index agree ((h + 1) 2^digits parameters); b = R f down the tree (every
-    root-to-leaf path sums to eps exactly: Laplace, add/remove, unit sensitivity per node);
-    per-row variances 2 / b^2 into the bridge engine (``laminar_model_of``, O(n) per
-    evaluation); L-BFGS-B on logit(f) with finite differences, from the per-level optimum."""
-    import scipy.optimize as so
-    from scipy.special import expit, logit
-
-    from dptree_opt import optimize, strategies
-    from dptree_opt.estimation.laminar import laminar_model_of, point_moments
-    h = n.bit_length() - 1
-    tree = strategies.truncated_tree(n, (2,) * h)
-    depth = np.asarray(tree.depth)
-    idx = np.arange(tree.n_rows) - ((1 << depth) - 1)
-    G = 1 << digits
-    grp = depth * G + idx % G
-    ng = (h + 1) * G
-    leaf = depth == h
-    parent = np.asarray(tree.parent)
-    starts = np.concatenate([[0], np.cumsum(1 << np.arange(h + 1))])
-
-    def mean_error(z):
-        f = np.where(leaf, 1.0, expit(z)[grp])
-        R = np.empty(tree.n_rows)
-        R[0] = eps
-        for lev in range(1, h + 1):
-            sl = slice(starts[lev], starts[lev + 1])
-            R[sl] = R[parent[sl]] * (1.0 - f[parent[sl]])
-        b = R * f
-        var = np.where(b > 0, 2.0 / np.maximum(b, 1e-300) ** 2, np.inf)
-        return float(point_moments(laminar_model_of(tree, var)).var[1:].sum()) / n
-
-    level = optimize.optimal_blue_budgets([2] * h, eps, neighbours="add_remove")
-    bl = np.asarray(level.budgets)
-    rem = eps - np.concatenate([[0.0], np.cumsum(bl)[:-1]])
-    fl = np.clip(np.where(rem > 0, bl / np.maximum(rem, 1e-300), 1.0), 1e-4, 1 - 1e-4)
-    z0 = np.repeat(logit(fl), G)
-    e0 = mean_error(z0)
-    res, secs, _ = timed(so.minimize, lambda z: mean_error(z) / e0, z0, method="L-BFGS-B",
-                         options={"maxiter": maxiter, "eps": 1e-5})
-    print(f"digit-grouped per-node budgets, binary tree over {n} bins, {ng} parameters: "
-          f"start (per-level optimum, clipped) {e0:.3f} -> {res.fun * e0:.3f} "
-          f"({res.nit} iterations, {secs:.0f} s)", flush=True)
-    return res.fun * e0
+    print("| n | per-level optimum | per-node | iterations | time (s) | peak MiB | "
+          "Mechanism's eps | expected_error / n |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in ns:
+        h = n.bit_length() - 1
+        res, secs, mib = timed(optimize.optimal_node_budgets, (2,) * h, 1.0,
+                               neighbours="add_remove", maxiter=maxiter)
+        mech = res.mechanism()
+        check = expected_error(workloads.prefix(n), mech) / n
+        print(f"| {n} | {res.start_mean:.2f} | {res.mean:.2f} | {res.iterations} | {secs:.0f} | "
+              f"{mib:.0f} | {mech.epsilon:.12f} | {check:.2f} |", flush=True)
 
 
 def main(ns):
     best = optimum_table(ns)
     strategy_table(best)
-    per_node_budgets_study()
-    digit_budgets_at_scale()
+    node_budgets_table([n for n in [256] + list(ns) if n <= 1 << 20])
     laplace_table([n for n in [256] + list(ns) if n <= 1 << 20])
 
 

@@ -19,7 +19,8 @@ from .privacy import (
 from .strategies import Strategy
 from .strategies.base import check_neighbours
 
-__all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance"]
+__all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance",
+           "discrete_variances", "row_sensitivities"]
 
 # Discrete Gaussian: beyond this sigma its variance equals sigma^2 to double precision (the
 # Poisson-summation correction is of order sigma^2 * 8 pi^2 sigma^2 exp(-2 pi^2 sigma^2)).
@@ -59,6 +60,53 @@ def discrete_variance(scale: float, noise: str) -> float:
     z = np.arange(-math.ceil(40 * s) - 2, math.ceil(40 * s) + 3, dtype=float)
     w = np.exp(-z * z / (2.0 * s * s))
     return float(np.sum(z * z * w) / np.sum(w))
+
+
+def discrete_variances(scales, noise: str) -> np.ndarray:
+    """:func:`discrete_variance` for an array of scales (any shape), vectorised: Laplace in
+    closed form, Gaussian by one exact sum per distinct scale below 4 (sigma^2 above)."""
+    noise = check_noise(noise)
+    s = np.asarray(scales, dtype=float)
+    out = np.where(np.isinf(s), np.inf, 0.0)
+    pos = (s > 0) & np.isfinite(s)
+    sp_ = s[pos]
+    if noise == "laplace":
+        with np.errstate(over="ignore"):
+            q = np.exp(-1.0 / sp_)
+            v = np.where(sp_ > 1e6, 2.0 * sp_ * sp_ - 1.0 / 6.0,
+                         2.0 * q / np.expm1(-1.0 / sp_) ** 2)
+    else:
+        v = sp_ * sp_
+        small = sp_ < _DGAUSS_EXACT_SIGMA
+        if np.any(small):
+            u, inv = np.unique(sp_[small], return_inverse=True)
+            v[small] = np.array([discrete_variance(x, noise) for x in u])[inv]
+    out[pos] = v
+    return out
+
+
+def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
+    """Each row's own sensitivity (shape (rows,)): the largest change of its answer when one
+    record is added / removed (max_j |a_rj|) or moved (max_(i, j) |a_ri - a_rj|). The same
+    under l1 and l2 (one row). Interval strategies in closed form (1, or 0 for a total row
+    under swap); others from the sparse matrix."""
+    from .strategies import IntervalStrategy
+    neighbours = check_neighbours(neighbours)
+    if isinstance(strategy, IntervalStrategy):
+        if neighbours == "add_remove":
+            return np.ones(strategy.n_rows)
+        if strategy.n_bins == 1:
+            return np.zeros(strategy.n_rows)
+        return np.where(strategy.total_row_mask(), 0.0, 1.0)
+    a = strategy.matrix.tocsr()
+    hi = np.asarray(a.max(axis=1).todense()).ravel()
+    lo = np.asarray(a.min(axis=1).todense()).ravel()  # implicit zeros count (scipy)
+    if neighbours == "add_remove":
+        return np.maximum(np.abs(hi), np.abs(lo))
+    full = np.diff(a.indptr) == strategy.n_bins
+    hi = np.where(full, hi, np.maximum(hi, 0.0))
+    lo = np.where(full, lo, np.minimum(lo, 0.0))
+    return hi - lo if strategy.n_bins > 1 else np.zeros(strategy.n_rows)
 
 
 def _discrete_laplace(rng: np.random.Generator, scale: np.ndarray, shape) -> np.ndarray:
@@ -170,6 +218,17 @@ class Mechanism:
         level with k_1 = 1 under swap) is released exactly, needs no budget and gets none by
         default (budget given to it is unused: ``.epsilon`` / ``.rho`` report the loss).
 
+    row_budgets : array of float, shape (strategy rows,), optional
+        One absolute budget per row instead of per level (budgets per node: issue 14 item 5,
+        ``optimize.optimal_node_budgets``); exclusive with ``level_budgets``. Row r gets
+        scale s_r / b_r (Laplace) or s_r / sqrt(2 b_r) (Gaussian), s_r its own sensitivity
+        (the largest change of its answer under the neighbour model); b_r = 0: not
+        measured. The budgets need not sum to the total: the loss of the scaled strategy is
+        recomputed exactly and must not exceed it (on a tree under add/remove: every
+        root-to-leaf path sums to at most the budget), else ValueError. With a public N the
+        level-0 rows are exact and must get 0. The per-level dicts (``level_budgets`` ...)
+        are then empty except for an exact level 0; ``row_budgets`` holds the budgets.
+
     discrete : bool, optional
         ``True``: the noise is integer-valued (discrete Laplace / discrete Gaussian of the same
         scale, as added by a real release's secure sampler, [CKS20]). Scales, budgets and the
@@ -186,7 +245,7 @@ class Mechanism:
 
     def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str | None = None,
                  neighbours: str = "swap", public_total=None, level_budgets=None,
-                 discrete: bool = False):
+                 row_budgets=None, discrete: bool = False):
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
         noise = infer_noise(noise, epsilon, rho)
@@ -202,6 +261,12 @@ class Mechanism:
             released = strategy.with_total_row()
         levels = released.levels
         p = norm_of(noise)
+        if row_budgets is not None:
+            if level_budgets is not None:
+                raise ValueError("give level_budgets or row_budgets, not both")
+            self._init_rows(strategy, released, noise, neighbours, public, budget,
+                            budget_name, row_budgets, discrete)
+            return
         present = np.flatnonzero(np.bincount(levels))  # levels present, O(rows)
         noisy_levels = present[present != 0] if public else present
         sens = np.array([released.level_sensitivity(int(lvl), neighbours, p)
@@ -236,6 +301,13 @@ class Mechanism:
             raise ValueError(f"calibration error: the mechanism's {budget_name} would be "
                              f"{actual!r} > requested {budget!r}")
 
+        self._set(strategy, released, noise, neighbours, public, budget_name, budget, actual,
+                  {int(lv): float(b) for lv, b in zip(noisy_levels, budgets)}, level_scale,
+                  level_variance, level_sens, scale, variance, exact, discrete, None, None)
+
+    def _set(self, strategy, released, noise, neighbours, public, budget_name, budget, actual,
+             level_budgets, level_scale, level_variance, level_sens, scale, variance, exact,
+             discrete, row_budgets, row_sens):
         self._strategy = strategy
         self._released = released
         self._noise = noise
@@ -244,15 +316,60 @@ class Mechanism:
         self._budget_name = budget_name
         self._requested = budget
         self._actual = actual
-        self._level_budgets = {int(lv): float(b) for lv, b in zip(noisy_levels, budgets)}
+        self._level_budgets = level_budgets
         self._level_scale = level_scale
         self._level_variance = level_variance
         self._level_sensitivity = level_sens
-        for arr in (scale, variance, exact):
-            arr.flags.writeable = False
+        for arr in (scale, variance, exact, row_budgets, row_sens):
+            if arr is not None:
+                arr.flags.writeable = False
         self._scales, self._variances, self._exact = scale, variance, exact
+        self._row_budgets, self._row_sensitivities = row_budgets, row_sens
         self._discrete = bool(discrete)
         self._frozen = True
+
+    def _init_rows(self, strategy, released, noise, neighbours, public, budget, budget_name,
+                   row_budgets, discrete):
+        """Per-row budgets: scales from each row's own sensitivity, loss recomputed."""
+        m = strategy.n_rows
+        try:
+            b = np.array(row_budgets, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError("row_budgets must be an array of numbers") from None
+        if np.ndim(row_budgets) != 1 or b.size != m:
+            raise ValueError(f"row_budgets must have shape ({m},) (one per strategy row), got "
+                             f"shape {np.shape(row_budgets)}")
+        if not np.all(np.isfinite(b)) or np.any(b < 0):
+            raise ValueError("row_budgets must be finite and >= 0")
+        if released.n_rows > m:  # the appended exact total row
+            b = np.append(b, 0.0)
+        exact_level0 = (released.levels == 0) if public else np.zeros(b.size, bool)
+        if np.any(b[exact_level0] > 0):
+            raise ValueError("row_budgets: with a public N the level-0 (total) rows are "
+                             "released exactly; give them 0")
+        own = row_sensitivities(released, neighbours)
+        exact = exact_level0 | (own == 0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # exact rows: 0 / 0 discarded
+            if noise == "laplace":
+                scale = np.where(exact, 0.0, own / b)
+                variance = 2.0 * scale * scale
+            else:
+                scale = np.where(exact, 0.0, own / np.sqrt(2.0 * b))
+                variance = scale * scale
+        if discrete:
+            variance = discrete_variances(scale, noise)
+        weights = np.where((scale > 0) & np.isfinite(scale),
+                           1.0 / np.where(scale > 0, scale, 1.0), 0.0)
+        actual = loss_from_sensitivity(released.sensitivity(weights, neighbours,
+                                                            norm_of(noise)), noise)
+        if actual > budget * (1 + 1e-9):
+            raise ValueError(f"row_budgets: the scaled strategy's {budget_name} is {actual!r} "
+                             f"> the requested {budget!r} (on a tree under add/remove every "
+                             "root-to-leaf path must sum to at most the budget)")
+        levels0 = {0: 0.0} if public else {}
+        self._set(strategy, released, noise, neighbours, public, budget_name, budget, actual,
+                  {}, dict(levels0), dict(levels0), dict(levels0), scale, variance, exact,
+                  discrete, b, own)
 
     def __setattr__(self, name, value):
         if getattr(self, "_frozen", False):
@@ -341,6 +458,18 @@ class Mechanism:
         return self._exact
 
     @property
+    def row_budgets(self) -> np.ndarray | None:
+        """Per released row: its absolute budget when the mechanism was built with
+        ``row_budgets`` (0 for exact and unmeasured rows), else None (budgets per level)."""
+        return self._row_budgets
+
+    @property
+    def row_sensitivities(self) -> np.ndarray | None:
+        """Per released row: its own sensitivity (``row_sensitivities``) when built with
+        ``row_budgets``, else None."""
+        return self._row_sensitivities
+
+    @property
     def discrete(self) -> bool:
         """Whether the noise is integer-valued (discrete Laplace / discrete Gaussian)."""
         return self._discrete
@@ -356,11 +485,14 @@ class Mechanism:
                 object.__setattr__(new, name, value)
         level_variance = {lvl: discrete_variance(s, self._noise)
                           for lvl, s in self._level_scale.items()}
-        levels = self._released.levels
-        lookup = np.zeros(int(levels.max()) + 1)
-        for lvl, v in level_variance.items():
-            lookup[lvl] = v
-        variances = np.take(lookup, levels)  # per row, O(rows)
+        if self._row_budgets is not None:
+            variances = discrete_variances(self._scales, self._noise)
+        else:
+            levels = self._released.levels
+            lookup = np.zeros(int(levels.max()) + 1)
+            for lvl, v in level_variance.items():
+                lookup[lvl] = v
+            variances = np.take(lookup, levels)  # per row, O(rows)
         variances.flags.writeable = False
         object.__setattr__(new, "_level_variance", level_variance)
         object.__setattr__(new, "_variances", variances)
@@ -414,6 +546,13 @@ class Mechanism:
             why = ("invariant under swap" if self._neighbours == "swap"
                    else "declared public by the caller: N itself is NOT protected")
             lines.append(f"total N: released exactly ({why})")
+        if self._row_budgets is not None:
+            noisy = np.isfinite(self._scales) & (self._scales > 0)
+            b = self._row_budgets[noisy]
+            lines.append(f"  budgets per row: {int(noisy.sum())} noisy rows, {unit}_r from "
+                         f"{b.min() if b.size else 0:.6g} to {b.max() if b.size else 0:.6g}; "
+                         f"{int(np.isinf(self._scales).sum())} unmeasured, "
+                         f"{int(self._exact.sum())} exact")
         for lvl, b in self._level_budgets.items():
             lines.append(f"  level {lvl}: {unit}_l = {b:.6g}, sensitivity "
                          f"{self._level_sensitivity[lvl]:.6g}, scale {self._level_scale[lvl]:.6g},"

@@ -261,6 +261,7 @@ def _tree_range_variances(mechanism: Mechanism, lo: np.ndarray, hi: np.ndarray) 
 def _all_levels_measured(mechanism: Mechanism) -> bool:
     """A level-uniform tree whose levels are all measured (finite variances)."""
     return (isinstance(mechanism.released, S.LevelUniformTree)
+            and mechanism.row_budgets is None
             and all(np.isfinite(v) for v in mechanism.level_variances.values()))
 
 

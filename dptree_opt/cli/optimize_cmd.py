@@ -29,6 +29,8 @@ def run(args) -> int:
     if args.bins < 1:
         raise ValueError(f"--bins must be >= 1, got {args.bins}")
     budget = budget_kwargs(args)
+    if args.budgets == "node":
+        return _run_node(args, budget)
     t0 = time.perf_counter()
     design = optimize.level_uniform(
         args.bins, **budget, estimator=args.estimator, noise=args.noise,
@@ -75,6 +77,55 @@ def run(args) -> int:
     return 0
 
 
+def _run_node(args, budget) -> int:
+    """--budgets node: a budget per node (optimize.optimal_node_budgets) on the best unpadded
+    tree with optimal per-level budgets and on its finest refinement; the better one."""
+    if args.workload != "prefix" or args.estimator != "blue":
+        raise ValueError("--budgets node optimises the BLUE's CDF error: use it with "
+                         "--workload prefix --estimator blue")
+    if args.bins < 2:
+        raise ValueError("--budgets node needs at least 2 bins")
+    t0 = time.perf_counter()
+    level = optimize.level_uniform(
+        args.bins, **budget, estimator="blue", noise=args.noise, neighbours=args.neighbours,
+        public_total=True if args.public_total else None, allow_padding=False,
+        budgets="optimal", top=0)
+    shapes = {tuple(level.branching), optimize.finest_refinement(level.branching)}
+    shapes = [ks for ks in shapes if all(k >= 2 for k in ks)]
+    if not shapes:
+        raise ValueError("--budgets node needs a tree of height >= 1 (K >= 2)")
+    if args.public_total and args.neighbours == "add_remove":
+        raise ValueError("--budgets node: a public total under add/remove is not supported "
+                         "(use swap, where N is public)")
+    results = [optimize.optimal_node_budgets(ks, **budget, noise=args.noise,
+                                             neighbours=args.neighbours) for ks in shapes]
+    best = min(results, key=lambda r: r.error)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"n_bins": args.bins, "workload": "prefix", "estimator": "blue",
+                          "noise": args.noise, "neighbours": args.neighbours, **budget,
+                          "budgets_rule": "node", "seconds": seconds,
+                          "branching": list(best.branching),
+                          "per_level_mean_error_per_prefix": best.start_mean,
+                          "mean_error_per_prefix": best.mean, "error": best.error,
+                          "node_budgets": best.budgets.tolist()}, indent=2))
+        return 0
+    print(f"{args.bins} bins, CDF, {args.noise} noise, {args.neighbours} neighbours, BLUE, "
+          f"a budget per node ({seconds:.2f} s)")
+    paths = ("the root is the public total and the rest of every root-to-leaf path sums to "
+             "half the budget: a swap moves a record between two paths"
+             if args.neighbours == "swap" else "every root-to-leaf path sums to the budget")
+    print(f"tree: branching {list(best.branching)} ({paths})")
+    print(f"mean error per prefix: {best.mean:.6g} with budgets per node, "
+          f"{best.start_mean:.6g} with the optimal per-level budgets of the same tree "
+          f"({100 * (1 - best.mean / best.start_mean):.2f} % less; {best.iterations} "
+          "L-BFGS-B iterations)")
+    b = best.budgets[best.budgets > 0]
+    print(f"node budgets: {b.size} measured nodes, from {b.min():.4g} to {b.max():.4g} "
+          "(--json lists them, strategies.tree row order)")
+    return 0
+
+
 def register(sub) -> None:
     """Add the `optimize` subcommand to the subparsers ``sub``."""
     opt = sub.add_parser(
@@ -92,8 +143,10 @@ def register(sub) -> None:
                           "all K (K + 1) / 2 ranges or the bins themselves (BLUE only; "
                           "identity: equal budgets, exhaustive, small K)")
     opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
-    opt.add_argument("--budgets", choices=("equal", "optimal"), default="equal",
-                     help="per-level budget split: equal, or optimised for the estimator")
+    opt.add_argument("--budgets", choices=("equal", "optimal", "node"), default="equal",
+                     help="per-level budget split: equal, or optimised for the estimator; "
+                          "node: a budget per node (not per level) on the best unpadded tree "
+                          "or its finest refinement (CDF, BLUE)")
     opt.add_argument("--no-padding", action="store_true",
                      help="only trees with exactly K leaves (default: also padded K' <= "
                           "max-padding * K)")

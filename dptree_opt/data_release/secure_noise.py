@@ -106,8 +106,10 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
                          "discrete=True) or mech.discretised()): its variances must describe "
                          "the integer noise actually added")
     answers = exact_answers(mechanism, histogram)
-    levels = mechanism.released.levels
     y = answers.astype(float)
+    if mechanism.row_budgets is not None:
+        return _secure_rows(mechanism, answers, y)
+    levels = mechanism.released.levels
     budgets = mechanism.level_budgets
     sens = mechanism.level_sensitivities
     for lvl, scale in mechanism.level_scales.items():  # one call per level (h + 1 at most)
@@ -119,4 +121,23 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
             continue
         y[rows] = _opendp_sample(answers[rows], noise=mechanism.noise, scale=scale,
                                  sensitivity=sens[lvl], budget=budgets[lvl])
+    return y
+
+
+def _secure_rows(mechanism: Mechanism, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """secure_measure for budgets per row: one OpenDP call per distinct (scale, own
+    sensitivity), each checked against its rows' budget."""
+    scale = mechanism.scales
+    sens = mechanism.row_sensitivities
+    budget = mechanism.row_budgets
+    y[np.isinf(scale)] = np.nan
+    noisy = np.flatnonzero(np.isfinite(scale) & (scale > 0))
+    keys, inv = np.unique(np.stack([scale[noisy], sens[noisy]]), axis=1, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(keys.shape[1] + 1))
+    for g in range(keys.shape[1]):
+        rows = noisy[order[bounds[g]:bounds[g + 1]]]
+        y[rows] = _opendp_sample(answers[rows], noise=mechanism.noise, scale=float(keys[0, g]),
+                                 sensitivity=float(keys[1, g]),
+                                 budget=float(budget[rows].min()))
     return y

@@ -18,11 +18,11 @@ __all__ = ["is_tree_mechanism", "tree_parameters", "tree_estimates", "tree_blue"
 
 
 def is_tree_mechanism(mechanism: Mechanism) -> bool:
-    """Whether the fast tree paths apply: the released strategy is a level-uniform tree whose
-    non-root levels are noisy or unmeasured (a non-root level is exact only when it repeats
+    """Whether the fast tree paths apply: the released strategy is a level-uniform tree with
+    budgets per level (not ``row_budgets``) whose non-root levels are noisy or unmeasured (a non-root level is exact only when it repeats
     the root, e.g. one bin under swap; the generic solver handles that)."""
-    if not isinstance(mechanism.released, LevelUniformTree):
-        return False
+    if not isinstance(mechanism.released, LevelUniformTree) or mechanism.row_budgets is not None:
+        return False  # budgets per row: not level-uniform noise (the bridge engine applies)
     return all(v > 0 for lvl, v in mechanism.level_variances.items() if lvl > 0)
 
 

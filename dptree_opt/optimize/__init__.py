@@ -5,13 +5,16 @@
 ``optimal_height``. [RTS] Sec. V and beyond: ``level_uniform``, the exact integer search over
 (padded) ordered factorisations scored by the exact error of the covering, refined or BLUE
 estimator. Beyond [RTS]: ``optimal_blue_budgets`` (optimal per-level budgets for the BLUE,
-Laplace and Gaussian). Every result is a ``TreeDesign``. Beyond trees: ``optimized_strategy``
+Laplace and Gaussian); ``optimal_node_budgets`` (a budget per node: every root-to-leaf path
+sums to the total; exact adjoint gradient, O(K) per step). Every tree result but the last is
+a ``TreeDesign``. Beyond trees: ``optimized_strategy``
 (the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``).
 """
 
 from .beyond_trees import best_tree, clear_cache, optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .levels import level_variances, noisy_levels
+from .node_budgets import NodeBudgets, optimal_node_budgets, tree_cdf_error
 from .result import TreeDesign, error_unit
 from .rts import (
     branching,
@@ -30,5 +33,6 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "branching_closed_form", "joint", "degenerate_optimum", "psi",
            "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
            "finest_refinement",
-           "optimal_blue_budgets", "level_variances", "noisy_levels", "best_tree",
+           "optimal_blue_budgets", "optimal_node_budgets", "NodeBudgets", "tree_cdf_error",
+           "level_variances", "noisy_levels", "best_tree",
            "optimized_strategy", "clear_cache"]

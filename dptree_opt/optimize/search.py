@@ -421,6 +421,7 @@ class _Divisors:
     def __init__(self, limit: int):
         self.spf = _spf(max(limit, 2)) if limit <= 1 << 23 else None
         self._div = {}
+        self._arr = {}
         self._omega = {}
 
     def _factor(self, n: int) -> dict:
@@ -445,6 +446,13 @@ class _Divisors:
         if n not in self._omega:
             self._omega[n] = sum(self._factor(n).values())
         return self._omega[n]
+
+    def divisor_array(self, n: int) -> np.ndarray:
+        """The divisors d >= 2 of n as an int64 array (memoised)."""
+        arr = self._arr.get(n)
+        if arr is None:
+            arr = self._arr[n] = np.array(self.divisors(n), dtype=np.int64)
+        return arr
 
     def divisors(self, n: int) -> list[int]:
         """Divisors d >= 2 of n, increasing."""
@@ -510,6 +518,8 @@ class _Engine:
         self.div = _Divisors(s.K)
         self._par = {}
         self._haar_cache = {}
+        self._num_cache = {}
+        self.layer_arrays = None  # the layers' widths, sorted (for vectorised membership)
         self.max_scored = math.inf  # refined: refined errors to compute before giving up
         self.layers = None  # padded search: {m: {width: sieve value}} (smooth widths only)
         self.leaves = 0
@@ -564,6 +574,13 @@ class _Engine:
             val = self._haar_cache[key] = float(all_range_level_weight(self.s.K, W, w))
         return val
 
+    def _num_all(self, W: int) -> np.ndarray:
+        """_num_vec(W, W // d) for every divisor d >= 2 of W (memoised per W)."""
+        val = self._num_cache.get(W)
+        if val is None:
+            val = self._num_cache[W] = self._num_vec(W, W // self.div.divisor_array(W))
+        return val
+
     def _num_vec(self, W: int, w: np.ndarray) -> np.ndarray:
         """_num for one W and an array of child widths (float64)."""
         if not self.all_range:
@@ -591,25 +608,31 @@ class _Engine:
             if u == 1:
                 costs, sums = [np.zeros(1)], [np.zeros(1, np.int64)]
         elif self.div.omega(u) >= m:
-            below = None if self.layers is None else self.layers[m - 1]
-            vs, subs = [], []
+            cand = u // self.div.divisor_array(u)          # child widths, decreasing
+            if self.layers is not None:
+                # only widths the sieve kept: every chain below another v is too costly
+                lay = self.layer_arrays[m - 1]
+                pos = np.minimum(np.searchsorted(lay, cand), lay.size - 1)
+                sel = np.flatnonzero(lay[pos] == cand) if lay.size else np.empty(0, np.int64)
+            else:
+                sel = np.arange(cand.size)
+            vs, subs, idx = [], [], []
             memo, hk = self._par, key[0]
-            for d in self.div.divisors(u):
-                v = u // d
-                if below is not None and v not in below:
-                    continue  # every chain below v is too costly for any top (sieve)
+            for i in sel.tolist():
+                v = int(cand[i])
                 sub = memo.get((hk, v, m - 1))  # inline memo hit: no call
                 if sub is None:
                     sub = self.par(h, v, m - 1)
                 if sub[0].size:
                     vs.append(v)
                     subs.append(sub)
+                    idx.append(i)
             if vs and self.mode == "blue":
                 # level cost H(u, v) / S with S = v + (widths below v), for every subchain
                 v_arr = np.array(vs, dtype=np.int64)
                 sizes = [sub[0].size for sub in subs]
                 sv = np.repeat(v_arr, sizes) + np.concatenate([sub[1] for sub in subs])
-                num = np.repeat(self._num_vec(u, v_arr), sizes)
+                num = np.repeat(self._num_all(u)[idx], sizes)
                 costs = [np.concatenate([sub[0] for sub in subs]) + num / sv]
                 sums = [sv]
             elif vs:
@@ -854,6 +877,7 @@ class _Engine:
         # the m levels below u); m = 0: the leaf (1, 0, 0). Only entries that can still enter.
         U, C, G = np.array([1], np.int64), np.array([0], np.int64), np.array([0.0])
         self.layers = {0: {1: 0.0}}
+        self.layer_arrays = {0: np.array([1], np.int64)}
         hmin = min(self.heights)
         for h in range(1, max(self.heights) + 1):
             if h >= 2:
@@ -863,6 +887,7 @@ class _Engine:
                     if g < best.get(u, math.inf):
                         best[u] = g
                 self.layers[h - 1] = best
+                self.layer_arrays[h - 1] = np.array(sorted(best), dtype=np.int64)
             if h < hmin:
                 continue
             if h == 1:
@@ -1261,6 +1286,13 @@ def _bound_certificate(s: _Setting, error: float) -> str:
     lb = bounds.error_lower_bound(wl, noise=s.noise, neighbours=s.neighbours,
                                   public_total=s.public, **kw)
     kind = "l1 SVD bound, loose" if s.noise == "laplace" else "SVD bound"
+    if s.noise == "gaussian" and s.neighbours == "add_remove" and not s.public:
+        # the dual of the Gaussian optimum (MATH.md section 7): a bound at every iterate,
+        # per unit sigma^2 at unit column norm, i.e. times 1 / (2 rho)
+        from ..strategies import gaussian_optimal_implicit
+        dual = gaussian_optimal_implicit(wl, tol=1e-2, max_iter=40, time_limit=5.0)
+        if dual.lower_bound / (2.0 * s.budget) > lb:
+            lb, kind = dual.lower_bound / (2.0 * s.budget), "dual of the Gaussian optimum"
     return (f"certified: no mechanism has error below {lb:.6g} ({kind}), so this tree is "
             f"within a factor {error / lb:.4g} of the best tree")
 
