@@ -19,7 +19,9 @@ eps (``optimize.optimal_node_budgets``: L-BFGS-B with the exact O(K) adjoint gra
 bridge passes; Mechanism(row_budgets=...)): 256 bins 66.69 (per-level optimum 70.77, best
 tree 69.73, p-Identity 54.56); 1024: 112.77 (per-level 118.96; the best 1024-bin tree with
 optimal per-level budgets, 3,3,3,2,.. over 1728 bins, is 118.23); 2^16: 384.63 in 31 s
-(target 400; per-level 414.49, best tree 412.71); 2^20: see node_budgets_table. Every other
+(target 400; per-level 414.49, best tree 412.71); 2^20: 707.49 after 100 iterations (58 s),
+706.70 at convergence (1280 iterations, 763 s on a loaded machine) (target 740; per-level
+760.94, best tree 758.44). Every other
 complete tree tried at 1024 ((4,)*5, (8,8,16), (32,32), (16,16,4) ...) is no better than
 binary: per-node budgets do not reach the 2^10 aim of 88 (p-Identity 91.2 is dense).
 Tried before the adjoint: f shared by the nodes of a level whose indices end in the same
@@ -129,7 +131,7 @@ def laplace_table(ns):
               f"{res.bounds['cdf']:.2f} | {secs:.1f} |", flush=True)
 
 
-def node_budgets_table(ns, maxiter: int = 3000):
+def node_budgets_table(ns, maxiter: int = 300):
     """Part 3 (issue 14 item 5): budgets per NODE on the binary tree (every root-to-leaf path
     sums to eps; Laplace, eps 1, add/remove, BLUE, mean per prefix), by
     ``optimize.optimal_node_budgets``: L-BFGS-B with the exact O(K) adjoint gradient of the
@@ -137,7 +139,7 @@ def node_budgets_table(ns, maxiter: int = 3000):
     exact error through ``expected_error`` (the bridge engine), as a check."""
     from dptree_opt import optimize
     print()
-    print("| n | per-level optimum | per-node | iterations | time (s) | peak MiB | "
+    print("| n | per-level optimum | per-node | L-BFGS-B iterations | time (s) | peak MiB | "
           "Mechanism's eps | expected_error / n |")
     print("|---|---|---|---|---|---|---|---|")
     for n in ns:

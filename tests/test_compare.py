@@ -357,3 +357,29 @@ def test_optimized_row_above_1024_bins_is_the_implicit_gaussian_optimum():
     assert cdf == pytest.approx(11.4906, abs=0.02)  # gap <= 1e-3 (tol) around MATH.md's value
     for wl in ("identity", "all_range"):
         assert opt.errors[wl].mean is not None and opt.errors[wl].mean > 0
+
+
+@pytest.mark.parametrize("neighbours,noise", [("add_remove", "laplace"), ("swap", "gaussian")])
+def test_node_budget_row_is_exact_and_private(neighbours, noise):
+    """The "best_node_budgets" row: budgets per node on the finest tree of K; its three
+    columns equal the dense GLS of a Mechanism rebuilt from the optimiser's budgets (whose
+    loss is recomputed from the scaled matrix); a public N under add/remove is n/a."""
+    K = 48
+    budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 1.0}
+    res = compare.compare(K, noise=noise, neighbours=neighbours, rows=["best_node_budgets"],
+                          **budget)
+    row = res.rows[0]
+    assert row.available
+    ks = dp.optimize.finest_refinement((K,))
+    opt = dp.optimize.optimal_node_budgets(ks, noise=noise, neighbours=neighbours, **budget)
+    mech = dp.Mechanism(S.tree(K, ks), noise=noise, neighbours=neighbours,
+                        row_budgets=opt.budgets, **budget)
+    assert (mech.epsilon or mech.rho) <= 1.0 + 1e-9
+    for wl, w in (("cdf", dp.workloads.prefix(K)), ("identity", dp.workloads.identity(K)),
+                  ("all_range", dp.workloads.all_range(K))):
+        per = dp.expected_error(w, mech, per_query=True, method="dense")
+        assert row.errors[wl].mean == pytest.approx(per.mean(), rel=1e-6)
+    assert row.errors["cdf"].mean <= opt.start_mean * (1 + 1e-12)
+    pub = compare.compare(K, 1.0, neighbours="add_remove", public_total=True,
+                          rows=["best_node_budgets"]).rows[0]
+    assert not pub.available

@@ -38,6 +38,7 @@ finite differences (tests/test_node_budgets.py).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -242,7 +243,7 @@ class NodeBudgets:
 
 def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, noise=None,
                          neighbours: str = "add_remove", maxiter: int = 500,
-                         tol: float = 1e-9) -> NodeBudgets:
+                         tol: float = 1e-9, time_limit: float | None = None) -> NodeBudgets:
     """Budgets per node minimising the exact BLUE error of the CDF on the complete tree with
     ``branching`` (K = prod k bins), Laplace (eps-DP) or Gaussian (rho-zCDP).
 
@@ -251,7 +252,9 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     Method: L-BFGS-B on logit(f) of the path parametrisation with the exact adjoint gradient
     (:func:`tree_cdf_error`), from the optimal per-level budgets
     (:func:`optimal_blue_budgets`); each step is O(K). A local optimum (the Laplace problem
-    is not convex); never worse than its per-level start."""
+    is not convex); never worse than its per-level start. ``maxiter`` iterations at most;
+    ``time_limit`` (seconds) stops after the iteration running then (the best point so far
+    is returned)."""
     import scipy.optimize as so
     from scipy.special import expit, logit
 
@@ -260,8 +263,14 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     noise = check_noise(infer_noise(noise, epsilon, rho))
     neighbours = check_neighbours(neighbours)
     total = resolve_budget(noise, epsilon, rho)
-    if not (isinstance(maxiter, (int, np.integer)) and maxiter >= 0):
+    if isinstance(maxiter, bool) or not (isinstance(maxiter, (int, np.integer))
+                                         and maxiter >= 0):
         raise ValueError(f"maxiter must be an integer >= 0, got {maxiter!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float))
+                                       and not isinstance(time_limit, bool) and time_limit > 0):
+        raise ValueError(f"time_limit must be None or a number of seconds > 0, got "
+                         f"{time_limit!r}")
+    t0 = time.perf_counter()
     public = neighbours == "swap"
     path_total = total / 2.0 if public else total
     starts = _level_starts(ks)
@@ -302,9 +311,14 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     b_level = bl[depth]                        # the per-level optimum, exactly
     e_level = tree_cdf_error(ks, precisions(b_level), public_total=public)
     e0, _ = objective(z0)
+    def stop(intermediate_result):   # scipy >= 1.11: StopIteration ends the run cleanly
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            raise StopIteration
+
     res = so.minimize(lambda z: tuple(v / e0 for v in objective(z)), z0, jac=True,
-                      method="L-BFGS-B", options={"maxiter": int(maxiter), "ftol": tol,
-                                                  "gtol": 1e-12, "maxcor": 20})
+                      method="L-BFGS-B", callback=stop,
+                      options={"maxiter": int(maxiter), "ftol": tol, "gtol": 1e-12,
+                               "maxcor": 20})
     b = path_budgets(ks, fractions(res.x), path_total)
     # an internal node the search all but switched off (logit(f) -> -inf) is left unmeasured:
     # budgets ~1e-9 give variances ~1e18 that only spoil the conditioning of other solvers

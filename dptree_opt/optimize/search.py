@@ -521,7 +521,7 @@ class _Engine:
         self._num_cache = {}
         self.layer_arrays = None  # the layers' widths, sorted (for vectorised membership)
         self.max_scored = math.inf  # refined: refined errors to compute before giving up
-        self.layers = None  # padded search: {m: {width: sieve value}} (smooth widths only)
+        self.layers = None  # padded search: {m: set of the widths the sieve kept}
         self.leaves = 0
         self.scored = 0
         K = s.K
@@ -876,18 +876,15 @@ class _Engine:
         # sieve layer m: entries (width u, child factor c, lower bound G of the per-T cost of
         # the m levels below u); m = 0: the leaf (1, 0, 0). Only entries that can still enter.
         U, C, G = np.array([1], np.int64), np.array([0], np.int64), np.array([0.0])
-        self.layers = {0: {1: 0.0}}
+        self.layers = {0: {1}}
         self.layer_arrays = {0: np.array([1], np.int64)}
         hmin = min(self.heights)
         for h in range(1, max(self.heights) + 1):
             if h >= 2:
                 U, C, G = self._sieve_step(h, U, C, G, Wmax)
-                best = {}
-                for u, g in zip(U.tolist(), G.tolist()):
-                    if g < best.get(u, math.inf):
-                        best[u] = g
-                self.layers[h - 1] = best
-                self.layer_arrays[h - 1] = np.array(sorted(best), dtype=np.int64)
+                widths = np.unique(U)
+                self.layers[h - 1] = set(widths.tolist())
+                self.layer_arrays[h - 1] = widths
             if h < hmin:
                 continue
             if h == 1:
