@@ -91,6 +91,7 @@ __all__ = ["level_uniform", "design_error", "covering_level_sums", "blue_level_s
 ESTIMATORS = ("covering", "refined", "blue")
 BUDGETS = ("equal", "optimal")
 _SAFE = 1.0 - 1e-9  # float bounds are shrunk by this factor before pruning
+_SIEVE_CHUNK = 1 << 21  # (entry, factor) pairs the sieve evaluates at once
 
 
 # --------------------------------------------------------------------------- exact level sums
@@ -109,6 +110,7 @@ def _digit_sum(T: int, W: int, w: int) -> int:
     return a * w * k * (k - 1) // 2 + w * b * (b - 1) // 2 + b * c
 
 
+@lru_cache(maxsize=1 << 16)
 def _haar_sum(T: int, W: int, w: int) -> int:
     """sum_{t < T} N(t mod W), N(R) = i (k - i) w^2 - 2 i w r + (k - 1) r^2, R = i w + r.
 
@@ -277,6 +279,7 @@ class _Setting:
     def __post_init__(self):
         self.p = 3 if self.noise == "laplace" else 2
         self._unit = {}
+        self._v_equal = {}
 
     @property
     def T(self) -> int:
@@ -300,7 +303,9 @@ class _Setting:
 
     def v_equal(self, h: int) -> float:
         """The common variance of every noisy level under the equal split (height h)."""
-        return float(self.unit(h)[1] * self.scale(self.budget / self.n_noisy(h)))
+        if h not in self._v_equal:
+            self._v_equal[h] = float(self.unit(h)[1] * self.scale(self.budget / self.n_noisy(h)))
+        return self._v_equal[h]
 
     def equal_budgets(self, h: int) -> tuple:
         return (self.budget / self.n_noisy(h),) * self.n_noisy(h)
@@ -448,19 +453,21 @@ class _Divisors:
         return self._omega[n]
 
     def divisor_array(self, n: int) -> np.ndarray:
-        """The divisors d >= 2 of n as an int64 array (memoised)."""
+        """The divisors d >= 2 of n as an increasing int64 array (memoised): products of
+        the prime powers, one outer product per distinct prime."""
         arr = self._arr.get(n)
         if arr is None:
-            arr = self._arr[n] = np.array(self.divisors(n), dtype=np.int64)
+            ds = np.ones(1, np.int64)
+            for p, e in self._factor(n).items():
+                ds = np.multiply.outer(ds, p ** np.arange(e + 1, dtype=np.int64)).ravel()
+            ds.sort()
+            arr = self._arr[n] = ds[1:]
         return arr
 
     def divisors(self, n: int) -> list[int]:
-        """Divisors d >= 2 of n, increasing."""
+        """Divisors d >= 2 of n, increasing (a list, memoised)."""
         if n not in self._div:
-            ds = [1]
-            for p, e in self._factor(n).items():
-                ds = [d * p**i for d in ds for i in range(e + 1)]
-            self._div[n] = sorted(d for d in ds if d >= 2)
+            self._div[n] = self.divisor_array(n).tolist()
         return self._div[n]
 
 
@@ -656,6 +663,80 @@ class _Engine:
         self._par[key] = res
         return res
 
+    def _par_batch(self, tops: np.ndarray, m: int) -> None:
+        """BLUE, padded search: ``par(., u, m)`` for every u in ``tops`` and, below, for every
+        width their chains can reach, into the memo, one vectorised pass per level instead of
+        a Python loop over children (the same sets and order as ``par``; tests compare)."""
+        memo = self._par
+        need = {m: [int(u) for u in tops.tolist() if (0, int(u), m) not in memo]}
+        pairs = {}
+        for j in range(m, 0, -1):            # discover the widths each level needs
+            us = need[j]
+            if not us:
+                need[j - 1] = []
+                continue
+            divs = [self.div.divisor_array(u) for u in us]
+            sizes = np.fromiter((d.size for d in divs), np.int64, len(us))
+            u_arr = np.repeat(np.array(us, dtype=np.int64), sizes)
+            grp = np.repeat(np.arange(len(us)), sizes)
+            v = u_arr // np.concatenate(divs) if divs else np.empty(0, np.int64)
+            lay = self.layer_arrays[j - 1]
+            pos = np.minimum(np.searchsorted(lay, v), max(lay.size - 1, 0))
+            ok = lay[pos] == v if lay.size else np.zeros(v.size, bool)
+            pairs[j] = (grp[ok], u_arr[ok], v[ok])
+            need[j - 1] = [x for x in np.unique(v[ok]).tolist() if (0, x, j - 1) not in memo]
+        for x in need[0]:
+            memo[(0, x, 0)] = ((np.zeros(1), np.zeros(1, np.int64)) if x == 1
+                               else (np.empty(0), np.empty(0, np.int64)))
+        for j in range(1, m + 1):            # then the Pareto sets, bottom-up
+            us = need[j]
+            if not us:
+                continue
+            grp, u, v = pairs[j]
+            omega_ok = np.array([self.div.omega(x) >= j for x in us], bool)
+            keep = omega_ok[grp]
+            grp, u, v = grp[keep], u[keep], v[keep]
+            vals = np.unique(v)
+            subs = [memo[(0, x, j - 1)] for x in vals.tolist()]
+            lens = np.fromiter((sub[0].size for sub in subs), np.int64, len(subs))
+            ptr = np.concatenate([[0], np.cumsum(lens)])
+            sub_c = np.concatenate([sub[0] for sub in subs]) if subs else np.empty(0)
+            sub_s = (np.concatenate([sub[1] for sub in subs]) if subs
+                     else np.empty(0, np.int64))
+            vi = np.searchsorted(vals, v)
+            cnt = lens[vi]
+            num_p = self._num_vec(u, v)
+            cut = self.units_bar(j + 1) / _SAFE
+            # a Pareto set runs from its widest (first) to its cheapest (last) entry: a pair
+            # whose cheapest cost with the widest S exceeds the cut has no useful entry
+            pk = np.flatnonzero(cnt > 0)
+            pk = pk[sub_c[ptr[vi[pk] + 1] - 1] + num_p[pk] / (v[pk] + sub_s[ptr[vi[pk]]])
+                    <= cut]
+            grp, v, vi, cnt, num_p = grp[pk], v[pk], vi[pk], cnt[pk], num_p[pk]
+            e = np.repeat(ptr[vi], cnt) + (np.arange(int(cnt.sum()))
+                                           - np.repeat(np.cumsum(cnt) - cnt, cnt))
+            g = np.repeat(grp, cnt)
+            sv = np.repeat(v, cnt) + sub_s[e]
+            cost = sub_c[e] + np.repeat(num_p, cnt) / sv
+            keep = cost <= cut                   # useless for any top (as in par)
+            g, cost, sv = g[keep], cost[keep], sv[keep]
+            order = np.lexsort((cost, -sv, g))   # per top: widths decreasing, then cost
+            g, cost, sv = g[order], cost[order], sv[order]
+            n = cost.size
+            if n:  # Pareto: keep an entry iff it costs less than every wider one of its top
+                rank = np.empty(n, np.int64)
+                rank[np.argsort(cost, kind="stable")] = np.arange(n)
+                key = (len(us) - 1 - g) * (n + 1) + rank   # earlier groups: larger keys
+                prev = np.empty(n, np.int64)
+                prev[0] = np.iinfo(np.int64).max
+                np.minimum.accumulate(key[:-1], out=prev[1:])
+                keep = key < prev
+                g, cost, sv = g[keep], cost[keep], sv[keep]
+            bounds = np.searchsorted(g, np.arange(len(us) + 1))
+            for i, x in enumerate(us):
+                a, b = bounds[i], bounds[i + 1]
+                memo[(0, x, j)] = (cost[a:b], sv[a:b])
+
     # ---- scoring of complete chains
     def finish(self, ks: tuple) -> None:
         self.leaves += 1
@@ -799,16 +880,21 @@ class _Engine:
                                     (1.0 - W / T) * (d - 1.0) / 2.0), (d - 1.0) / 4.0)
         return cov if self.mode == "cov" else cov ** (1.0 / self.s.p)
 
-    def _phi_floor(self, d: float, u: np.ndarray, sb: np.ndarray) -> float:
-        """min over the entries of a minorant of _phi that increases with d."""
+    def _d_limit(self, u: np.ndarray, sb: np.ndarray, slack: np.ndarray) -> np.ndarray:
+        """Per entry, the largest factor d whose level can cost at most ``slack`` (>= 0): the
+        inverse of a minorant of _phi that increases with d: BLUE prefix (d - 1) u / (12 S_u) (max(1 - W/T, 1/2) >= 1/2, (W u + 1) / W >= u);
+        all ranges (d - 1) u K^2 / (48 T S_u); covering (d - 1) / 4, to the power 1/p with
+        optimal budgets."""
         u = u.astype(float)
+        slack = np.maximum(slack, 0.0)
         if self.mode == "blue" and self.all_range:
-            return float(np.min(self._phi_all_range(d, u, sb, tight=False)))
+            K, T = float(self.s.K), float(self.T)
+            return 1.0 + 48.0 * T * sb * slack / (u * K * K)
         if self.mode == "blue":
-            W = d * u
-            return float(np.min(0.5 * (d - 1.0) * (W * u + 1.0) / (6.0 * W * sb)))
-        cov = (d - 1.0) / 4.0
-        return cov if self.mode == "cov" else cov ** (1.0 / self.s.p)
+            return 1.0 + 12.0 * sb * slack / u
+        if self.mode == "cov":
+            return 1.0 + 4.0 * slack
+        return 1.0 + 4.0 * slack ** self.s.p
 
     def _phi_all_range(self, d: float, u: np.ndarray, sb: np.ndarray,
                        tight: bool = True) -> np.ndarray:
@@ -900,6 +986,8 @@ class _Engine:
             if w1.size == 0:
                 continue
             lb = self._top_lb(h, kp, w1, c) + self._per_bin_scale(h) * g
+            if self.mode == "blue":  # every top's completions at once (vectorised)
+                self._par_batch(np.unique(w1[lb * _SAFE <= self.units_bar(h)]), h - 1)
             order = np.argsort(lb, kind="stable")
             done = set()
             for i in order:
@@ -925,33 +1013,44 @@ class _Engine:
         U, C, G = U[keep], C[keep], G[keep]
         if U.size == 0:
             return U, C, G
-        order = np.argsort(U, kind="stable")
-        U, C, G = U[order], C[order], G[order]
         sb = self._s_bound(U, C)
-        gmin = float(G.min())
         blue = self.mode == "blue"
         ws, cs, vs = [], [], []
-        d = 2
-        while True:
-            n = int(np.searchsorted(U, Wmax // d, side="right"))
-            if n == 0 or self._phi_floor(d, U[:n], sb[:n]) + gmin > cap:
-                break  # the minorant grows with d: no larger factor fits under the cap
-            val = self._phi(d, U[:n], sb[:n]) + G[:n]
-            sel = val <= cap
-            if sel.any():
-                ws.append(U[:n][sel] * d)
+        # entry i can take factor d only while its minorant of _phi (increasing in d) plus
+        # G_i stays under the cap: d <= dlim_i; the active entries only shrink as d grows
+        # and its parent d u must stay below Wmax: every (entry, d) pair at once, in chunks
+        dlim = self._d_limit(U, sb, cap - G) * (1 + 1e-9) + 1e-9
+        dmax = np.minimum(np.floor(np.minimum(dlim, float(Wmax))).astype(np.int64), Wmax // U)
+        count = np.maximum(dmax - 1, 0)
+        ends = np.cumsum(count)
+        lo = 0
+        while lo < U.size:
+            base = int(ends[lo - 1]) if lo else 0
+            hi = max(int(np.searchsorted(ends, base + _SIEVE_CHUNK, side="right")), lo + 1)
+            cnt = count[lo:hi]
+            tot = int(cnt.sum())
+            if tot:
+                idx = np.repeat(np.arange(lo, hi), cnt)
+                start = np.repeat(np.cumsum(cnt) - cnt, cnt)
+                d = 2 + np.arange(tot, dtype=np.int64) - start
+                u = U[idx]
+                val = self._phi(d, u, sb[idx]) + G[idx]
+                sel = val <= cap
+                ws.append(u[sel] * d[sel])
                 vs.append(val[sel])
-                cs.append(np.full(int(sel.sum()), d if blue else 0, np.int64))
-            d += 1
-        if not ws:
+                cs.append(d[sel] if blue else np.zeros(int(sel.sum()), np.int64))
+            lo = hi
+        w = np.concatenate(ws) if ws else np.empty(0, np.int64)
+        if w.size == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
-        w, c, v = np.concatenate(ws), np.concatenate(cs), np.concatenate(vs)
+        c, v = np.concatenate(cs), np.concatenate(vs)
         key = w * (int(c.max()) + 1) + c
-        order = np.lexsort((v, key))
+        order = np.argsort(key)
         key, w, c, v = key[order], w[order], c[order], v[order]
         first = np.ones(key.size, bool)
-        first[1:] = key[1:] != key[:-1]  # the smallest value of every (width, child factor)
-        return w[first], c[first], v[first]
+        first[1:] = key[1:] != key[:-1]
+        starts = np.flatnonzero(first)   # the smallest value of every (width, child factor)
+        return w[starts], c[starts], np.minimum.reduceat(v, starts)
 
 
 # ------------------------------------------------ identity and custom ranges: exhaustive
