@@ -616,3 +616,28 @@ def test_vectorised_completions_equal_the_recursive_ones(K, workload, neighbours
         search._Engine._par_batch = batch
     assert [(d.branching, d.error) for d in (fast,) + fast.alternatives] == \
         [(d.branching, d.error) for d in (slow,) + slow.alternatives]
+
+
+def _all_ordered_factorisations(n: int):
+    """Every ordered factorisation of n into factors >= 2 (independent enumeration)."""
+    if n == 1:
+        return [()]
+    return [(d,) + rest for d in range(2, n + 1) if n % d == 0
+            for rest in _all_ordered_factorisations(n // d)]
+
+
+@pytest.mark.parametrize("neighbours", ["add_remove", "swap"])
+@pytest.mark.parametrize("workload", ["prefix", "all_range"])
+@pytest.mark.parametrize("K", [2, 5, 7, 12, 17, 24])
+def test_gaussian_optimal_budget_search_is_the_global_optimum(K, workload, neighbours):
+    """Issue 14 item 2: with Gaussian noise, budgets="optimal" is the best tree over ALL
+    padded shapes (K' <= 2K, every ordered factorisation, each with its exact optimal BLUE
+    budgets), found by brute force; the method says so."""
+    from dptree_opt.optimize import optimal_blue_budgets
+    best = min(optimal_blue_budgets(ks, 0.5, noise="gaussian", neighbours=neighbours,
+                                    workload=workload, n_queries=K).error
+               for kp in range(K, 2 * K + 1) for ks in _all_ordered_factorisations(kp))
+    d = level_uniform(K, rho=0.5, estimator="blue", budgets="optimal", neighbours=neighbours,
+                      workload=workload)
+    assert d.error == pytest.approx(best, rel=1e-9)
+    assert "global optimum over all trees" in d.method

@@ -63,7 +63,13 @@ best ``pool`` trees of the exhaustive equal-budget search: a heuristic restricti
 exhaustive search over trees. For the BLUE the pool also holds each pool tree's finest
 refinement and K's own prime factorisation: with optimal budgets a refinement never hurts
 (the coarse tree is the refinement with its inserted levels unfunded), so for K = 2^m the
-binary tree is found; across different padded K' the search remains heuristic.
+binary tree is found; and the finest trees of the 3-smooth K' = 2^a 3^b within the padding.
+With Gaussian noise and few candidate K' (at most MAX_EXHAUSTIVE_FINEST_TREES finest trees in
+all, K <= ~400) every finest tree of every K' is optimised: the answer is then the global
+optimum over all trees (tested against brute force over every ordered factorisation). Else,
+and always for Laplace (non-convex per tree), the search is heuristic across padded K' and
+``method`` states a certified lower bound on every mechanism instead (the dual of the
+Gaussian optimum, or the SVD bound).
 """
 
 from __future__ import annotations
@@ -1296,9 +1302,12 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
         raise ValueError(f"no level-uniform tree with factors >= 2 fits n_bins={K} with the "
                          f"given height / padding constraints")
     if numerical:
-        designs = _optimise_pool(s, ranked, eng, pool, top)
+        designs, exhaustive = _optimise_pool(s, ranked, eng, pool, top)
         how = (f"budgets optimised for {len(designs)} trees (the best equal-budget trees, "
-               f"their finest refinements, the finest 3-smooth trees) from: {how}")
+               f"their finest refinements, the finest 3-smooth trees"
+               + (", and every finest tree of every K': the global optimum over all trees, "
+                  "since a refinement never loses with optimal budgets" if exhaustive else "")
+               + f") from: {how}")
     else:
         designs = [(score, ks, extra) for score, ks, extra in ranked]
     out = []
@@ -1409,9 +1418,51 @@ def _smooth_finest_trees(K: int, max_pad: float):
     return [ks for ks in dict.fromkeys(out) if ks]
 
 
-def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
-    """Optimal budgets for each tree of the pool (the best equal-budget trees)."""
+# budgets="optimal" with the BLUE and Gaussian noise (each tree's optimum exact, PAVA): when
+# the padded K' have at most this many finest trees in all (distinct orders of their prime
+# factors; K <= ~400), all of them are optimised: the search is then exhaustive over every
+# tree (a refinement never loses with optimal budgets) and its answer the global optimum.
+# Not for Laplace: each tree's budgets are a non-convex multistart search (~30 ms a tree)
+MAX_EXHAUSTIVE_FINEST_TREES = 3000
+
+
+def _distinct_orders(counts: dict) -> list:
+    """Every distinct ordering of the multiset {p: multiplicity} (multinomial many)."""
+    if not counts:
+        return [()]
     out = []
+    for p in sorted(counts):
+        rest = dict(counts)
+        rest[p] -= 1
+        if not rest[p]:
+            del rest[p]
+        out += [(p,) + tail for tail in _distinct_orders(rest)]
+    return out
+
+
+def _all_finest_trees(s: _Setting, eng) -> list | None:
+    """All finest trees (prime factors in every distinct order) of every K' the search may
+    use ([K, max_padding K] with padding, else K) whose height is allowed; None when there
+    are more than MAX_EXHAUSTIVE_FINEST_TREES."""
+    hi = int(math.floor(eng.max_pad * s.K)) if eng.pad else s.K
+    out, total = [], 0
+    for kp in range(max(s.K, 2), hi + 1):
+        f = eng.div._factor(kp)
+        n = math.factorial(sum(f.values()))
+        for e in f.values():
+            n //= math.factorial(e)
+        total += n
+        if total > MAX_EXHAUSTIVE_FINEST_TREES:
+            return None
+        out += [ks for ks in _distinct_orders(f) if len(ks) in eng.heights]
+    return out
+
+
+def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
+    """Optimal budgets for each tree of the pool (the best equal-budget trees); with the BLUE
+    for every finest tree when there are few (exhaustive). Returns (designs, exhaustive)."""
+    out = []
+    exhaustive = False
     if s.estimator == "blue":
         from .blue_budgets import optimal_blue_budgets  # (imports search's siblings lazily)
         # with optimal budgets a refinement never hurts (a coarse tree is its refinement with
@@ -1426,6 +1477,11 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
         for ks in _smooth_finest_trees(s.K, eng.max_pad if eng.pad else 1.0):
             if len(ks) in eng.heights:
                 candidates.setdefault(ks, None)
+        # Gaussian only: Laplace budgets are a non-convex multistart search (~30 ms a tree)
+        finest = _all_finest_trees(s, eng) if s.noise == "gaussian" else None
+        if finest is not None:
+            exhaustive = True
+            candidates.update(dict.fromkeys(finest))
         for ks in candidates:
             d = optimal_blue_budgets(ks, s.budget, noise=s.noise, neighbours=s.neighbours,
                                      public_total=s.public, workload=s.workload, n_queries=s.K)
@@ -1434,4 +1490,4 @@ def _optimise_pool(s: _Setting, ranked, eng, pool: int, top: int):
         for _, ks, _ in ranked[:pool]:
             err, b = _refined_optimal_budgets(s, ks)
             out.append((err, ks, b))
-    return out
+    return out, exhaustive
