@@ -94,6 +94,23 @@ def test_path_budgets_sum_to_the_total_on_every_path(ks, seed):
     assert np.allclose(A.T @ b, 0.7)     # column sums = root-to-leaf path sums
 
 
+def test_path_budgets_refuses_bad_input():
+    with pytest.raises(ValueError, match="one per node"):
+        path_budgets((2, 2), np.full(6, 0.5), 1.0)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        path_budgets((2,), [0.5, 1.5, 0.2], 1.0)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        path_budgets((2,), [np.nan, 0.5, 0.2], 1.0)
+    with pytest.raises(ValueError, match="total"):
+        path_budgets((2,), [0.5, 0.5, 0.5], 0.0)
+    with pytest.raises(ValueError, match="maxiter"):
+        optimal_node_budgets((2, 2), 1.0, maxiter=-1)
+    with pytest.raises(ValueError, match="time_limit"):
+        optimal_node_budgets((2, 2), 1.0, time_limit=0)
+    with pytest.raises(ValueError, match="epsilon"):
+        optimal_node_budgets((2, 2), -1.0)
+
+
 @pytest.mark.parametrize("neighbours", ["add_remove", "swap"])
 @pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}])
 @pytest.mark.parametrize("ks", [(2, 2, 2, 2, 2, 2), (3, 2, 4), (4, 4)])

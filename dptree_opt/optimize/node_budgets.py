@@ -177,7 +177,14 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
 def path_budgets(branching: Sequence[int], fractions, total: float) -> np.ndarray:
     """Node budgets b_u = R_u f_u from per-node fractions f (shape (nodes,), leaves' ignored =
     1): R_root = total, R_child = R_u (1 - f_u); every root-to-leaf path sums to ``total``."""
-    return _remaining(_check_branching(branching), fractions, total)[0]
+    ks = _check_branching(branching)
+    f = np.asarray(fractions, dtype=float)
+    n_nodes = int(_level_starts(ks)[-1])
+    if f.shape != (n_nodes,) or not np.all((f >= 0) & (f <= 1)):
+        raise ValueError(f"fractions must be {n_nodes} numbers in [0, 1] (one per node)")
+    if not (isinstance(total, (int, float, np.floating)) and np.isfinite(total) and total > 0):
+        raise ValueError(f"total must be a finite number > 0, got {total!r}")
+    return _remaining(ks, f, float(total))[0]
 
 
 def _remaining(ks, fractions, total):
