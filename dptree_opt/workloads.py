@@ -17,10 +17,20 @@ ranges(n, I)   the given inclusive pairs, in order   sum over queries containing
 The error of an unbiased linear estimate with covariance Cov is trace(W Cov W') =
 sum_ij Cov_ij (W'W)_ij; ``total_variance`` and ``query_variances`` compute it (and the
 per-query diagonal) from a dense covariance in O(n^2) without forming W.
+
+Grids (issue 15, MATH.md section 8): the cells of a grid of shape (n_1, .., n_d) are
+flattened in row-major (C) order. ``prefix(shape)`` (the d-D CDF: every dominance box
+[0, a_1] x .. x [0, a_d]), ``all_range(shape)`` (every axis-aligned box) and ``kron(W_1, ..,
+W_d)`` are Kronecker products of 1-D workloads (:class:`KroneckerWorkload`: W = W_1 x .. x
+W_d, queries in ``np.kron`` order, W'W = W_1'W_1 x .. x W_d'W_d); ``marginals(shape, axes)``
+the marginal tables over the kept axes (identity on them, total on the others), several
+marginals stacked (:class:`StackedWorkload`). An int shape (or a 1-tuple) keeps the 1-D
+meaning.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,12 +38,19 @@ from scipy.sparse.linalg import LinearOperator
 
 __all__ = [
     "Workload",
+    "KroneckerWorkload",
+    "StackedWorkload",
     "prefix",
     "identity",
     "total",
     "all_range",
     "ranges",
+    "kron",
+    "marginals",
 ]
+
+# dense W / W'W of grid workloads only up to this many cells (tests, small grids)
+MAX_DENSE_GRID_CELLS = 8192
 
 # all_range with more bins than this has more than ~10^8 queries: refuse per-query output.
 _MAX_ALL_RANGE_QUERIES = 10**8
@@ -206,15 +223,225 @@ class Workload:
         return float(self.query_variances(cov).sum())
 
 
+# ------------------------------------------------------------------ grids
+def _along(x: np.ndarray, shape, axis: int, fn) -> np.ndarray:
+    """Apply fn (a 1-D map, (n_axis, r) -> (m_axis, r)) along ``axis`` of x reshaped to
+    ``shape`` + trailing columns; returns the array with that axis replaced."""
+    moved = np.moveaxis(x, axis, 0)
+    flat = moved.reshape(moved.shape[0], -1)
+    out = fn(flat).reshape((-1,) + moved.shape[1:])
+    return np.moveaxis(out, 0, axis)
+
+
+@dataclass(frozen=True, eq=False)
+class KroneckerWorkload(Workload):
+    """W = W_1 x .. x W_d over a row-major grid of shape (n_1, .., n_d) (module docstring).
+
+    ``factors`` are 1-D :class:`Workload` s; ``kind`` is "kron". Products apply each factor
+    along its own axis (no grid-sized matrix); the Gram is the Kronecker product of the
+    factors' Grams. Dense W, W'W and the per-query variances from a dense covariance only
+    up to MAX_DENSE_GRID_CELLS cells."""
+
+    factors: tuple = ()
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """(n_1, .., n_d)."""
+        return tuple(f.n_bins for f in self.factors)
+
+    @property
+    def n_queries(self) -> int:
+        return math.prod(f.n_queries for f in self.factors)
+
+    def intervals(self):
+        raise ValueError("a grid workload's queries are boxes, not intervals: use "
+                         ".factors[i].intervals() per axis")
+
+    def _apply(self, x, along, size_in, size_out, name) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.shape[0] != size_in:
+            raise ValueError(f"{name} has {x.shape[0]} rows, expected {size_in}")
+        tail = x.shape[1:]
+        y = x.reshape(tuple(along[0]) + (-1,))
+        for i, fn in enumerate(along[1]):
+            y = _along(y, None, i, fn)
+        return y.reshape((size_out,) + tail)
+
+    def matvec(self, x) -> np.ndarray:
+        """W @ x for x of shape (cells,) or (cells, r), one factor per axis."""
+        return self._apply(x, (self.grid_shape, [f.matvec for f in self.factors]),
+                           self.n_bins, self.n_queries, "x")
+
+    def rmatvec(self, u) -> np.ndarray:
+        """W' @ u for u of shape (queries,) or (queries, r)."""
+        qshape = tuple(f.n_queries for f in self.factors)
+        return self._apply(u, (qshape, [f.rmatvec for f in self.factors]),
+                           self.n_queries, self.n_bins, "u")
+
+    def gram_matvec(self, v) -> np.ndarray:
+        """(W'W) @ v, one factor Gram per axis."""
+        return self._apply(v, (self.grid_shape, [f.gram_matvec for f in self.factors]),
+                           self.n_bins, self.n_bins, "v")
+
+    def _check_small(self, what: str) -> None:
+        if self.n_bins > MAX_DENSE_GRID_CELLS:
+            raise ValueError(f"{what} of a grid workload is built only up to "
+                             f"{MAX_DENSE_GRID_CELLS} cells, got {self.n_bins}")
+
+    def dense(self) -> np.ndarray:
+        """W as a dense (queries, cells) array (np.kron of the factors; small grids)."""
+        self._check_small("the dense matrix")
+        out = np.ones((1, 1))
+        for f in self.factors:
+            out = np.kron(out, f.dense())
+        return out
+
+    def gram_dense(self) -> np.ndarray:
+        """W'W dense: np.kron of the factors' Grams (small grids)."""
+        self._check_small("the dense Gram")
+        out = np.ones((1, 1))
+        for f in self.factors:
+            out = np.kron(out, f.gram_dense())
+        return out
+
+    def query_variances(self, cov) -> np.ndarray:
+        """diag(W Cov W') from a dense covariance, in query order (small grids)."""
+        cov = self._check_cov(cov)
+        W = self.dense()
+        return np.einsum("qi,ij,qj->q", W, cov, W)
+
+    def total_variance(self, cov) -> float:
+        """trace(W Cov W') = sum_ij Cov_ij (W'W)_ij (small grids)."""
+        cov = self._check_cov(cov)
+        return float(np.einsum("ij,ij->", cov, self.gram_dense()))
+
+
+@dataclass(frozen=True, eq=False)
+class StackedWorkload(Workload):
+    """Several workloads over the same cells, their queries one after the other (W stacked
+    vertically): W'W and the error are sums over the parts. ``kind`` is "stacked"."""
+
+    parts: tuple = ()
+
+    @property
+    def n_queries(self) -> int:
+        return sum(p.n_queries for p in self.parts)
+
+    def intervals(self):
+        raise ValueError("a stacked workload has no single interval list: use .parts")
+
+    def matvec(self, x) -> np.ndarray:
+        """W @ x: the parts' answers, concatenated."""
+        return np.concatenate([p.matvec(x) for p in self.parts])
+
+    def rmatvec(self, u) -> np.ndarray:
+        """W' @ u: the sum of the parts' W_i' u_i."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[0] != self.n_queries:
+            raise ValueError(f"u has {u.shape[0]} rows, expected {self.n_queries}")
+        bounds = np.cumsum([0] + [p.n_queries for p in self.parts])
+        return sum(p.rmatvec(u[a:b]) for p, a, b in zip(self.parts, bounds[:-1], bounds[1:]))
+
+    def gram_matvec(self, v) -> np.ndarray:
+        return sum(p.gram_matvec(v) for p in self.parts)
+
+    def dense(self) -> np.ndarray:
+        return np.vstack([p.dense() for p in self.parts])
+
+    def gram_dense(self) -> np.ndarray:
+        return sum(p.gram_dense() for p in self.parts)
+
+    def query_variances(self, cov) -> np.ndarray:
+        return np.concatenate([p.query_variances(cov) for p in self.parts])
+
+    def total_variance(self, cov) -> float:
+        return float(sum(p.total_variance(cov) for p in self.parts))
+
+
+def _grid_shape(shape) -> tuple[int, ...] | None:
+    """None for a 1-D int n; the validated tuple (n_1, .., n_d) for a sequence."""
+    if not isinstance(shape, (tuple, list, np.ndarray)) or np.ndim(shape) == 0:
+        return None  # an int n (anything else is refused by _check_n's message)
+    dims = tuple(np.asarray(shape, dtype=object).ravel().tolist())
+    if not dims:
+        raise ValueError("shape must have at least one axis")
+    return tuple(_check_n(n) for n in dims)
+
+
+def kron(*factors: Workload) -> Workload:
+    """W_1 x .. x W_d over the grid (W_1.n_bins, .., W_d.n_bins), queries in np.kron order
+    (MATH.md section 8). One factor returns it unchanged."""
+    if not factors:
+        raise ValueError("kron needs at least one workload")
+    for f in factors:
+        if not isinstance(f, Workload) or isinstance(f, (KroneckerWorkload, StackedWorkload)):
+            raise ValueError("kron takes 1-D workloads (workloads.prefix(n), identity(n), "
+                             f"total(n), all_range(n), ranges(n, ...)), got {f!r}")
+    if len(factors) == 1:
+        return factors[0]
+    cells = math.prod(f.n_bins for f in factors)
+    return KroneckerWorkload("kron", cells, factors=tuple(factors))
+
+
+def _per_axis(fn, shape):
+    dims = _grid_shape(shape)
+    if dims is None:
+        return None
+    return kron(*[fn(n) for n in dims])
+
+
+def marginals(shape, axes) -> Workload:
+    """Marginal tables of a grid: for one tuple of axes (e.g. (0,) or (0, 2)), the counts of
+    every combination of the kept axes' cells, summed over the others (identity on kept
+    axes, total on the rest, Kronecker); for a sequence of such tuples, those marginals
+    stacked. ``axes=()`` is the grand total."""
+    dims = _grid_shape(shape)
+    if dims is None:
+        dims = (_check_n(shape),)
+    try:
+        items = list(axes)
+    except TypeError:
+        raise ValueError(f"axes must be a tuple of axes or a sequence of them, got {axes!r}")\
+            from None
+    if items and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                     for a in items):
+        groups = [tuple(items)]
+    elif not items:
+        groups = [()]
+    else:
+        try:
+            groups = [tuple(g) for g in items]
+        except TypeError:
+            raise ValueError(f"axes must be a tuple of axes or a sequence of them, got "
+                             f"{axes!r}") from None
+    parts = []
+    for g in groups:
+        if any(isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not
+               0 <= a < len(dims) for a in g) or len(set(g)) != len(g):
+            raise ValueError(f"axes {g!r}: distinct integers in [0, {len(dims)}) expected")
+        parts.append(kron(*[identity(n) if i in g else total(n) for i, n in enumerate(dims)]))
+    if len(parts) == 1:
+        return parts[0]
+    return StackedWorkload("stacked", parts[0].n_bins, parts=tuple(parts))
+
+
 # ---------------------------------------------------------------- constructors
-def prefix(n: int) -> Workload:
-    """The CDF workload: the n cumulative counts C_t = x_0 + ... + x_{t-1}, t = 1..n."""
+def prefix(n) -> Workload:
+    """The CDF workload: the n cumulative counts C_t = x_0 + ... + x_{t-1}, t = 1..n; for a
+    grid shape (n_1, .., n_d) the d-D CDF, every dominance box [0, a_1] x .. x [0, a_d]
+    (Kronecker product of 1-D prefixes)."""
+    grid = _per_axis(prefix, n)
+    if grid is not None:
+        return grid
     n = _check_n(n)
     return Workload("prefix", n, np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
 
-def identity(n: int) -> Workload:
-    """The histogram itself: query i is bin i."""
+def identity(n) -> Workload:
+    """The histogram itself: query i is bin i (every cell of a grid shape)."""
+    grid = _per_axis(identity, n)
+    if grid is not None:
+        return grid
     n = _check_n(n)
     return Workload("identity", n, np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
@@ -225,8 +452,12 @@ def total(n: int) -> Workload:
     return Workload("total", n, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64))
 
 
-def all_range(n: int) -> Workload:
-    """All n(n+1)/2 interval queries [a, b], 0 <= a <= b < n, in lexicographic (a, b) order."""
+def all_range(n) -> Workload:
+    """All n(n+1)/2 interval queries [a, b], 0 <= a <= b < n, in lexicographic (a, b) order;
+    for a grid shape every axis-aligned box (Kronecker product of 1-D all_range)."""
+    grid = _per_axis(all_range, n)
+    if grid is not None:
+        return grid
     return Workload("all_range", _check_n(n))
 
 

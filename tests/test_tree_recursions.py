@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.linalg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,19 +42,21 @@ def gls_oracle(branching, level_variances, y):
     var = node_variances(branching, level_variances)
     K = A.shape[1]
     weighted = np.isfinite(var) & (var > 0)
-    Aw, prec = A[weighted], 1.0 / var[weighted]
-    M = Aw.T @ (prec[:, None] * Aw)
-    b = Aw.T @ (prec * y[weighted])
+    sw = 1.0 / np.sqrt(var[weighted])
+    Aw, yw = A[weighted] * sw[:, None], y[weighted] * sw
+    # Least squares by QR of the whitened rows (error ~ cond(Aw) eps, not cond(Aw)^2 eps as
+    # the normal equations): x = x0 + B z, with B = I (private N) or an orthonormal basis of
+    # 1-perp and x0 = N / K 1 (public N: the equality constraint 1'x = N).
     if level_variances[0] == 0:
-        e = np.ones((K, 1))
-        kkt = np.block([[M, e], [e.T, np.zeros((1, 1))]])
-        inv = np.linalg.inv(kkt)
-        cov = inv[:K, :K]
-        x_hat = cov @ b + inv[:K, K] * y[0]
+        B = np.linalg.qr(np.eye(K) - 1.0 / K)[0][:, :K - 1]
+        x0 = np.full(K, y[0] / K)
     else:
-        cov = np.linalg.inv(M)
-        x_hat = cov @ b
-    return A @ x_hat, np.einsum("ij,jk,ik->i", A, cov, A)
+        B, x0 = np.eye(K), np.zeros(K)
+    Q, R = np.linalg.qr(Aw @ B)
+    z = scipy.linalg.solve_triangular(R, Q.T @ (yw - Aw @ x0))
+    x_hat = x0 + B @ z
+    G = scipy.linalg.solve_triangular(R, (A @ B).T, trans="T")   # R^-T B'A'
+    return A @ x_hat, np.sum(G * G, axis=0)
 
 
 def blue_oracle(A, var, y, c):

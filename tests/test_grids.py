@@ -1,0 +1,163 @@
+"""Grids (issue 15): d-D workloads (Kronecker, marginals) against brute force, and the exact
+BLUE error of Kronecker products of trees against the dense GLS."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dptree_opt import Mechanism, expected_error, strategies, workloads
+from dptree_opt.error.kronecker import is_kron_tree_mechanism, kron_tree_error
+
+KINDS = ("prefix", "identity", "total", "all_range")
+
+
+def _one_d(kind, n):
+    return getattr(workloads, kind)(n)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dims=st.lists(st.integers(1, 5), min_size=2, max_size=3),
+       kinds=st.lists(st.sampled_from(KINDS), min_size=3, max_size=3),
+       seed=st.integers(0, 10**6))
+def test_kronecker_workload_products_equal_np_kron(dims, kinds, seed):
+    w = workloads.kron(*[_one_d(k, n) for k, n in zip(kinds, dims)])
+    D = np.ones((1, 1))
+    for k, n in zip(kinds, dims):
+        D = np.kron(D, _one_d(k, n).dense())
+    rng = np.random.default_rng(seed)
+    x, u = rng.standard_normal(w.n_bins), rng.standard_normal(w.n_queries)
+    X = rng.standard_normal((w.n_bins, 3))
+    assert w.shape == D.shape
+    assert np.allclose(w.matvec(x), D @ x)
+    assert np.allclose(w.matvec(X), D @ X)
+    assert np.allclose(w.rmatvec(u), D.T @ u)
+    assert np.allclose(w.gram_matvec(x), D.T @ D @ x)
+    assert np.allclose(w.gram_dense(), D.T @ D)
+    assert np.allclose(w.dense(), D)
+    C = np.atleast_2d(np.cov(rng.standard_normal((w.n_bins, 3 * w.n_bins))))
+    assert np.allclose(w.query_variances(C), np.diag(D @ C @ D.T))
+    assert np.isclose(w.total_variance(C), np.trace(D @ C @ D.T))
+
+
+def test_grid_cdf_and_boxes_are_dominance_and_axis_aligned_boxes():
+    """prefix((n1, n2)) answers sum x[:a+1, :b+1] and all_range((n1, n2)) every box
+    x[a1:b1+1, a2:b2+1], in np.kron order (brute force on a random grid)."""
+    n1, n2 = 3, 4
+    x = np.random.default_rng(0).integers(0, 9, (n1, n2)).astype(float)
+    cdf = workloads.prefix((n1, n2)).matvec(x.ravel())
+    want = [x[:a + 1, :b + 1].sum() for a in range(n1) for b in range(n2)]
+    assert np.allclose(cdf, want)
+    boxes = workloads.all_range((n1, n2)).matvec(x.ravel())
+    r1 = [(a, b) for a in range(n1) for b in range(a, n1)]
+    r2 = [(a, b) for a in range(n2) for b in range(a, n2)]
+    want = [x[a1:b1 + 1, a2:b2 + 1].sum() for (a1, b1), (a2, b2) in itertools.product(r1, r2)]
+    assert np.allclose(boxes, want)
+    assert workloads.identity((n1, n2)).n_queries == n1 * n2
+    # a 1-D shape keeps today's meaning
+    assert workloads.prefix((7,)).kind == "prefix" and workloads.prefix(7).n_bins == 7
+
+
+def test_marginals_sum_out_the_other_axes():
+    shape = (3, 4, 2)
+    x = np.random.default_rng(1).integers(0, 9, shape).astype(float)
+    m = workloads.marginals(shape, (0, 2))
+    assert np.allclose(m.matvec(x.ravel()), x.sum(axis=1).ravel())
+    both = workloads.marginals(shape, [(1,), (0, 2), ()])
+    assert np.allclose(both.matvec(x.ravel()),
+                       np.concatenate([x.sum(axis=(0, 2)), x.sum(axis=1).ravel(), [x.sum()]]))
+    D = both.dense()
+    u = np.random.default_rng(2).standard_normal(both.n_queries)
+    assert np.allclose(both.rmatvec(u), D.T @ u)
+    assert np.allclose(both.gram_dense(), D.T @ D)
+    C = np.eye(x.size)
+    assert np.isclose(both.total_variance(C), np.trace(D @ D.T))
+
+
+@pytest.mark.parametrize("bad", [((3, 0), ValueError), ((), ValueError), ("ab", ValueError),
+                                 ((2.5, 3), ValueError)])
+def test_grid_shapes_refused(bad):
+    shape, err = bad
+    with pytest.raises(err):
+        workloads.prefix(shape)
+
+
+def test_marginal_axes_refused():
+    for axes in ((3,), (0, 0), (-1,), ("a",), (True,)):
+        with pytest.raises(ValueError, match="axes"):
+            workloads.marginals((3, 4, 2), axes)
+    with pytest.raises(ValueError, match="1-D workloads"):
+        workloads.kron(workloads.prefix((2, 2)), workloads.prefix(3))
+
+
+trees = st.lists(st.integers(2, 3), min_size=1, max_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b1=trees, b2=trees, kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=2),
+       neighbours=st.sampled_from(["add_remove", "swap"]),
+       noise=st.sampled_from(["laplace", "gaussian"]), seed=st.integers(0, 10**6))
+def test_kron_tree_error_equals_dense_gls(b1, b2, kinds, neighbours, noise, seed):
+    """Per-level-tuple budgets (random, positive), both neighbour models and noises: the
+    O(prod (h_i + 1)) eigen-sum equals the dense GLS covariance's trace(W Cov W')."""
+    n1, n2 = int(np.prod(b1)), int(np.prod(b2))
+    if n1 * n2 > 400:
+        b2 = b2[:1]
+        n2 = b2[0]
+    A = strategies.kron(strategies.tree(n1, b1), strategies.tree(n2, b2))
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    n_levels = (len(b1) + 1) * (len(b2) + 1) - (neighbours == "swap")
+    # budgets at least half the equal share: the dense oracle (normal equations) keeps ~9
+    # digits; tiny budgets (variances ~1e6 x others) would test its rounding, not ours
+    b = 0.5 / n_levels + 0.5 * np.random.default_rng(seed).dirichlet(np.ones(n_levels))
+    mech = Mechanism(A, neighbours=neighbours, level_budgets=b * next(iter(kw.values())),
+                     **kw)
+    assert is_kron_tree_mechanism(mech)
+    w = workloads.kron(_one_d(kinds[0], n1), _one_d(kinds[1], n2))
+    fast = expected_error(w, mech)
+    dense = expected_error(w, mech, method="dense")
+    assert fast == pytest.approx(dense, rel=1e-8, abs=1e-8)  # public N: total exactly 0
+
+
+def test_three_axes_and_marginal_workloads():
+    A = strategies.kron(strategies.tree(4, (2, 2)), strategies.tree(3, (3,)),
+                        strategies.tree(2, (2,)))
+    mech = Mechanism(A, epsilon=1.0, neighbours="add_remove")
+    for w in (workloads.prefix((4, 3, 2)), workloads.marginals((4, 3, 2), (0, 2)),
+              workloads.all_range((4, 3, 2))):
+        assert expected_error(w, mech) == pytest.approx(
+            expected_error(w, mech, method="dense"), rel=1e-9)
+
+
+def test_binary_by_binary_cdf_anchor_at_256_squared():
+    """MATH.md section 8 (helper-computed, verified here by the structured formula, which the
+    test above checks against the dense GLS): the 2-D CDF over 256 x 256 cells, Laplace
+    eps 1, add/remove, binary x binary with equal budgets per level pair: 15004 mean per
+    query. The flat grid's 33024 is the closed form 2 (mean(a + 1))^2 = 2 x 128.5^2."""
+    n = 256
+    A = strategies.kron(strategies.tree(n, (2,) * 8), strategies.tree(n, (2,) * 8))
+    mech = Mechanism(A, epsilon=1.0, neighbours="add_remove")
+    assert round(expected_error(workloads.prefix((n, n)), mech) / n**2) == 15004
+    assert 2 * 128.5**2 == pytest.approx(33024.5)
+
+
+def test_kron_tree_error_refusals():
+    A = strategies.kron(strategies.tree(4, (2, 2)), strategies.tree(4, (2, 2)))
+    mech = Mechanism(A, epsilon=1.0)
+    with pytest.raises(ValueError, match="grid"):
+        kron_tree_error(mech, workloads.prefix((2, 8)))
+    with pytest.raises(ValueError, match="per-axis"):
+        kron_tree_error(mech, workloads.kron(workloads.ranges(4, [(0, 1)]),
+                                             workloads.prefix(4)))
+    other = Mechanism(strategies.tree(16, (4, 4)), epsilon=1.0)
+    with pytest.raises(ValueError, match="Kronecker product"):
+        kron_tree_error(other, workloads.prefix((4, 4)))
+    # an unmeasured level tuple the workload needs: not identified
+    lv = np.append(np.ones(7) / 7, 0.0)   # the leaf x leaf level pair unmeasured
+    bad = Mechanism(A, epsilon=1.0, neighbours="swap", level_budgets=lv)
+    with pytest.raises(ValueError, match="identify"):
+        kron_tree_error(bad, workloads.identity((4, 4)))
