@@ -22,7 +22,12 @@ buffers are traced, FFT work arrays inside pocketfft are not) of
 * the BLUE of one noisy release and of a batch of 16 releases.
 
 Prints markdown tables (and the mean per-prefix error, MATH.md section 7: 19.6643 at 2^16,
-28.2753 at 2^20 under add/remove). Part 3: Kronecker products of trees on 2-D grids.
+28.2753 at 2^20 under add/remove). Part 3: Kronecker products of trees on 2-D grids:
+calibration, the exact 2-D CDF / all-box BLUE errors (eigen-sum over level pairs: ~1.5 ms at
+256^2, 1024^2 and 4096^2 alike; issue 15's target is 5 s at 1024^2), A x and A' u. Measured
+(binary x binary, Laplace eps 1): calibration 0.35 s / 2.0 s at 1024^2 (add/remove / swap),
+6.8 s / 23.8 s and 2.2 GB traced at 4096^2 (the per-axis profile search, now the bottleneck);
+mean 2-D CDF error 15004.28 at 256^2 add/remove (MATH.md section 8's 15004).
 """
 
 from __future__ import annotations
@@ -135,9 +140,10 @@ def interval_main(ns):
                   f"prefix RMSE {rmse:.2f} |", flush=True)
 
 
-def kronecker_main(sides=(256, 1024)):
+def kronecker_main(sides=(256, 1024, 4096)):
     """Part 3: Kronecker products of binary trees on side x side grids (no grid-sized
-    matrix): calibration (exact sensitivities from per-axis profiles), A x and A' u."""
+    matrix): calibration (exact sensitivities from per-axis profiles), the exact 2-D CDF and
+    all-box errors (error.kronecker), A x and A' u."""
     from dptree_opt import strategies
     print()
     print("| grid | neighbours | step | time (s) | peak traced MiB | value |")
@@ -150,6 +156,11 @@ def kronecker_main(sides=(256, 1024)):
             print(f"| {side}x{side} | {neighbours} | mechanism ({len(mech.level_budgets)} "
                   f"level pairs) | {secs:.3f} | {mib:.0f} | eps = {mech.epsilon:.6f} |",
                   flush=True)
+            for kind in ("prefix", "all_range"):   # exact total BLUE error (issue 15 item 3)
+                w = getattr(workloads, kind)((side, side))
+                err, secs, mib = timed(expected_error, w, mech)
+                print(f"| {side}x{side} | {neighbours} | exact 2-D {kind} error (eigen-sum) | "
+                      f"{secs:.4f} | {mib:.0f} | mean {err / w.n_queries:.2f} |", flush=True)
         x = np.random.default_rng(0).random(k.n_bins)
         y, secs, mib = timed(k.apply, x)
         print(f"| {side}x{side} | - | A x ({k.n_rows} rows) | {secs:.3f} | {mib:.0f} | |")
