@@ -27,6 +27,7 @@ calibration, the exact 2-D CDF / all-box BLUE errors (eigen-sum over level pairs
 256^2, 1024^2 and 4096^2 alike; issue 15's target is 5 s at 1024^2), A x and A' u. Measured
 (binary x binary, Laplace eps 1): calibration 0.35 s / 2.0 s at 1024^2 (add/remove / swap),
 6.8 s / 23.8 s and 2.2 GB traced at 4096^2 (the per-axis profile search, now the bottleneck);
+the BLUE of one release at 4096^2 in 2.6 s (issue 15's target: 10 s);
 mean 2-D CDF error 15004.28 at 256^2 add/remove (MATH.md section 8's 15004).
 """
 
@@ -164,6 +165,11 @@ def kronecker_main(sides=(256, 1024, 4096)):
         x = np.random.default_rng(0).random(k.n_bins)
         y, secs, mib = timed(k.apply, x)
         print(f"| {side}x{side} | - | A x ({k.n_rows} rows) | {secs:.3f} | {mib:.0f} | |")
+        noisy = mech.measure(np.random.default_rng(1).integers(0, 5, k.n_bins),
+                             np.random.default_rng(2))
+        _, secs, mib = timed(blue, mech, noisy)
+        print(f"| {side}x{side} | swap | BLUE of one release (per-axis Haar) | {secs:.3f} | "
+              f"{mib:.0f} | |", flush=True)
         _, secs, mib = timed(k.rmatvec, y)
         print(f"| {side}x{side} | - | A' u | {secs:.3f} | {mib:.0f} | |", flush=True)
 

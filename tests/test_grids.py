@@ -161,3 +161,56 @@ def test_kron_tree_error_refusals():
     bad = Mechanism(A, epsilon=1.0, neighbours="swap", level_budgets=lv)
     with pytest.raises(ValueError, match="identify"):
         kron_tree_error(bad, workloads.identity((4, 4)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(b1=trees, b2=trees, neighbours=st.sampled_from(["add_remove", "swap"]),
+       noise=st.sampled_from(["laplace", "gaussian"]), seed=st.integers(0, 10**6))
+def test_kron_tree_blue_equals_dense_gls(b1, b2, neighbours, noise, seed):
+    """Per-axis Helmert-Haar transforms (estimation.kronecker) = the dense GLS estimate,
+    one release and a batch, random budgets per level tuple."""
+    from dptree_opt import blue
+    n1, n2 = int(np.prod(b1)), int(np.prod(b2))
+    if n1 * n2 > 400:
+        b2 = b2[:1]
+        n2 = b2[0]
+    A = strategies.kron(strategies.tree(n1, b1), strategies.tree(n2, b2))
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    n_levels = (len(b1) + 1) * (len(b2) + 1) - (neighbours == "swap")
+    rng = np.random.default_rng(seed)
+    b = 0.5 / n_levels + 0.5 * rng.dirichlet(np.ones(n_levels))
+    mech = Mechanism(A, neighbours=neighbours, level_budgets=b * next(iter(kw.values())),
+                     **kw)
+    h = rng.integers(0, 30, n1 * n2)
+    y = mech.measure(h, rng)
+    scale = 1.0 + np.abs(y).max()
+    assert np.allclose(blue(mech, y), blue(mech, y, method="dense"), rtol=0, atol=1e-9 * scale)
+    Y = np.stack([mech.measure(h, rng) for _ in range(3)])
+    assert np.allclose(blue(mech, Y), blue(mech, Y, method="dense"), rtol=0,
+                       atol=1e-9 * (1.0 + np.abs(Y).max()))
+
+
+def test_kron_tree_blue_three_axes_monte_carlo_and_refusals():
+    from dptree_opt import blue
+    from dptree_opt.error import monte_carlo_error
+    from dptree_opt.estimation.kronecker import haar_analysis, haar_synthesis
+    A = strategies.kron(strategies.tree(4, (2, 2)), strategies.tree(3, (3,)),
+                        strategies.tree(2, (2,)))
+    mech = Mechanism(A, rho=0.5, neighbours="add_remove")
+    rng = np.random.default_rng(5)
+    y = mech.measure(rng.integers(0, 9, 24), rng)
+    assert np.allclose(blue(mech, y), blue(mech, y, method="dense"), atol=1e-9)
+    w = workloads.prefix((4, 3, 2))
+    mc = monte_carlo_error(w, mech, trials=3000, rng=1)
+    assert mc.within(expected_error(w, mech), 4.0)
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        blue(mech, bad)
+    with pytest.raises(ValueError, match="entries"):
+        blue(mech, y[:-1])
+    # the per-axis transform is orthonormal: synthesis inverts analysis, norms kept
+    X = rng.standard_normal((12, 2))
+    C = haar_analysis((3, 2, 2), X)
+    assert np.allclose(haar_synthesis((3, 2, 2), C), X)
+    assert np.allclose(np.linalg.norm(C, axis=0), np.linalg.norm(X, axis=0))

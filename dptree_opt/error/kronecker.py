@@ -29,30 +29,17 @@ small grids (tests/test_grids.py).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from ..estimation.kronecker import is_kron_tree_mechanism, level_tuple_lambdas
 from ..mechanism import Mechanism
-from ..strategies import KroneckerStrategy, LevelUniformTree
+from ..strategies import LevelUniformTree
 from ..workloads import KroneckerWorkload
 from .tree import haar_workload_weights
 
 __all__ = ["is_kron_tree_mechanism", "kron_tree_error", "KRON_TREE_WORKLOADS"]
 
 KRON_TREE_WORKLOADS = ("prefix", "identity", "total", "all_range")
-
-
-def is_kron_tree_mechanism(mechanism: Mechanism) -> bool:
-    """Whether the structured error applies: a Kronecker product of complete level-uniform
-    trees (no appended total rows) with budgets per level tuple (not per row)."""
-    strat = mechanism.released
-    if not isinstance(strat, KroneckerStrategy) or strat.n_totals:
-        return False
-    if mechanism.row_budgets is not None:
-        return False
-    return all(isinstance(f, LevelUniformTree) and f.n_bins == math.prod(f.branching)
-               and np.array_equal(f.levels, f.depth) for f in strat.factors)
 
 
 def _axis_weights(tree: LevelUniformTree, workload) -> np.ndarray:
@@ -77,28 +64,13 @@ def kron_tree_error(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
         raise ValueError(f"per-axis workloads must be one of {KRON_TREE_WORKLOADS}")
     trees = strat.factors
     dims = tuple(t.height + 1 for t in trees)
-    var = np.zeros(dims)
-    for code, v in mechanism.level_variances.items():
-        var[strat.level_tuple(code)] = v
-    exact = var == 0
-    if np.any(exact & (np.indices(dims).sum(axis=0) > 0)):
-        raise ValueError("only the grand total (level tuple (0, .., 0)) may be exact")
-    with np.errstate(divide="ignore"):
-        prec = np.where(exact | np.isinf(var), 0.0, 1.0 / np.where(var > 0, var, 1.0))
-    info = prec
-    for i, t in enumerate(trees):
-        shape = [1] * len(trees)
-        shape[i] = dims[i]
-        info = info * np.asarray(t.level_widths, dtype=float).reshape(shape)
-    lam = info
-    for axis in range(len(trees)):   # lambda_j = sum over l >= j
-        lam = np.flip(np.cumsum(np.flip(lam, axis), axis=axis), axis)
+    lam, public = level_tuple_lambdas(mechanism)
     q = np.ones(dims)
     for i, (t, w) in enumerate(zip(trees, workload.factors)):
         shape = [1] * len(trees)
         shape[i] = dims[i]
         q = q * _axis_weights(t, w).reshape(shape)
-    if exact.flat[0]:
+    if public:
         q.flat[0] = 0.0                  # the constant direction is known exactly
     need = q > 0
     if np.any(need & ~(lam > 0)):
