@@ -97,13 +97,10 @@ def test_marginal_axes_refused():
 trees = st.lists(st.integers(2, 3), min_size=1, max_size=3)
 
 
-@settings(max_examples=40, deadline=None)
-@given(b1=trees, b2=trees, kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=2),
-       neighbours=st.sampled_from(["add_remove", "swap"]),
-       noise=st.sampled_from(["laplace", "gaussian"]), seed=st.integers(0, 10**6))
-def test_kron_tree_error_equals_dense_gls(b1, b2, kinds, neighbours, noise, seed):
-    """Per-level-tuple budgets (random, positive), both neighbour models and noises: the
-    O(prod (h_i + 1)) eigen-sum equals the dense GLS covariance's trace(W Cov W')."""
+def _random_kron_mechanism(b1, b2, neighbours, noise, rng):
+    """T(b1) x T(b2) (at most ~400 cells) with random budgets per level pair, each at least
+    half the equal share: the dense oracle (normal equations) keeps ~9 digits, and tiny
+    budgets (variances ~1e6 x the others) would test its rounding, not ours."""
     n1, n2 = int(np.prod(b1)), int(np.prod(b2))
     if n1 * n2 > 400:
         b2 = b2[:1]
@@ -111,11 +108,20 @@ def test_kron_tree_error_equals_dense_gls(b1, b2, kinds, neighbours, noise, seed
     A = strategies.kron(strategies.tree(n1, b1), strategies.tree(n2, b2))
     kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
     n_levels = (len(b1) + 1) * (len(b2) + 1) - (neighbours == "swap")
-    # budgets at least half the equal share: the dense oracle (normal equations) keeps ~9
-    # digits; tiny budgets (variances ~1e6 x others) would test its rounding, not ours
-    b = 0.5 / n_levels + 0.5 * np.random.default_rng(seed).dirichlet(np.ones(n_levels))
-    mech = Mechanism(A, neighbours=neighbours, level_budgets=b * next(iter(kw.values())),
-                     **kw)
+    b = 0.5 / n_levels + 0.5 * rng.dirichlet(np.ones(n_levels))
+    return (Mechanism(A, neighbours=neighbours, level_budgets=b * next(iter(kw.values())),
+                      **kw), n1, n2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b1=trees, b2=trees, kinds=st.lists(st.sampled_from(KINDS), min_size=2, max_size=2),
+       neighbours=st.sampled_from(["add_remove", "swap"]),
+       noise=st.sampled_from(["laplace", "gaussian"]), seed=st.integers(0, 10**6))
+def test_kron_tree_error_equals_dense_gls(b1, b2, kinds, neighbours, noise, seed):
+    """Per-level-tuple budgets (random, positive), both neighbour models and noises: the
+    O(prod (h_i + 1)) eigen-sum equals the dense GLS covariance's trace(W Cov W')."""
+    mech, n1, n2 = _random_kron_mechanism(b1, b2, neighbours, noise,
+                                          np.random.default_rng(seed))
     assert is_kron_tree_mechanism(mech)
     w = workloads.kron(_one_d(kinds[0], n1), _one_d(kinds[1], n2))
     fast = expected_error(w, mech)
@@ -170,17 +176,8 @@ def test_kron_tree_blue_equals_dense_gls(b1, b2, neighbours, noise, seed):
     """Per-axis Helmert-Haar transforms (estimation.kronecker) = the dense GLS estimate,
     one release and a batch, random budgets per level tuple."""
     from dptree_opt import blue
-    n1, n2 = int(np.prod(b1)), int(np.prod(b2))
-    if n1 * n2 > 400:
-        b2 = b2[:1]
-        n2 = b2[0]
-    A = strategies.kron(strategies.tree(n1, b1), strategies.tree(n2, b2))
-    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
-    n_levels = (len(b1) + 1) * (len(b2) + 1) - (neighbours == "swap")
     rng = np.random.default_rng(seed)
-    b = 0.5 / n_levels + 0.5 * rng.dirichlet(np.ones(n_levels))
-    mech = Mechanism(A, neighbours=neighbours, level_budgets=b * next(iter(kw.values())),
-                     **kw)
+    mech, n1, n2 = _random_kron_mechanism(b1, b2, neighbours, noise, rng)
     h = rng.integers(0, 30, n1 * n2)
     y = mech.measure(h, rng)
     scale = 1.0 + np.abs(y).max()

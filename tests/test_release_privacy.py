@@ -277,3 +277,28 @@ def test_discrete_mechanism_keeps_guarantee_and_scales(noise, budget):
     z = disc.sample_noise(np.random.default_rng(5), 20000)
     assert np.all(z == np.round(z))
     np.testing.assert_allclose(z.var(axis=0).mean(), disc.variances.mean(), rtol=0.02)
+
+
+def test_secure_measure_checks_every_group_before_drawing_any_noise(monkeypatch):
+    """A calibration refused for one group of rows (here the second checked) must stop
+    secure_measure before the first noise is drawn, for budgets per level and per row."""
+    from dptree_opt.optimize.node_budgets import path_budgets
+    levels = dp.Mechanism(S.tree(8, [2, 2, 2]), epsilon=1.0, discrete=True)
+    b = path_budgets((2, 2, 2), np.linspace(0.2, 0.8, 15), 1.0)   # several distinct scales
+    rows = dp.Mechanism(S.tree(8, [2, 2, 2]), epsilon=1.0, neighbours="add_remove",
+                        row_budgets=b, discrete=True)
+    real = sn._opendp_measurement
+    for mech in (levels, rows):
+        seen, drawn = [], []
+
+        def check(**kw):
+            seen.append(kw)
+            if len(seen) == 2:
+                raise ValueError("calibration error: refused for the test")
+            return real(**kw)
+
+        monkeypatch.setattr(sn, "_opendp_measurement", check)
+        monkeypatch.setattr(sn, "_opendp_sample", lambda *a, **k: drawn.append(1))
+        with pytest.raises(ValueError, match="refused for the test"):
+            sn.secure_measure(mech, np.arange(8))
+        assert drawn == []

@@ -55,11 +55,9 @@ def sampler_description(noise: str) -> str:
             f"{dist} sampler (integer arithmetic, OS randomness)")
 
 
-def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity: float,
-                   budget: float) -> np.ndarray:
-    """values + integer noise of ``scale`` from OpenDP, for one level (int64 in, int64 out).
-
-    Checks OpenDP's privacy map at ``sensitivity`` against ``budget`` first."""
+def _opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float):
+    """OpenDP's integer-noise measurement of ``scale`` for one group of rows, after checking
+    its privacy map at ``sensitivity`` against ``budget`` (ValueError; nothing drawn)."""
     odp = _opendp()
     if noise == "laplace":
         space = (odp.vector_domain(odp.atom_domain(T="i64")), odp.l1_distance(T="i64"))
@@ -73,7 +71,25 @@ def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity:
     if loss > budget * (1 + 1e-9):
         raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > level "
                          f"budget {budget!r} at sensitivity {sensitivity!r}, scale {scale!r}")
+    return meas
+
+
+def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity: float,
+                   budget: float) -> np.ndarray:
+    """values + integer noise of ``scale`` from OpenDP, for one group of rows (int64 in,
+    int64 out), after checking OpenDP's privacy map (:func:`_opendp_measurement`)."""
+    meas = _opendp_measurement(noise=noise, scale=scale, sensitivity=sensitivity,
+                               budget=budget)
     return np.asarray(meas(values.tolist()), dtype=np.int64)
+
+
+def _draw(plan, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y[rows] = answers[rows] + noise for every (rows, sampler arguments) of ``plan``:
+    called once every group's measurement has been built and its privacy map checked, so
+    nothing is refused after the first noise is drawn."""
+    for rows, kw in plan:
+        y[rows] = _opendp_sample(answers[rows], **kw)
+    return y
 
 
 def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
@@ -112,6 +128,7 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
     levels = mechanism.released.levels
     budgets = mechanism.level_budgets
     sens = mechanism.level_sensitivities
+    plan = []
     for lvl, scale in mechanism.level_scales.items():  # one call per level (h + 1 at most)
         rows = levels == lvl
         if scale == 0:
@@ -119,9 +136,11 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
         if np.isinf(scale):
             y[rows] = np.nan  # not measured
             continue
-        y[rows] = _opendp_sample(answers[rows], noise=mechanism.noise, scale=scale,
-                                 sensitivity=sens[lvl], budget=budgets[lvl])
-    return y
+        kw = dict(noise=mechanism.noise, scale=scale, sensitivity=sens[lvl],
+                  budget=budgets[lvl])
+        _opendp_measurement(**kw)  # every check first: nothing refused after a draw
+        plan.append((rows, kw))
+    return _draw(plan, answers, y)
 
 
 def _secure_rows(mechanism: Mechanism, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -135,9 +154,11 @@ def _secure_rows(mechanism: Mechanism, answers: np.ndarray, y: np.ndarray) -> np
     keys, inv = np.unique(np.stack([scale[noisy], sens[noisy]]), axis=1, return_inverse=True)
     order = np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(keys.shape[1] + 1))
+    plan = []
     for g in range(keys.shape[1]):
         rows = noisy[order[bounds[g]:bounds[g + 1]]]
-        y[rows] = _opendp_sample(answers[rows], noise=mechanism.noise, scale=float(keys[0, g]),
-                                 sensitivity=float(keys[1, g]),
-                                 budget=float(budget[rows].min()))
-    return y
+        kw = dict(noise=mechanism.noise, scale=float(keys[0, g]),
+                  sensitivity=float(keys[1, g]), budget=float(budget[rows].min()))
+        _opendp_measurement(**kw)  # every check first: nothing refused after a draw
+        plan.append((rows, kw))
+    return _draw(plan, answers, y)
