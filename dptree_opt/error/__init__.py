@@ -48,7 +48,7 @@ from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import KroneckerWorkload, Workload
 from . import tree
-from .kronecker import KRON_TREE_WORKLOADS, is_kron_tree_mechanism, kron_tree_error
+from .kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
 from .interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
                        laminar_errors, laminar_range_variances)
 from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
@@ -124,7 +124,7 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
         var = tree.blue_range_variances(ks, v, workload.lo, workload.hi)
         return var if per_query else float(var.sum())
     elif (structured and not per_query and isinstance(workload, KroneckerWorkload)
-          and is_kron_tree_mechanism(mechanism)
+          and is_grid_tree_mechanism(mechanism)
           and all(f.kind in KRON_TREE_WORKLOADS for f in workload.factors)
           and workload.grid_shape == mechanism.released.grid_shape):
         return kron_tree_error(mechanism, workload)  # O(prod (h_i + 1)), MATH.md section 8

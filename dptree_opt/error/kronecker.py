@@ -31,15 +31,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..estimation.kronecker import is_kron_tree_mechanism, level_tuple_lambdas
+from ..estimation.kronecker import (grid_trees, is_kron_tree_mechanism, is_quadtree_mechanism,
+                                   level_tuple_lambdas)
 from ..mechanism import Mechanism
 from ..strategies import LevelUniformTree
 from ..workloads import KroneckerWorkload
 from .tree import haar_workload_weights
 
-__all__ = ["is_kron_tree_mechanism", "kron_tree_error", "KRON_TREE_WORKLOADS"]
+__all__ = ["is_kron_tree_mechanism", "is_grid_tree_mechanism", "kron_tree_error",
+           "KRON_TREE_WORKLOADS"]
 
 KRON_TREE_WORKLOADS = ("prefix", "identity", "total", "all_range")
+
+
+def is_grid_tree_mechanism(mechanism: Mechanism) -> bool:
+    """A Kronecker product of complete trees or a quadtree, budgets per level (tuple)."""
+    return is_kron_tree_mechanism(mechanism) or is_quadtree_mechanism(mechanism)
 
 
 def _axis_weights(tree: LevelUniformTree, workload) -> np.ndarray:
@@ -53,16 +60,16 @@ def _axis_weights(tree: LevelUniformTree, workload) -> np.ndarray:
 def kron_tree_error(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
     """sum_q Var(answer_q) of the BLUE for ``workload`` (module docstring). Raises
     ValueError when the structure does not apply or the grid is not identified."""
-    if not is_kron_tree_mechanism(mechanism):
+    if not is_grid_tree_mechanism(mechanism):
         raise ValueError("kron_tree_error needs a Kronecker product of complete level-uniform "
-                         "trees with budgets per level tuple")
+                         "trees or a quadtree, with budgets per level (tuple)")
     strat = mechanism.released
     if not isinstance(workload, KroneckerWorkload) or workload.grid_shape != strat.grid_shape:
         raise ValueError("the workload must be a Kronecker workload over the strategy's grid "
                          f"{strat.grid_shape}")
     if any(f.kind not in KRON_TREE_WORKLOADS for f in workload.factors):
         raise ValueError(f"per-axis workloads must be one of {KRON_TREE_WORKLOADS}")
-    trees = strat.factors
+    trees = grid_trees(strat)
     dims = tuple(t.height + 1 for t in trees)
     lam, public = level_tuple_lambdas(mechanism)
     q = np.ones(dims)

@@ -19,7 +19,8 @@ from ..mechanism import Mechanism
 from .gls import gls
 from .haar import haar_blue, is_haar_mechanism
 from .implicit import implicit_blue, is_implicit_mechanism
-from .kronecker import is_kron_tree_mechanism, kron_tree_blue
+from .kronecker import (is_kron_tree_mechanism, is_quadtree_mechanism, kron_tree_blue,
+                        quadtree_blue)
 from .laminar import is_laminar_mechanism, laminar_blue
 from .toeplitz import is_toeplitz_mechanism, toeplitz_blue
 from .tree import is_tree_mechanism, tree_blue
@@ -37,7 +38,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
     constraints (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``:
     "auto" (tree recursions on level-uniform trees, the Toeplitz inverse on Toeplitz
     strategies with equal noise, the bridge recursion on other interval strategies and on
-    Privelet's Haar strategy, per-axis Haar transforms on Kronecker products of trees, else
+    Privelet's Haar strategy, per-axis Haar transforms on Kronecker products of trees, Honaker's recursions on a
+    quadtree's Morton tree, else
     generic), "tree", "toeplitz", "laminar", "haar", "kronecker", "generic"
     (the GLS solver's own choice), "sparse" (KKT LU) or "dense" (Cholesky)."""
     if method not in BLUE_METHODS:
@@ -56,6 +58,8 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
         return implicit_blue(mechanism, y)
     if method == "kronecker" or (method == "auto" and is_kron_tree_mechanism(mechanism)):
         return kron_tree_blue(mechanism, y)
+    if method == "auto" and is_quadtree_mechanism(mechanism):
+        return quadtree_blue(mechanism, y)
     return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
 
 

@@ -20,10 +20,12 @@ import math
 import numpy as np
 
 from ..mechanism import Mechanism
-from ..strategies import KroneckerStrategy, LevelUniformTree
+from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
+from .honaker import honaker_recursions
 
-__all__ = ["is_kron_tree_mechanism", "level_tuple_lambdas", "kron_tree_blue",
-           "haar_analysis", "haar_synthesis", "helmert"]
+__all__ = ["is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees",
+           "level_tuple_lambdas", "kron_tree_blue", "quadtree_blue", "haar_analysis",
+           "haar_synthesis", "helmert"]
 
 
 def is_kron_tree_mechanism(mechanism: Mechanism) -> bool:
@@ -40,18 +42,43 @@ def is_kron_tree_mechanism(mechanism: Mechanism) -> bool:
                and np.array_equal(f.levels, f.depth) for f in strat.factors)
 
 
-def level_tuple_lambdas(mechanism: Mechanism) -> tuple[np.ndarray, bool]:
-    """(lambda, public): lambda_j = sum over level tuples l >= j (componentwise) of
-    prod_i w_(i, l_i) / v_l, shape (h_1 + 1, .., h_d + 1), the eigenvalues of the information
-    matrix on the product Haar subspaces (``error.kronecker``); ``public``: the grand total
-    (level tuple (0, .., 0)) is exact and takes no part in lambda. ValueError if another
-    level tuple is exact."""
+def is_quadtree_mechanism(mechanism: Mechanism) -> bool:
+    """Whether the quadtree paths apply: a QuadtreeStrategy with budgets per level whose
+    non-root levels are noisy or unmeasured (the root may be the public total)."""
+    return (isinstance(mechanism, Mechanism)
+            and isinstance(mechanism.released, QuadtreeStrategy)
+            and mechanism.row_budgets is None
+            and all(v > 0 for lvl, v in mechanism.level_variances.items() if lvl > 0))
+
+
+def grid_trees(strategy) -> tuple[LevelUniformTree, ...]:
+    """The per-axis trees of a Kronecker product of trees or of a quadtree."""
+    return strategy.factors if isinstance(strategy, KroneckerStrategy) else strategy.axis_trees
+
+
+def _level_tuple_variances(mechanism: Mechanism, trees) -> np.ndarray:
+    """v_l per level tuple (inf where nothing is measured): every tuple of a Kronecker
+    product; the diagonal (l, .., l) of a quadtree."""
     strat = mechanism.released
-    trees = strat.factors
     dims = tuple(t.height + 1 for t in trees)
     var = np.full(dims, np.inf)
     for code, v in mechanism.level_variances.items():
-        var[strat.level_tuple(code)] = v
+        key = ((code,) * len(trees) if isinstance(strat, QuadtreeStrategy)
+               else strat.level_tuple(code))
+        var[key] = v
+    return var
+
+
+def level_tuple_lambdas(mechanism: Mechanism) -> tuple[np.ndarray, bool]:
+    """(lambda, public) for a Kronecker product of trees or a quadtree: lambda_j = sum over
+    level tuples l >= j (componentwise) of prod_i w_(i, l_i) / v_l, shape (h_1 + 1, ..,
+    h_d + 1), the eigenvalues of the information matrix on the product Haar subspaces
+    (``error.kronecker``; a quadtree measures the diagonal tuples only); ``public``: the grand total
+    (level tuple (0, .., 0)) is exact and takes no part in lambda. ValueError if another
+    level tuple is exact."""
+    trees = grid_trees(mechanism.released)
+    dims = tuple(t.height + 1 for t in trees)
+    var = _level_tuple_variances(mechanism, trees)
     exact = var == 0
     if np.any(exact & (np.indices(dims).sum(axis=0) > 0)):
         raise ValueError("only the grand total (level tuple (0, .., 0)) may be exact")
@@ -162,3 +189,20 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
         coef = _per_axis(coef, i + 1, lambda X, ks=t.branching: haar_synthesis(ks, X))
     out = coef.reshape(coef.shape[0], -1)
     return out[0] if y.ndim == 1 else out
+
+
+def quadtree_blue(mechanism: Mechanism, y) -> np.ndarray:
+    """The BLUE of the row-major cells for a quadtree: Honaker's recursions on its Morton
+    tree (``QuadtreeStrategy.tree``), the leaves read back in row-major order. O(rows)."""
+    if not is_quadtree_mechanism(mechanism):
+        raise ValueError("quadtree_blue needs a QuadtreeStrategy with budgets per level and "
+                         "noisy or unmeasured non-root levels")
+    strat = mechanism.released
+    tree = strat.tree
+    y = np.asarray(y, dtype=float)
+    if y.ndim not in (1, 2) or y.shape[-1] != strat.n_rows:
+        raise ValueError(f"y must have {strat.n_rows} entries per trial, got shape {y.shape}")
+    v = np.array([mechanism.level_variances[lvl] for lvl in range(tree.height + 1)])
+    est = honaker_recursions(tree.branching, v, y)
+    leaves = est.efficient[..., tree.level_slice(tree.height)]
+    return leaves[..., strat.morton]

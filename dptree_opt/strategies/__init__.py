@@ -29,6 +29,7 @@ from .factorization import SqrtFactorization, sqrt_factorization
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .kronecker import KroneckerStrategy, kron
+from .quadtree import QuadtreeStrategy, quadtree
 from .optimized import OptimizedStrategy, p_identity
 from . import implicit_optimum
 from .implicit_optimum import ImplicitFactorization, gaussian_optimal_implicit
@@ -53,6 +54,8 @@ __all__ = [
     "ToeplitzStrategy",
     "kron",
     "KroneckerStrategy",
+    "quadtree",
+    "QuadtreeStrategy",
     "sqrt_factorization",
     "SqrtFactorization",
     "OptimizedStrategy",
