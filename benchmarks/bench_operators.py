@@ -28,7 +28,12 @@ calibration, the exact 2-D CDF / all-box BLUE errors (eigen-sum over level pairs
 (binary x binary, Laplace eps 1): calibration 0.35 s / 2.0 s at 1024^2 (add/remove / swap),
 6.8 s / 23.8 s and 2.2 GB traced at 4096^2 (the per-axis profile search, now the bottleneck);
 the BLUE of one release at 4096^2 in 2.6 s (issue 15's target: 10 s);
-mean 2-D CDF error 15004.28 at 256^2 add/remove (MATH.md section 8's 15004).
+mean 2-D CDF error 15004.28 at 256^2 add/remove (MATH.md section 8's 15004). Part 4:
+optimal budgets per level tuple (add/remove, 2-D CDF, mean per query; equal -> optimal):
+256^2 binary x binary Laplace 15004.28 -> 2420.28, Gaussian 92.62 -> 78.52; quadtree
+Laplace 16095.17 -> 3138.16, Gaussian 894.18 -> 393.79; 1024^2 binary x binary Laplace
+44679.82 -> 6894.77 (0.7 s). Under Laplace the equal split over (h + 1)^2 level pairs is
+far from optimal.
 """
 
 from __future__ import annotations
@@ -174,8 +179,31 @@ def kronecker_main(sides=(256, 1024, 4096)):
         print(f"| {side}x{side} | - | A' u | {secs:.3f} | {mib:.0f} | |", flush=True)
 
 
+def grid_budgets_main(sides=(256, 1024)):
+    """Part 4 (issue 15 item 4): budgets per level tuple (optimize.optimal_grid_budgets) for
+    binary x binary and the quadtree on the 2-D CDF, add/remove, mean per query: the equal
+    split against the optimum (eigen-sum objective, O(h^2) per evaluation)."""
+    from dptree_opt import optimize, strategies
+    print()
+    print("| grid | hierarchy | noise | equal split | optimal | evaluations | time (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for side in sides:
+        h = side.bit_length() - 1
+        for name, strat in (("binary x binary", strategies.kron(
+                strategies.tree(side, (2,) * h), strategies.tree(side, (2,) * h))),
+                ("quadtree", strategies.quadtree((side, side)))):
+            for kw in ({"epsilon": 1.0}, {"rho": 0.5}):
+                r, secs, _ = timed(optimize.optimal_grid_budgets, strat,
+                                   workloads.prefix((side, side)), neighbours="add_remove",
+                                   **kw)
+                noise = "Laplace eps 1" if "epsilon" in kw else "Gaussian rho 1/2"
+                print(f"| {side}x{side} | {name} | {noise} | {r.equal_mean:.2f} | "
+                      f"{r.mean:.2f} | {r.evaluations} | {secs:.2f} |", flush=True)
+
+
 if __name__ == "__main__":
     sizes = [int(a) for a in sys.argv[1:]] or [1 << 13, 1 << 16, 1 << 20]
     main(sizes)
     interval_main(sizes)
     kronecker_main()
+    grid_budgets_main()

@@ -6,7 +6,8 @@
 (padded) ordered factorisations scored by the exact error of the covering, refined or BLUE
 estimator. Beyond [RTS]: ``optimal_blue_budgets`` (optimal per-level budgets for the BLUE,
 Laplace and Gaussian); ``optimal_node_budgets`` (a budget per node: every root-to-leaf path
-sums to the total; exact adjoint gradient, O(K) per step). Every tree result but the last is
+sums to the total; exact adjoint gradient, O(K) per step); ``optimal_grid_budgets`` (budgets
+per level tuple of Kronecker trees and quadtrees on grids). Every tree result but the last is
 a ``TreeDesign``. Beyond trees: ``optimized_strategy``
 (the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``).
 """
@@ -15,6 +16,7 @@ from .beyond_trees import best_tree, clear_cache, optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .levels import level_variances, noisy_levels
 from .node_budgets import NodeBudgets, optimal_node_budgets, tree_cdf_error
+from .grid import GridBudgets, optimal_grid_budgets
 from .result import TreeDesign, error_unit
 from .rts import (
     branching,
@@ -34,5 +36,6 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
            "finest_refinement",
            "optimal_blue_budgets", "optimal_node_budgets", "NodeBudgets", "tree_cdf_error",
+           "optimal_grid_budgets", "GridBudgets",
            "level_variances", "noisy_levels", "best_tree",
            "optimized_strategy", "clear_cache"]
