@@ -344,3 +344,18 @@ def test_laplace_grid_budgets_beat_equal_and_are_exact():
         optimal_grid_budgets(strat, workloads.prefix(256), 1.0)
     with pytest.raises(ValueError, match="strategy"):
         optimal_grid_budgets(strategies.tree(16, (4, 4)), w, 1.0)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (8, 32)])
+@pytest.mark.parametrize("kind", ["prefix", "all_range"])
+def test_gaussian_optimum_of_kronecker_workloads_is_the_product_of_1d_optima(shape, kind):
+    """Issue 15 item 4 / MATH.md section 8 ("verify"): the Kronecker product of the 1-D
+    optimal strategies (unit column norms, so the product is feasible) has error
+    E_1 E_2 (per unit sigma^2), and the dense 2-D solver's certified dual bound is within
+    1e-6 of it: the product is the 2-D optimum."""
+    from dptree_opt.strategies.optimized import gaussian_optimal
+    two = gaussian_optimal(getattr(workloads, kind)(shape), tol=1e-8, max_iter=3000)
+    a, b = (gaussian_optimal(getattr(workloads, kind)(n), tol=1e-10, max_iter=3000)
+            for n in shape)
+    product = a.error * b.error
+    assert two.lower_bound * (1 - 1e-9) <= product <= two.lower_bound * (1 + 1e-6)
