@@ -25,8 +25,9 @@ Prints markdown tables (and the mean per-prefix error, MATH.md section 7: 19.664
 28.2753 at 2^20 under add/remove). Part 3: Kronecker products of trees on 2-D grids:
 calibration, the exact 2-D CDF / all-box BLUE errors (eigen-sum over level pairs: ~1.5 ms at
 256^2, 1024^2 and 4096^2 alike; issue 15's target is 5 s at 1024^2), A x and A' u. Measured
-(binary x binary, Laplace eps 1): calibration 0.35 s / 2.0 s at 1024^2 (add/remove / swap),
-6.8 s / 23.8 s and 2.2 GB traced at 4096^2 (the per-axis profile search, now the bottleneck);
+(binary x binary, Laplace eps 1): calibration 0.30 s / 0.19 s at 1024^2 (add/remove / swap),
+3.9 s / 5.9 s at 4096^2 (closed-form sensitivities for products of trees; was 6.8 s / 23.8 s
+with the per-axis profile search; what remains is the Mechanism's per-row arrays, 67M rows);
 the BLUE of one release at 4096^2 in 2.6 s (issue 15's target: 10 s);
 mean 2-D CDF error 15004.28 at 256^2 add/remove (MATH.md section 8's 15004). Part 4:
 optimal budgets per level tuple (add/remove, 2-D CDF, mean per query; equal -> optimal):

@@ -359,3 +359,23 @@ def test_gaussian_optimum_of_kronecker_workloads_is_the_product_of_1d_optima(sha
             for n in shape)
     product = a.error * b.error
     assert two.lower_bound * (1 - 1e-9) <= product <= two.lower_bound * (1 + 1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b1=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+       b2=st.lists(st.integers(1, 3), min_size=1, max_size=2),
+       neighbours=st.sampled_from(["add_remove", "swap"]), p=st.sampled_from([1, 2]),
+       seed=st.integers(0, 10**6))
+def test_kron_tree_closed_form_sensitivity_equals_brute_force(b1, b2, neighbours, p, seed):
+    """Products of complete trees: add/remove loss (sum_l W_l^p)^(1/p); swap 2 (sum_l W_l^p
+    - sum over the tuples <= the first split depths) (^1/2 for l2); any level weights,
+    branchings with k = 1 levels included; against all neighbouring pairs of cells."""
+    n1, n2 = int(np.prod(b1)), int(np.prod(b2))
+    K = strategies.kron(strategies.tree(n1, b1), strategies.tree(n2, b2))
+    A = K.matrix.toarray()
+    w = np.random.default_rng(seed).random(int(K.levels.max()) + 1)[K.levels]
+    cols = [A[:, j] for j in range(A.shape[1])]
+    diffs = cols if neighbours == "add_remove" else [
+        a - c for a, c in itertools.combinations(cols, 2)]
+    brute = max(np.sum(np.abs(w * d) ** p) ** (1 / p) for d in diffs) if diffs else 0.0
+    assert K.sensitivity(w, neighbours, p) == pytest.approx(brute, rel=1e-12, abs=1e-12)

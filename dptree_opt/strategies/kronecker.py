@@ -209,7 +209,7 @@ class KroneckerStrategy(Strategy):
         check_neighbours(neighbours)
         p = check_norm(norm)
         W = np.zeros(self._radix)
-        if 0 <= level < W.size and np.any(self._levels[:self._n_core] == level):
+        if 0 <= level < W.size and self._present_codes[level]:
             W.flat[level] = 1.0
         wt = np.full(self._n_totals, 1.0 if level == 0 else 0.0)
         if neighbours == "add_remove":
@@ -225,8 +225,33 @@ class KroneckerStrategy(Strategy):
             return super()._add_remove_loss(w, p)
         return self._structured_add_remove(*cw, p)
 
+    @cached_property
+    def _present_codes(self) -> np.ndarray:
+        """Which level codes have core rows (one pass over the rows, then O(1) per level)."""
+        return np.bincount(self._levels[:self._n_core], minlength=math.prod(self._radix)) > 0
+
+    @cached_property
+    def _tree_split_depths(self):
+        """For a product of complete level-uniform trees (levels = depths): per axis the
+        smallest depth at which two different cells can still share a node (their deepest
+        common node), i.e. (first level with k >= 2) - 1, or h_i for a one-cell axis;
+        else None."""
+        from .interval import LevelUniformTree
+        out = []
+        for f, r in zip(self._factors, self._radix):
+            if not (isinstance(f, LevelUniformTree) and f.n_bins == math.prod(f.branching)
+                    and r == f.height + 1 and np.array_equal(f.levels, f.depth)):
+                return None
+            split = [lv for lv, k in enumerate(f.branching) if k >= 2]
+            out.append(split[0] if split else f.height)
+        return tuple(out)
+
     def _structured_add_remove(self, W: np.ndarray, wt: np.ndarray, p: int) -> float:
         Wp = W ** p
+        if self._tree_split_depths is not None:
+            # every level tuple partitions the cells: each cell meets one row per tuple
+            best = float(np.sum(Wp)) + float(np.sum(wt ** p))
+            return best if p == 1 else math.sqrt(max(best, 0.0))
         profiles = self._profiles("columns", p)  # (U_i, R_i) per axis
         best = _max_multilinear(Wp, profiles) + float(np.sum(wt ** p))
         return best if p == 1 else math.sqrt(max(best, 0.0))
@@ -256,9 +281,18 @@ class KroneckerStrategy(Strategy):
         return generic()
 
     def _structured_swap(self, W: np.ndarray, p: int, generic) -> float:
+        Wp = W ** p
+        s = self._tree_split_depths
+        if s is not None:
+            # cells c != c' change exactly the tuples l not <= s (s_i: the depth of their
+            # deepest common node on axis i), each by two rows of weight W_l: the maximum
+            # takes every splittable axis apart at its first split (a total of W over the
+            # box l <= s is the least removed: W >= 0)
+            kept = float(np.sum(Wp[tuple(slice(0, si + 1) for si in s)]))
+            best = 2.0 * (float(np.sum(Wp)) - kept)
+            return best if p == 1 else math.sqrt(max(best, 0.0))
         if p == 1 and not all(_constant_magnitude(f) for f in self._factors):
             return self._matrix_fallback(generic)
-        Wp = W ** p
         per_axis = self._profiles("pairs", p)
         best = _max_swap(Wp, per_axis)
         return best if p == 1 else math.sqrt(max(best, 0.0))
