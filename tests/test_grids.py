@@ -379,3 +379,32 @@ def test_kron_tree_closed_form_sensitivity_equals_brute_force(b1, b2, neighbours
         a - c for a, c in itertools.combinations(cols, 2)]
     brute = max(np.sum(np.abs(w * d) ** p) ** (1 / p) for d in diffs) if diffs else 0.0
     assert K.sensitivity(w, neighbours, p) == pytest.approx(brute, rel=1e-12, abs=1e-12)
+
+
+def _ordered_factorisations(n):
+    if n == 1:
+        return [()]
+    return [(d,) + r for d in range(2, n + 1) if n % d == 0 for r in _ordered_factorisations(n // d)]
+
+
+@pytest.mark.parametrize("neighbours", ["add_remove", "swap"])
+def test_finest_kronecker_tree_dominates_every_hierarchy_with_optimal_gaussian_budgets(
+        neighbours):
+    """With optimal budgets a refinement never loses (the coarse hierarchy's rows are level
+    tuples of the finer product, given budget 0), so over 8 x 8 cells binary x binary with
+    optimal budgets beats (or ties) every Kronecker pair of trees and every quadtree (a
+    quadtree level is one level tuple of the product), for the 2-D CDF, Gaussian (convex:
+    exact optima)."""
+    from dptree_opt.optimize import optimal_grid_budgets
+    w = workloads.prefix((8, 8))
+    best = optimal_grid_budgets(strategies.kron(strategies.tree(8, (2, 2, 2)),
+                                                strategies.tree(8, (2, 2, 2))),
+                                w, rho=0.5, neighbours=neighbours).error
+    others = [strategies.kron(strategies.tree(8, a), strategies.tree(8, b))
+              for a in _ordered_factorisations(8) for b in _ordered_factorisations(8)]
+    others += [strategies.quadtree((8, 8), [a, b]) for a, b in
+               [((2, 2, 2), (2, 2, 2)), ((4, 2), (2, 4)), ((8,), (8,)), ((2, 4), (4, 2)),
+                ((2, 1, 2, 2), (1, 2, 2, 2)), ((1, 2, 2, 2), (2, 2, 2, 1))]]
+    for strat in others:
+        r = optimal_grid_budgets(strat, w, rho=0.5, neighbours=neighbours)
+        assert best <= r.error * (1 + 1e-7), strat

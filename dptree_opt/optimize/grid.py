@@ -16,6 +16,15 @@ total (``Mechanism`` recomputes the loss exactly). We minimise over b = total so
 L-BFGS-B: for Gaussian noise E is convex in b (1 / affine), for Laplace it is not (several
 starts: the equal split and Dirichlet points). Checked against cvxpy (Gaussian) and the dense
 GLS (tests/test_grids.py).
+
+Which hierarchy: with optimal budgets a refinement never loses, because the coarser
+hierarchy's rows are level tuples of the finer product (give the others budget 0). A
+quadtree level, whatever it splits, is one level tuple of the product of the per-axis trees.
+So the product of the finest per-axis trees (the prime factors of each side; binary x binary
+for powers of 2) with optimal budgets is the best of all Kronecker trees and quadtrees over
+the same grid: exactly with Gaussian noise (a convex problem); up to the local search with
+Laplace noise. Tested on 8 x 8 against every pair of ordered factorisations and several
+quadtrees.
 """
 
 from __future__ import annotations
