@@ -224,13 +224,13 @@ class Workload:
 
 
 # ------------------------------------------------------------------ grids
-def _along(x: np.ndarray, shape, axis: int, fn) -> np.ndarray:
-    """Apply fn (a 1-D map, (n_axis, r) -> (m_axis, r)) along ``axis`` of x reshaped to
-    ``shape`` + trailing columns; returns the array with that axis replaced."""
+def along_axis(x: np.ndarray, axis: int, fn) -> np.ndarray:
+    """Apply a 1-D map fn ((n_axis, r) -> (m_axis, r)) along ``axis`` of the grid tensor x,
+    the other axes batched as columns; that axis becomes m_axis long. The one per-axis
+    kernel of every Kronecker product (workloads, strategies.kron, estimation.kronecker)."""
     moved = np.moveaxis(x, axis, 0)
-    flat = moved.reshape(moved.shape[0], -1)
-    out = fn(flat).reshape((-1,) + moved.shape[1:])
-    return np.moveaxis(out, 0, axis)
+    out = fn(moved.reshape(moved.shape[0], -1))
+    return np.moveaxis(out.reshape((out.shape[0],) + moved.shape[1:]), 0, axis)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,31 +257,30 @@ class KroneckerWorkload(Workload):
         raise ValueError("a grid workload's queries are boxes, not intervals: use "
                          ".factors[i].intervals() per axis")
 
-    def _apply(self, x, along, size_in, size_out, name) -> np.ndarray:
+    def _per_axis(self, x, maps, shape_in, size_out, name) -> np.ndarray:
+        """Apply maps[i] along axis i of x (rows shaped ``shape_in``, columns kept)."""
         x = np.asarray(x, dtype=float)
-        if x.shape[0] != size_in:
-            raise ValueError(f"{name} has {x.shape[0]} rows, expected {size_in}")
-        tail = x.shape[1:]
-        y = x.reshape(tuple(along[0]) + (-1,))
-        for i, fn in enumerate(along[1]):
-            y = _along(y, None, i, fn)
-        return y.reshape((size_out,) + tail)
+        if x.shape[0] != math.prod(shape_in):
+            raise ValueError(f"{name} has {x.shape[0]} rows, expected {math.prod(shape_in)}")
+        y = x.reshape(tuple(shape_in) + x.shape[1:])
+        for i, fn in enumerate(maps):
+            y = along_axis(y, i, fn)
+        return y.reshape((size_out,) + x.shape[1:])
 
     def matvec(self, x) -> np.ndarray:
         """W @ x for x of shape (cells,) or (cells, r), one factor per axis."""
-        return self._apply(x, (self.grid_shape, [f.matvec for f in self.factors]),
-                           self.n_bins, self.n_queries, "x")
+        return self._per_axis(x, [f.matvec for f in self.factors], self.grid_shape,
+                              self.n_queries, "x")
 
     def rmatvec(self, u) -> np.ndarray:
         """W' @ u for u of shape (queries,) or (queries, r)."""
-        qshape = tuple(f.n_queries for f in self.factors)
-        return self._apply(u, (qshape, [f.rmatvec for f in self.factors]),
-                           self.n_queries, self.n_bins, "u")
+        return self._per_axis(u, [f.rmatvec for f in self.factors],
+                              tuple(f.n_queries for f in self.factors), self.n_bins, "u")
 
     def gram_matvec(self, v) -> np.ndarray:
         """(W'W) @ v, one factor Gram per axis."""
-        return self._apply(v, (self.grid_shape, [f.gram_matvec for f in self.factors]),
-                           self.n_bins, self.n_bins, "v")
+        return self._per_axis(v, [f.gram_matvec for f in self.factors], self.grid_shape,
+                              self.n_bins, "v")
 
     def _check_small(self, what: str) -> None:
         if self.n_bins > MAX_DENSE_GRID_CELLS:
@@ -343,18 +342,23 @@ class StackedWorkload(Workload):
         return sum(p.rmatvec(u[a:b]) for p, a, b in zip(self.parts, bounds[:-1], bounds[1:]))
 
     def gram_matvec(self, v) -> np.ndarray:
+        """(W'W) v = sum over the parts of W_i'W_i v."""
         return sum(p.gram_matvec(v) for p in self.parts)
 
     def dense(self) -> np.ndarray:
+        """W dense: the parts' matrices stacked (small grids)."""
         return np.vstack([p.dense() for p in self.parts])
 
     def gram_dense(self) -> np.ndarray:
+        """W'W dense: the sum of the parts' Grams."""
         return sum(p.gram_dense() for p in self.parts)
 
     def query_variances(self, cov) -> np.ndarray:
+        """The parts' per-query variances, concatenated in query order."""
         return np.concatenate([p.query_variances(cov) for p in self.parts])
 
     def total_variance(self, cov) -> float:
+        """trace(W Cov W'): the sum over the parts."""
         return float(sum(p.total_variance(cov) for p in self.parts))
 
 

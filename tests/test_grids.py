@@ -291,7 +291,8 @@ def test_quadtree_anchor_and_refusals():
                            ((4, 4), [(2, 2), (4,)], "same length"),
                            ((4, 4), [(2, 2), (2, 3)], "multiply"),
                            ((4, 2), [(4, 1), (2, 1)], "split at least one"),
-                           ((4, 0), 2, "2 positive")]:
+                           ((4, 0), 2, "2 positive"), ((4, 4), "2", "one sequence of ints"),
+                           ((4, 4), ["22", "22"], "one sequence of ints")]:
         with pytest.raises(ValueError, match=msg):
             strategies.quadtree(shape, br)
 

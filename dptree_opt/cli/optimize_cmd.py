@@ -85,6 +85,9 @@ def _run_node(args, budget) -> int:
                          "--workload prefix --estimator blue")
     if args.bins < 2:
         raise ValueError("--budgets node needs at least 2 bins")
+    if args.public_total and args.neighbours == "add_remove":
+        raise ValueError("--budgets node: a public total under add/remove is not supported "
+                         "(use swap, where N is public)")
     t0 = time.perf_counter()
     level = optimize.level_uniform(
         args.bins, **budget, estimator="blue", noise=args.noise, neighbours=args.neighbours,
@@ -94,9 +97,6 @@ def _run_node(args, budget) -> int:
     shapes = [ks for ks in shapes if all(k >= 2 for k in ks)]
     if not shapes:
         raise ValueError("--budgets node needs a tree of height >= 1 (K >= 2)")
-    if args.public_total and args.neighbours == "add_remove":
-        raise ValueError("--budgets node: a public total under add/remove is not supported "
-                         "(use swap, where N is public)")
     results = [optimize.optimal_node_budgets(ks, **budget, noise=args.noise,
                                              neighbours=args.neighbours) for ks in shapes]
     best = min(results, key=lambda r: r.error)

@@ -39,6 +39,7 @@ from ..workloads import KroneckerWorkload
 from .tree import haar_workload_weights
 
 __all__ = ["is_kron_tree_mechanism", "is_grid_tree_mechanism", "kron_tree_error",
+           "axis_workload_weights",
            "KRON_TREE_WORKLOADS"]
 
 KRON_TREE_WORKLOADS = ("prefix", "identity", "total", "all_range")
@@ -49,7 +50,9 @@ def is_grid_tree_mechanism(mechanism: Mechanism) -> bool:
     return is_kron_tree_mechanism(mechanism) or is_quadtree_mechanism(mechanism)
 
 
-def _axis_weights(tree: LevelUniformTree, workload) -> np.ndarray:
+def axis_workload_weights(tree: LevelUniformTree, workload) -> np.ndarray:
+    """q_0..q_h of a 1-D workload factor on one axis's tree (``error.tree.
+    haar_workload_weights``; the total: (K, 0, .., 0), all of 1'1 on the constants)."""
     if workload.kind == "total":
         q = np.zeros(tree.height + 1)
         q[0] = float(tree.n_bins)   # (1'1)^2 / K on the constants, nothing on D_j, j >= 1
@@ -76,7 +79,7 @@ def kron_tree_error(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
     for i, (t, w) in enumerate(zip(trees, workload.factors)):
         shape = [1] * len(trees)
         shape[i] = dims[i]
-        q = q * _axis_weights(t, w).reshape(shape)
+        q = q * axis_workload_weights(t, w).reshape(shape)
     if public:
         q.flat[0] = 0.0                  # the constant direction is known exactly
     need = q > 0

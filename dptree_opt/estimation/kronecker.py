@@ -21,9 +21,10 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
+from ..workloads import along_axis
 from .honaker import honaker_recursions
 
-__all__ = ["is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees",
+__all__ = ["is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees", "level_tuple_of",
            "level_tuple_lambdas", "kron_tree_blue", "quadtree_blue", "haar_analysis",
            "haar_synthesis", "helmert"]
 
@@ -56,16 +57,19 @@ def grid_trees(strategy) -> tuple[LevelUniformTree, ...]:
     return strategy.factors if isinstance(strategy, KroneckerStrategy) else strategy.axis_trees
 
 
+def level_tuple_of(strategy, level: int) -> tuple[int, ...]:
+    """The per-axis levels (l_1, .., l_d) of a budget level: the mixed-radix code of a
+    Kronecker product, the diagonal (l, .., l) of a quadtree."""
+    if isinstance(strategy, QuadtreeStrategy):
+        return (level,) * len(strategy.axis_trees)
+    return strategy.level_tuple(level)
+
+
 def _level_tuple_variances(mechanism: Mechanism, trees) -> np.ndarray:
-    """v_l per level tuple (inf where nothing is measured): every tuple of a Kronecker
-    product; the diagonal (l, .., l) of a quadtree."""
-    strat = mechanism.released
-    dims = tuple(t.height + 1 for t in trees)
-    var = np.full(dims, np.inf)
+    """v_l per level tuple (inf where nothing is measured)."""
+    var = np.full(tuple(t.height + 1 for t in trees), np.inf)
     for code, v in mechanism.level_variances.items():
-        key = ((code,) * len(trees) if isinstance(strat, QuadtreeStrategy)
-               else strat.level_tuple(code))
-        var[key] = v
+        var[level_tuple_of(mechanism.released, code)] = v
     return var
 
 
@@ -144,12 +148,6 @@ def haar_synthesis(ks, C: np.ndarray) -> np.ndarray:
     return a
 
 
-def _per_axis(Y: np.ndarray, axis: int, fn) -> np.ndarray:
-    moved = np.moveaxis(Y, axis, 0)
-    out = fn(moved.reshape(moved.shape[0], -1)).reshape(moved.shape)
-    return np.moveaxis(out, 0, axis)
-
-
 def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
     """The BLUE of the grid's cells (row-major, shape (cells,), or (trials, cells) for y of
     shape (trials, rows)) for a Kronecker product of complete trees with a variance per level
@@ -170,10 +168,10 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
     trees = strat.factors
     yy = np.atleast_2d(y)
     weighted = np.where(noisy, yy / np.where(noisy, var, 1.0), 0.0)
-    b = np.stack([strat.rmatvec(row) for row in weighted])        # A' V^-1 y per trial
+    b = strat.rmatvec(weighted.T).T                                 # A' V^-1 y per trial
     grid = b.reshape((b.shape[0],) + strat.grid_shape)
     for i, t in enumerate(trees):
-        grid = _per_axis(grid, i + 1, lambda X, ks=t.branching: haar_analysis(ks, X))
+        grid = along_axis(grid, i + 1, lambda X, ks=t.branching: haar_analysis(ks, X))
     levels = [_levels_of_coefficients(t.branching) for t in trees]
     lam_c = lam[np.ix_(*levels)]
     need_zero = lam_c <= 0
@@ -186,7 +184,7 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
         n_total = yy[:, np.flatnonzero(exact)[0]]
         coef[(slice(None),) + (0,) * len(trees)] = n_total / math.sqrt(strat.n_bins)
     for i, t in enumerate(trees):
-        coef = _per_axis(coef, i + 1, lambda X, ks=t.branching: haar_synthesis(ks, X))
+        coef = along_axis(coef, i + 1, lambda X, ks=t.branching: haar_synthesis(ks, X))
     out = coef.reshape(coef.shape[0], -1)
     return out[0] if y.ndim == 1 else out
 

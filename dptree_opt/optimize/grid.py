@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..error import expected_error
-from ..error.kronecker import KRON_TREE_WORKLOADS, _axis_weights, is_grid_tree_mechanism
-from ..estimation.kronecker import grid_trees
+from ..error.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
+                               is_grid_tree_mechanism)
+from ..estimation.kronecker import grid_trees, level_tuple_of
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget
 from ..strategies import KroneckerStrategy, QuadtreeStrategy
@@ -56,10 +57,6 @@ class GridBudgets:
     mean: float
     equal_mean: float
     evaluations: int
-
-
-def _tuple_of(strategy, code: int, d: int) -> tuple[int, ...]:
-    return (code,) * d if isinstance(strategy, QuadtreeStrategy) else strategy.level_tuple(code)
 
 
 def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=None,
@@ -93,7 +90,7 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     d = len(trees)
     dims = tuple(t.height + 1 for t in trees)
     codes = sorted(base.level_budgets)
-    idx = tuple(np.array(a) for a in zip(*[_tuple_of(base.released, c, d) for c in codes]))
+    idx = tuple(np.array(a) for a in zip(*[level_tuple_of(base.released, c) for c in codes]))
     sens = np.array([base.level_sensitivities[c] for c in codes])
     width = np.ones(len(codes))
     for i, t in enumerate(trees):
@@ -102,7 +99,7 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     for i, (t, w) in enumerate(zip(trees, workload.factors)):
         shape = [1] * d
         shape[i] = dims[i]
-        Q = Q * _axis_weights(t, w).reshape(shape)
+        Q = Q * axis_workload_weights(t, w).reshape(shape)
     if base.public_total:
         Q.flat[0] = 0.0
     # precision P_l = coef_l b_l^s: Laplace b^2 / (2 D^2), Gaussian 2 b / D^2

@@ -51,6 +51,8 @@ __all__ = ["tree_cdf_error", "NodeBudgets", "optimal_node_budgets", "path_budget
 
 
 def _check_branching(branching) -> tuple[int, ...]:
+    if isinstance(branching, (str, bytes)):
+        raise ValueError(f"branching must be a sequence of integers, got {branching!r}")
     try:
         ks = tuple(int(k) for k in branching)
     except (TypeError, ValueError):

@@ -40,6 +40,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from ..workloads import along_axis as _along
 from .base import Strategy, _readonly, check_neighbours, check_norm
 
 __all__ = ["KroneckerStrategy", "kron", "MAX_MATRIX_CELLS"]
@@ -53,13 +54,6 @@ _COMBO_FLOATS = 1 << 26       # floats per block of profile combinations
 def _factor_rmatvec(factor: Strategy, u: np.ndarray) -> np.ndarray:
     rm = getattr(factor, "rmatvec", None)
     return rm(u) if rm is not None else factor.matrix.T @ u
-
-
-def _along(x: np.ndarray, axis: int, fn) -> np.ndarray:
-    """Apply a map on axis ``axis`` of the grid tensor x (other axes batched)."""
-    moved = np.moveaxis(x, axis, 0)
-    out = fn(moved.reshape(moved.shape[0], -1))
-    return np.moveaxis(out.reshape((out.shape[0],) + moved.shape[1:]), 0, axis)
 
 
 class KroneckerStrategy(Strategy):

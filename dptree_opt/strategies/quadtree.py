@@ -131,6 +131,7 @@ class QuadtreeStrategy(Strategy):
         return self._tree.sensitivity(weights, neighbours, norm)
 
     def level_sensitivity(self, level: int, neighbours: str, norm: int) -> float:
+        """One level's sensitivity at unit scale: the Morton tree's."""
         return self._tree.level_sensitivity(level, neighbours, norm)
 
 
@@ -163,6 +164,10 @@ def quadtree(shape, branching=2, *, name: str | None = None) -> QuadtreeStrategy
                              f"{dims}; pass per-axis branchings for other shapes")
         per_axis = [(b,) * heights.pop()] * len(dims)
     else:
+        if isinstance(branching, (str, bytes)) or any(isinstance(ks, (str, bytes))
+                                                      for ks in branching):
+            raise ValueError("branching must be an int or one sequence of ints per axis, "
+                             f"got {branching!r}")
         try:
             per_axis = [tuple(int(k) for k in ks) for ks in branching]
         except (TypeError, ValueError):
