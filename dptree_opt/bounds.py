@@ -239,5 +239,6 @@ def error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
     docstring)."""
     noise = check_noise(noise)
     budget = resolve_budget(noise, epsilon, rho)
-    scale = 1.0 / (2.0 * budget) if noise == "gaussian" else 2.0 / budget**2
+    # 2 / b / b, not 2 / b**2: a float power raises OverflowError for b above ~1e154
+    scale = 1.0 / (2.0 * budget) if noise == "gaussian" else 2.0 / budget / budget
     return scale * svd_bound(workload, n, neighbours=neighbours, public_total=public_total)

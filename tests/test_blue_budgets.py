@@ -466,3 +466,17 @@ def test_upper_levels_get_less_binary_1024():
     g = np.array(gau.budgets)
     assert np.argmax(g) == 10 and g[0] < 0.5 / 11 and np.all(g > 0)
     assert g[9] < g[0]
+
+
+@pytest.mark.parametrize("noise,power", [("laplace", 2), ("gaussian", 1)])
+def test_optimal_budgets_scale_with_the_total_even_at_extreme_budgets(noise, power):
+    """E(c b) = E(b) / c^power (variances 2 D^2 / b^2 or D^2 / (2 b)): the optimal split does
+    not depend on the total, up to the largest totals whose variances are still doubles."""
+    from dptree_opt.optimize import optimal_blue_budgets
+    ks = [3, 2, 4]
+    ref = optimal_blue_budgets(ks, 1.0, noise=noise, neighbours="add_remove")
+    extreme = 1e150 if noise == "laplace" else 1e300
+    for c in (1.0 / extreme, 1e-3, 7.0, extreme):
+        d = optimal_blue_budgets(ks, c, noise=noise, neighbours="add_remove")
+        assert np.allclose(np.asarray(d.budgets) / c, ref.budgets, rtol=1e-9, atol=0)
+        assert d.error * c**power == pytest.approx(ref.error, rel=1e-9)

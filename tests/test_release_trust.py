@@ -46,6 +46,9 @@ def _kw(**over):
     ({"epsilon": 1e-15}, "too small"),
     ({"epsilon": 1e-14, "tree": [2, 2, 2, 2, 2, 2], "budgets": "equal"}, "too small"),
     ({"epsilon": 1e6}, "too large"),
+    ({"epsilon": 1e160, "tree": "optimal"}, "too large"),   # the design's eps^2 overflowed
+    ({"epsilon": 1e300, "tree": "optimal"}, "underflow"),   # variances ~1e-600: all "exact"
+    ({"rho": 1e308, "epsilon": None, "tree": "optimal"}, "too large"),
     ({"rho": 1e300, "epsilon": None}, "too large"),
     ({"interval_level": 1 - 1e-12}, "interval_level"),
     ({"interval_level": 1.0}, "interval_level"),

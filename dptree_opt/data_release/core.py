@@ -287,6 +287,13 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
     if NOISE_TAIL * least >= EXACT_LIMIT:
         raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale (>= "
                          f"{least:.3g}) makes the noisy counts exceed 2^53")
+    if least * least == 0.0:
+        # the whole budget on one level gives a noise variance below the smallest double:
+        # the design search cannot tell noisy from exact rows (after it, any level whose
+        # discrete noise is identically 0 is refused by _check_noise_scales)
+        raise ValueError(f"{budget_name} = {budget!r} is too large: the noise variances "
+                         "underflow to 0 in double precision, so the release would publish "
+                         "exact counts")
     if before_design is not None:
         before_design()
     branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,

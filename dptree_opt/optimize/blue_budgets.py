@@ -658,11 +658,15 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     if problem.fundable.sum() <= 1 or _trivial(problem, total) is not None:
         return design(eq, "nothing to optimise (at most one fundable level or zero error)",
                       (equal,))
+    # E(c b) = E(b) / c^power: solve at unit budget and scale (the split does not depend on
+    # the total; no overflow or underflow of total^power at extreme budgets)
     if noise == "gaussian":
-        b, _ = gaussian_optimal_budgets(problem, total)
+        b, _ = gaussian_optimal_budgets(problem, 1.0)
+        b = np.asarray(b, dtype=float) * total
         method = "PAVA on the Haar eigenvalues (exact convex optimum)"
     else:
-        b, info = _laplace_multistart(problem, total, starts, seed)
+        b, info = _laplace_multistart(problem, 1.0, starts, seed)
+        b = np.asarray(b, dtype=float) * total
         method = (f"multistart active-set Newton ({info['starts']} starts; best from "
                   f"{info['best_from']})")
     best = design(b, method, (equal,))

@@ -79,4 +79,7 @@ class TreeDesign:
 
 def error_unit(n_bins: int, total_budget: float, noise: str) -> float:
     """[RTS]'s unit c for ``normalised_error``: 4K/eps^2 (Laplace) or K/(2 rho) (Gaussian)."""
-    return 4.0 * n_bins / total_budget**2 if noise == "laplace" else n_bins / (2.0 * total_budget)
+    # divisions, not total_budget**2: a float power raises OverflowError above ~1e154
+    if noise == "laplace":
+        return 4.0 * n_bins / total_budget / total_budget
+    return n_bins / (2.0 * total_budget)

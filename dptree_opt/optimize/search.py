@@ -337,7 +337,7 @@ def _covering_optimal(s: _Setting, ks, F) -> tuple[float, tuple]:
     A = np.array([unit[l] * F[l] for l in lv], dtype=float)
     r = A ** (1.0 / s.p)
     tot = r.sum()
-    err = tot**s.p / s.budget ** (s.p - 1)
+    err = float(np.power(np.float64(tot), s.p) / np.power(np.float64(s.budget), s.p - 1))
     b = s.budget * r / tot
     return float(err), tuple(float(x) for x in b)
 
@@ -552,7 +552,7 @@ class _Engine:
             return math.inf
         s = self.s
         if self.mode == "cov_opt":
-            return (th * s.budget ** (s.p - 1)) ** (1.0 / s.p)
+            return float(np.power(th * np.power(np.float64(s.budget), s.p - 1), 1.0 / s.p))
         return th / s.v_equal(h)
 
     def _cu(self, h: int) -> float:
