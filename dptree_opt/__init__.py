@@ -21,7 +21,7 @@ from .estimation import (
 from .mechanism import Mechanism
 from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 # the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
-from .data_release import Release, release, release_file
+from .data_release import GridRelease, Release, release, release_file
 from . import anchors, compare  # noqa: E402  (after Mechanism / error: they build on them)
 
 __version__ = "0.1.0"
@@ -50,6 +50,7 @@ __all__ = [
     "refined_variances",
     "release",
     "release_file",
+    "GridRelease",
     "strategies",
     "tree_estimates",
     "workloads",

@@ -1,4 +1,5 @@
-"""`dptree-opt release`: a differentially private CDF and quantiles of a real data column."""
+"""`dptree-opt release`: a differentially private CDF and quantiles of a real data column, or
+a d-D histogram of several columns with box counts (``--columns x,y``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from ..data_release import DEFAULT_QUANTILES, release_file
 from ..data_release.output import check_output_path
 
 ORDER = 60  # position in `dptree-opt --help`
+_DEFAULT_QUANTILES = ",".join(f"{q:g}" for q in DEFAULT_QUANTILES)
 
 
 def _floats(text: str, flag: str) -> tuple:
@@ -17,38 +19,60 @@ def _floats(text: str, flag: str) -> tuple:
         raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
 
-def _tree(text: str):
+def _tree(text: str, grid: bool = False):
     if text.strip().lower() == "optimal":
         return "optimal"
     try:
+        if grid:  # one list per axis, separated by ';' (e.g. "2,2,4;4,4")
+            return [[int(v) for v in axis.split(",") if v.strip()] for axis in text.split(";")]
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"--tree: expected 'optimal' or branching factors like 4,8,32, got "
+        raise ValueError(f"--tree: expected 'optimal' or branching factors like 4,8,32 (a grid: "
+                         f"one list per axis separated by ';', e.g. '2,2,4;4,4'), got "
                          f"{text!r}") from None
 
 
-def run(args) -> int:
-    """Check --out, read, bin, release; print the summary and write the JSON (``--out``).
+def _ints(text: str, flag: str) -> tuple:
+    try:
+        vals = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{flag}: expected an integer, or one per axis like 64,64 or 64x64, "
+                         f"got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{flag}: expected an integer, got {text!r}")
+    return vals
 
-    The output path is validated before any data is read (and so before the noise); if
-    writing fails after the release, the JSON goes to stdout instead of being lost."""
-    if (args.file is None) == (args.counts is None):
-        raise ValueError("give a data FILE (with --column) or --counts FILE, not both")
-    if args.file is not None and not args.column:
-        raise ValueError("--column: name the column of FILE to release")
-    out = (check_output_path(args.out, inputs=(args.file, args.counts), force=args.force)
-           if args.out else None)
+
+def _grid_run(args, out) -> int:
+    """The grid release of ``--columns``: summary, JSON (``--out``), heat map (``--plot``)."""
+    columns = [c.strip() for c in args.columns.split(",")]
+    if args.counts is not None or args.column:
+        raise ValueError("--columns reads a data FILE: not with --column or --counts")
+    if args.file is None:
+        raise ValueError("--columns: give the data FILE to read them from")
+    bins = _ints(args.bins, "--bins")
+    if len(bins) == 1:
+        bins = bins * len(columns)  # --bins 64 with --columns x,y: 64 per axis
+    lower, upper = _floats(args.lower, "--lower"), _floats(args.upper, "--upper")
+    if args.quantiles != _DEFAULT_QUANTILES or args.interval_level != 0.95:
+        raise ValueError("--quantiles and --interval-level are for a one-column release; a grid "
+                         "release gives cells and box counts")
+    if args.consistency == "l1":
+        raise ValueError("--consistency l1 is for a one-column release; a grid takes l2 or none")
     result = release_file(
-        args.file, column=args.column, counts_file=args.counts, lower=args.lower,
-        upper=args.upper, bins=args.bins, epsilon=args.epsilon, rho=args.rho,
-        tree=_tree(args.tree), neighbours=args.neighbours, out_of_range=args.out_of_range,
-        quantiles=_floats(args.quantiles, "--quantiles"),
+        args.file, columns=columns, lower=lower, upper=upper, bins=bins,
+        epsilon=args.epsilon, rho=args.rho, tree=_tree(args.tree, grid=True),
+        neighbours=args.neighbours, out_of_range=args.out_of_range,
         consistency=None if args.consistency == "none" else args.consistency,
-        budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter)
-    source = (f"column {args.column!r} of {args.file}" if args.file is not None
-              else f"counts file {args.counts}")
-    print(f"private release of {source}")
-    if result.cdf.total_public:
+        budgets=args.budgets, workload=args.workload, delimiter=args.delimiter)
+    print(f"private {len(columns)}-D release of columns {', '.join(map(repr, columns))} of "
+          f"{args.file}")
+    return _finish(args, out, result)
+
+
+def _finish(args, out, result) -> int:
+    """Print the summary and notes, write the JSON and the plot; the exit status."""
+    if result.total_public:
         print("WARNING: swap neighbours: N is released exactly and is not protected",
               file=sys.stderr)
     print(result.summary())
@@ -65,10 +89,67 @@ def run(args) -> int:
                   "follows on stdout", file=sys.stderr)
             print(result.to_json(include_measurements=True))
             code = 1
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            ax = result.plot()
+            fig = (ax[0] if isinstance(ax, list) else ax).figure
+            fig.tight_layout()
+            fig.savefig(args.plot, dpi=110)
+            plt.close(fig)
+            print(f"plot: {args.plot}")
+        except (OSError, ValueError) as exc:  # the release is made: report, keep going
+            print(f"dptree-opt: error: could not write the plot {args.plot!r} ({exc})",
+                  file=sys.stderr)
+            code = 1
     if args.describe:
         print()
         print(result.description)
     return code
+
+
+def run(args) -> int:
+    """Check --out, read, bin, release; print the summary and write the JSON (``--out``).
+
+    The output path is validated before any data is read (and so before the noise); if
+    writing fails after the release, the JSON goes to stdout instead of being lost."""
+    out = (check_output_path(args.out, inputs=(args.file, args.counts), force=args.force)
+           if args.out else None)
+    if args.plot:
+        plot = check_output_path(args.plot, inputs=(args.file, args.counts),
+                                 force=args.force, flag="--plot")
+        if plot.suffix.lower() not in (".png", ".pdf", ".svg"):
+            raise ValueError(f"--plot {args.plot!r}: name a .png, .pdf or .svg file")
+        if out is not None and plot.resolve() == out.resolve():
+            raise ValueError("--plot and --out name the same file")
+    if args.columns:
+        return _grid_run(args, out)
+    if (args.file is None) == (args.counts is None):
+        raise ValueError("give a data FILE (with --column or --columns) or --counts FILE, not "
+                         "both")
+    if args.file is not None and not args.column:
+        raise ValueError("--column: name the column of FILE to release (or --columns x,y for "
+                         "a grid)")
+    if args.workload is not None:
+        raise ValueError("--workload is for a grid release (--columns)")
+    lower, upper, bins = (_floats(args.lower, "--lower"), _floats(args.upper, "--upper"),
+                          _ints(args.bins, "--bins"))
+    if len(lower) != 1 or len(upper) != 1 or len(bins) != 1:
+        raise ValueError("several values in --lower / --upper / --bins need --columns (one "
+                         "column per axis)")
+    result = release_file(
+        args.file, column=args.column, counts_file=args.counts, lower=lower[0],
+        upper=upper[0], bins=bins[0], epsilon=args.epsilon, rho=args.rho,
+        tree=_tree(args.tree), neighbours=args.neighbours, out_of_range=args.out_of_range,
+        quantiles=_floats(args.quantiles, "--quantiles"),
+        consistency=None if args.consistency == "none" else args.consistency,
+        budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter)
+    source = (f"column {args.column!r} of {args.file}" if args.file is not None
+              else f"counts file {args.counts}")
+    print(f"private release of {source}")
+    return _finish(args, out, result)
 
 
 def register(sub) -> None:
@@ -82,37 +163,52 @@ def register(sub) -> None:
                     "intervals and write the full result as JSON. Bins: edges e_i = lower + "
                     "(upper - lower) * i / K (double precision), bin(x) = i iff e_i <= x < "
                     "e_(i+1). Everything is validated before the noise is drawn.",
-        epilog="example: dptree-opt release incomes.csv --column income --lower 0 "
-               "--upper 500000 --bins 1000 --epsilon 1 --out release.json")
+        epilog="examples: dptree-opt release incomes.csv --column income --lower 0 "
+               "--upper 500000 --bins 1000 --epsilon 1 --out release.json; a 2-D histogram: "
+               "dptree-opt release trips.csv --columns lon,lat --lower -74.3,40.5 --upper "
+               "-73.7,40.95 --bins 64,64 --epsilon 1 --out grid.json --plot grid.png")
     p.add_argument("file", nargs="?", help="CSV/TSV with a header row, or .parquet")
     p.add_argument("--column", help="column of FILE to release")
+    p.add_argument("--columns", metavar="X,Y",
+                   help="a grid release: comma-separated columns of FILE, one per axis; then "
+                        "--lower/--upper/--bins take one value per axis (e.g. 0,0 / 10,5 / "
+                        "64,64 or 64x64) and the output is a d-D histogram with box counts")
     p.add_argument("--counts", metavar="FILE",
                    help="instead of FILE: the K bin counts (one per line, or bin,count lines)")
-    p.add_argument("--lower", type=float, required=True, help="lower end of the range")
-    p.add_argument("--upper", type=float, required=True,
-                   help="upper end of the range (excluded: the range is [lower, upper))")
-    p.add_argument("--bins", type=int, required=True, help="number of equal-width bins K")
+    p.add_argument("--lower", required=True,
+                   help="lower end of the range (a grid: one per axis, e.g. 0,0)")
+    p.add_argument("--upper", required=True,
+                   help="upper end of the range, excluded: [lower, upper) (a grid: one per axis)")
+    p.add_argument("--bins", required=True,
+                   help="number of equal-width bins K (a grid: one per axis, e.g. 64,64 or 64x64)")
     p.add_argument("--epsilon", type=float, help="pure eps-DP (discrete Laplace noise)")
     p.add_argument("--rho", type=float, help="rho-zCDP (discrete Gaussian noise)")
     p.add_argument("--neighbours", choices=("add_remove", "swap"), default="add_remove",
                    help="add_remove (default: N protected) or swap (N released EXACTLY)")
     p.add_argument("--tree", default="optimal",
                    help="'optimal' (default: the optimiser's tree for the BLUE) or branching "
-                        "factors k1,k2,... (root first; product >= bins)")
+                        "factors k1,k2,... (root first; product >= bins); a grid: one list per "
+                        "axis separated by ';', e.g. '2,2,4;4,4'")
+    p.add_argument("--workload", choices=("all_range", "prefix"), default=None,
+                   help="a grid: what the design minimises, all boxes (default) or the d-D CDF")
     p.add_argument("--budgets", choices=("equal", "optimal"), default="optimal",
                    help="per-level budget split (default: optimal for the BLUE)")
     p.add_argument("--out-of-range", choices=("error", "clip"), default="error",
                    help="values outside [lower, upper): error (default) or clip to the "
                         "first/last bin")
-    p.add_argument("--quantiles", default=",".join(f"{q:g}" for q in DEFAULT_QUANTILES),
+    p.add_argument("--quantiles", default=_DEFAULT_QUANTILES,
                    help="comma-separated probabilities (default %(default)s)")
     p.add_argument("--interval-level", type=float, default=0.95,
                    help="coverage of the quantile intervals (default 0.95)")
-    p.add_argument("--consistency", choices=("l2", "l1", "none"), default="l2")
+    p.add_argument("--consistency", choices=("l2", "l1", "none"), default="l2",
+                   help="projection of the estimate: l2 (default), l1 (one column only) or none")
     p.add_argument("--delimiter", help="CSV delimiter (default ',' or tab for .tsv)")
     p.add_argument("--out", help="write the release as JSON to this file (checked before the "
                                  "data are read; never the input file)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --out file")
+    p.add_argument("--plot", metavar="PNG",
+                   help="also draw the release: the CDF with quantiles, or a grid's heat map")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing --out / --plot file")
     p.add_argument("--include-measurements", action="store_true",
                    help="also write the noisy node answers to the JSON")
     p.add_argument("--describe", action="store_true",

@@ -4,11 +4,15 @@
 ``counts=``) and ``release_file(path, column=, ...)`` / ``release_file(counts_file=...)``
 return a :class:`Release`. Modules: ``binning`` (the bin rule, validation), ``io`` (chunked
 CSV / Parquet / counts files), ``secure_noise`` (OpenDP's exact samplers), ``result``
-(the frozen result, JSON), ``core`` (the pipeline and its privacy account).
+(the frozen result, JSON), ``core`` (the pipeline and its privacy account); ``grid`` and
+``grid_result``: the same for a d-D grid of cells (per-axis ``lower``, ``upper``, ``bins``).
 """
 
 from .binning import OUT_OF_RANGE, BinSpec
 from .core import DEFAULT_QUANTILES, release, release_file
+from .grid import release_grid, release_grid_file
+from .grid_result import BoxCount, GridRelease
 from .result import Release
 
-__all__ = ["release", "release_file", "Release", "BinSpec", "OUT_OF_RANGE", "DEFAULT_QUANTILES"]
+__all__ = ["release", "release_file", "Release", "BinSpec", "OUT_OF_RANGE", "DEFAULT_QUANTILES",
+           "release_grid", "release_grid_file", "GridRelease", "BoxCount"]

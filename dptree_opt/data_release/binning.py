@@ -44,7 +44,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["BinSpec", "HistogramAccumulator", "OUT_OF_RANGE", "check_out_of_range", "MAX_BINS"]
+__all__ = ["BinSpec", "HistogramAccumulator", "GridHistogramAccumulator", "OUT_OF_RANGE", "check_out_of_range", "MAX_BINS"]
 
 OUT_OF_RANGE = ("error", "clip")
 
@@ -192,6 +192,53 @@ class BinSpec:
         return acc.histogram()
 
 
+class _ColumnTally:
+    """The invalid values of one column over all blocks of an input: NaN / missing and
+    infinite values (always an error), values outside [lower, upper) (an error under
+    ``out_of_range="error"``), each with the first offending data row (1-based)."""
+
+    def __init__(self, spec: BinSpec, out_of_range: str, name: str):
+        self.spec, self.out_of_range, self.name = spec, out_of_range, name
+        self._nan = self._inf = self._below = self._above = 0
+        self._first_nonfinite = self._first_outside = None
+
+    def tally(self, v: np.ndarray, offset: int) -> np.ndarray:
+        """Tally one block (float64 (n,), ``offset`` rows before it); return its finite mask."""
+        finite = np.isfinite(v)
+        if not finite.all():
+            n_nan = int(np.count_nonzero(np.isnan(v)))
+            self._nan += n_nan
+            self._inf += int(v.size - np.count_nonzero(finite)) - n_nan
+            if self._first_nonfinite is None:
+                self._first_nonfinite = offset + int(np.argmin(finite)) + 1
+        if self.out_of_range == "error":
+            with np.errstate(invalid="ignore"):
+                outside = finite & ((v < self.spec.lower) | (v >= self.spec.upper))
+            if outside.any():
+                below = int(np.count_nonzero(outside & (v < self.spec.lower)))
+                self._below += below
+                self._above += int(np.count_nonzero(outside)) - below
+                if self._first_outside is None:
+                    self._first_outside = offset + int(np.argmax(outside)) + 1
+        return finite
+
+    def error(self) -> str | None:
+        """The message for this column's invalid values, or None."""
+        if self._nan or self._inf:
+            parts = ([f"{self._nan} NaN/missing"] if self._nan else []) + (
+                [f"{self._inf} infinite"] if self._inf else [])
+            return (f"{self.name}: {' and '.join(parts)} value(s); first at data row "
+                    f"{self._first_nonfinite}. Remove or impute them before releasing")
+        if self._below or self._above:
+            spec = self.spec
+            return (f"{self.name}: {self._below + self._above} value(s) outside [lower, upper) "
+                    f"= [{spec.lower!r}, {spec.upper!r}) ({self._below} below lower, "
+                    f"{self._above} at or above upper; first at data row "
+                    f"{self._first_outside}). Widen the range or pass out_of_range='clip' "
+                    "(--out-of-range clip) to count them in the first/last bin")
+        return None
+
+
 class HistogramAccumulator:
     """Bin counts accumulated block by block, with the validation of a whole input.
 
@@ -213,50 +260,71 @@ class HistogramAccumulator:
         self.name = name
         self.rows = 0
         self._hist = np.zeros(spec.bins, dtype=np.int64)
-        self._nan = self._inf = self._below = self._above = 0
-        self._first_nonfinite = self._first_outside = None
+        self._tally = _ColumnTally(spec, self.out_of_range, name)
 
     def add(self, values, row_offset: int | None = None) -> None:
         """Bin one block of values (float64-convertible 1-D array)."""
         v = np.asarray(values, dtype=np.float64).ravel()
         offset = self.rows if row_offset is None else int(row_offset)
-        finite = np.isfinite(v)
+        finite = self._tally.tally(v, offset)
         if not finite.all():
-            n_nan = int(np.count_nonzero(np.isnan(v)))
-            self._nan += n_nan
-            self._inf += int(v.size - np.count_nonzero(finite)) - n_nan
-            if self._first_nonfinite is None:
-                self._first_nonfinite = offset + int(np.argmin(finite)) + 1
             v = v[finite]
-        if self.out_of_range == "error":
-            below, above = v < self.spec.lower, v >= self.spec.upper
-            n_below, n_above = int(np.count_nonzero(below)), int(np.count_nonzero(above))
-            if n_below or n_above:
-                self._below += n_below
-                self._above += n_above
-                if self._first_outside is None:
-                    outside = below | above
-                    # position in the block before the non-finite values were removed
-                    pos = np.flatnonzero(finite)[int(np.argmax(outside))]
-                    self._first_outside = offset + int(pos) + 1
         self._hist += np.bincount(self.spec.bin_index(v), minlength=self.spec.bins)
         self.rows = max(self.rows, offset + int(finite.size))
 
     def histogram(self) -> np.ndarray:
         """The counts (int64, (K,)), or ValueError for an invalid or empty input."""
-        if self._nan or self._inf:
-            parts = ([f"{self._nan} NaN/missing"] if self._nan else []) + (
-                [f"{self._inf} infinite"] if self._inf else [])
-            raise ValueError(f"{self.name}: {' and '.join(parts)} value(s); first at data row "
-                             f"{self._first_nonfinite}. Remove or impute them before releasing")
-        if self._below or self._above:
-            spec = self.spec
-            raise ValueError(
-                f"{self.name}: {self._below + self._above} value(s) outside [lower, upper) = "
-                f"[{spec.lower!r}, {spec.upper!r}) ({self._below} below lower, {self._above} "
-                f"at or above upper; first at data row {self._first_outside}). Widen the range "
-                "or pass out_of_range='clip' (--out-of-range clip) to count them in the "
-                "first/last bin")
+        msg = self._tally.error()
+        if msg is not None:
+            raise ValueError(msg)
         if self.rows == 0:
             raise ValueError(f"{self.name}: no values (empty input)")
         return self._hist.copy()
+
+
+class GridHistogramAccumulator:
+    """Cell counts of a d-D grid (one ``BinSpec`` per axis; cells in row-major order),
+    accumulated block by block with the validation of ``HistogramAccumulator`` applied to
+    every column (``names[i]`` names column i in the messages): ``add(values (n, d),
+    row_offset)``, then ``histogram()`` -> int64 (n_1, .., n_d) or ValueError (the first
+    column with invalid values, its totals and first offending data row; empty input).
+    Memory O(cells + block)."""
+
+    def __init__(self, specs, *, out_of_range: str = "error", names=None):
+        self.specs = tuple(specs)
+        self.out_of_range = check_out_of_range(out_of_range)
+        d = len(self.specs)
+        self.names = tuple(names) if names is not None else tuple(
+            f"data column {i}" for i in range(d))
+        if len(self.names) != d:
+            raise ValueError(f"names: need {d}, got {len(self.names)}")
+        self.shape = tuple(s.bins for s in self.specs)
+        self.rows = 0
+        self._hist = np.zeros(math.prod(self.shape), dtype=np.int64)
+        self._tallies = [_ColumnTally(s, self.out_of_range, n)
+                         for s, n in zip(self.specs, self.names)]
+
+    def add(self, values, row_offset: int | None = None) -> None:
+        """Bin one block of records (float64-convertible array of shape (n, d))."""
+        v = np.asarray(values, dtype=np.float64)
+        if v.ndim != 2 or v.shape[1] != len(self.specs):
+            raise ValueError(f"a block must have shape (n, {len(self.specs)}), got {v.shape}")
+        offset = self.rows if row_offset is None else int(row_offset)
+        ok = np.ones(v.shape[0], dtype=bool)
+        for i, t in enumerate(self._tallies):
+            ok &= t.tally(v[:, i], offset)
+        rows = v[ok] if not ok.all() else v
+        idx = [s.bin_index(rows[:, i]) for i, s in enumerate(self.specs)]
+        cell = np.ravel_multi_index(idx, self.shape) if idx[0].size else np.zeros(0, np.int64)
+        self._hist += np.bincount(cell, minlength=self._hist.size)
+        self.rows = max(self.rows, offset + int(v.shape[0]))
+
+    def histogram(self) -> np.ndarray:
+        """The cell counts (int64, shape (n_1, .., n_d)), or ValueError."""
+        for t in self._tallies:
+            msg = t.error()
+            if msg is not None:
+                raise ValueError(msg)
+        if self.rows == 0:
+            raise ValueError(f"{', '.join(self.names)}: no values (empty input)")
+        return self._hist.reshape(self.shape).copy()

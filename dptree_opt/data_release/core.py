@@ -74,6 +74,7 @@ from .binning import BinSpec, check_out_of_range
 from .io import check_chunk_bytes, histogram_from_file, histogram_from_values, read_counts
 from .result import Release
 from .secure_noise import sampler_description, secure_measure
+from .grid import is_grid_bins, release_grid, release_grid_file
 
 __all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_BINS", "MAX_LEAVES",
            "EXACT_LIMIT", "NOISE_TAIL"]
@@ -265,6 +266,23 @@ def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> Non
                              "(no longer exact integers in double precision)")
 
 
+def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
+    """Refuse hopeless budgets before any design search (whose error formulas divide by the
+    budget squared): every noisy level has sensitivity >= 1 and at most the whole budget, so
+    its scale is at least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian)."""
+    least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
+    if NOISE_TAIL * least >= EXACT_LIMIT:
+        raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale (>= "
+                         f"{least:.3g}) makes the noisy counts exceed 2^53")
+    if least * least == 0.0:
+        # the whole budget on one level gives a noise variance below the smallest double:
+        # the design search cannot tell noisy from exact rows (after it, any level whose
+        # discrete noise is identically 0 is refused by _check_noise_scales)
+        raise ValueError(f"{budget_name} = {budget!r} is too large: the noise variances "
+                         "underflow to 0 in double precision, so the release would publish "
+                         "exact counts")
+
+
 def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
           consistency, budgets, interval_level, before_design=None) -> _Plan:
     """Validate every argument and build the mechanism before any data is read (cheap
@@ -280,20 +298,7 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
     given = _check_tree(tree, spec.bins)
     _check_budgets(budgets)
     qs, level = _check_quantiles(quantiles), _check_level(interval_level)
-    # every noisy level has sensitivity >= 1 and at most the whole budget, so its scale is at
-    # least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian): refuse hopeless budgets before
-    # the design search (whose error formulas divide by eps^2)
-    least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
-    if NOISE_TAIL * least >= EXACT_LIMIT:
-        raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale (>= "
-                         f"{least:.3g}) makes the noisy counts exceed 2^53")
-    if least * least == 0.0:
-        # the whole budget on one level gives a noise variance below the smallest double:
-        # the design search cannot tell noisy from exact rows (after it, any level whose
-        # discrete noise is identically 0 is refused by _check_noise_scales)
-        raise ValueError(f"{budget_name} = {budget!r} is too large: the noise variances "
-                         "underflow to 0 in double precision, so the release would publish "
-                         "exact counts")
+    _check_tiny_budget(noise, budget_name, budget)
     if before_design is not None:
         before_design()
     branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
@@ -315,14 +320,14 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
                  standard_errors=_readonly(se), calibration=calibration)
 
 
-def _check_histogram_total(hist: np.ndarray, plan: _Plan) -> int:
+def _check_histogram_total(hist: np.ndarray, mechanism: Mechanism) -> int:
     """The exact total N of the counts; refuse N >= 2^53 and N + noise tail >= 2^53 (the
     node answers and the noisy answers must be exact integers in int64 and float64)."""
     total = exact_total(hist)
     if total >= EXACT_LIMIT:
         raise ValueError(f"the counts sum to {total} >= 2^53: too large to release exactly "
                          "(cumulative counts must be exact integers in double precision)")
-    scales = [s for s in plan.mechanism.level_scales.values() if 0 < s < math.inf]
+    scales = [s for s in mechanism.level_scales.values() if 0 < s < math.inf]
     if scales and total + NOISE_TAIL * max(scales) >= EXACT_LIMIT:
         raise ValueError(f"the counts sum to {total}: with noise scale {max(scales):.3g} the "
                          "noisy counts could exceed 2^53; use a larger budget or smaller counts")
@@ -414,7 +419,7 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
     """Measure the validated histogram with secure noise, then post-process (never raises
     after the noise is drawn)."""
     t0 = time.perf_counter()
-    _check_histogram_total(hist, plan)
+    _check_histogram_total(hist, plan.mechanism)
     full = np.zeros(plan.padded, dtype=np.int64)
     full[:plan.spec.bins] = hist  # the padding bins are empty (public zeros)
     mech = plan.mechanism
@@ -514,6 +519,13 @@ def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, tim
                    expected_error=_expected_error(plan), notes=(note,), complete=False)
 
 
+def _check_one_axis(workload, names) -> None:
+    """The grid-only options must not be given for a 1-D release."""
+    if workload is not None or names is not None:
+        raise ValueError("workload and names are options of a grid release (per-axis lower, "
+                         "upper and bins); a 1-D release optimises for the CDF")
+
+
 def _readonly(a) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
@@ -523,8 +535,12 @@ def _readonly(a) -> np.ndarray:
 def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
             tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
             quantiles=DEFAULT_QUANTILES, consistency: str | None = "l2",
-            budgets: str = "optimal", interval_level: float = 0.95) -> Release:
-    """Release a differentially private CDF and quantiles of real data (secure noise).
+            budgets: str = "optimal", interval_level: float = 0.95,
+            workload: str | None = None, names=None):
+    """Release a differentially private CDF and quantiles of real data (secure noise); with
+    per-axis ``lower``, ``upper`` and ``bins`` (sequences), a d-D histogram of records
+    (N, d) with box counts (:func:`~dptree_opt.data_release.grid.release_grid`, a
+    :class:`GridRelease`; ``workload`` and ``names`` are its options).
 
     Parameters
     ----------
@@ -545,10 +561,22 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
         ``optimize``) or "equal".
     interval_level : coverage of the per-quantile intervals (default 0.95).
 
-    Returns a :class:`Release`. Every argument and the data are validated BEFORE the secure
-    noise is drawn (ValueError naming the input); after it nothing raises (module docstring).
+    workload, names : grid releases only (``release_grid``).
+
+    Returns a :class:`Release` (a :class:`GridRelease` for a grid). Every argument and the
+    data are validated BEFORE the secure noise is drawn (ValueError naming the input); after
+    it nothing raises (module docstring).
     Privacy: ``Release.description``; module docstring.
     """
+    if is_grid_bins(bins):
+        return release_grid(data, lower=lower, upper=upper, bins=bins, epsilon=epsilon,
+                            rho=rho, counts=counts, tree=tree, neighbours=neighbours,
+                            out_of_range=out_of_range, quantiles=quantiles,
+                            consistency=consistency, budgets=budgets,
+                            interval_level=interval_level,
+                            workload="all_range" if workload is None else workload,
+                            names=names)
+    _check_one_axis(workload, names)
     timings: dict = {}
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                  consistency, budgets, interval_level)
@@ -568,10 +596,28 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
                  out_of_range: str = "error", quantiles=DEFAULT_QUANTILES,
                  consistency: str | None = "l2", budgets: str = "optimal",
                  interval_level: float = 0.95, delimiter=None,
-                 chunk_bytes: int | None = None) -> Release:
+                 chunk_bytes: int | None = None, columns=None, workload: str | None = None):
     """``release`` of one column of a CSV/TSV/Parquet file read in bounded memory (blocks of
     ``chunk_bytes``), or of a counts file (``counts_file``: one count per bin, or
-    ``bin,count`` lines). Other parameters as for :func:`release`."""
+    ``bin,count`` lines). With ``columns`` (one per axis) and per-axis ``lower``, ``upper``,
+    ``bins``: a grid release of those columns (``grid.release_grid_file``). Other parameters
+    as for :func:`release`."""
+    if columns is not None or is_grid_bins(bins):
+        if column is not None or counts_file is not None:
+            raise ValueError("a grid release reads columns=[...] of a data file (not column= "
+                             "or a counts file)")
+        if columns is None:
+            raise ValueError("columns: name one column of the file per axis")
+        if path is None:
+            raise ValueError("give the data file to read the columns from")
+        return release_grid_file(path, columns=columns, lower=lower, upper=upper, bins=bins,
+                                 epsilon=epsilon, rho=rho, tree=tree, neighbours=neighbours,
+                                 out_of_range=out_of_range, quantiles=quantiles,
+                                 consistency=consistency, budgets=budgets,
+                                 interval_level=interval_level,
+                                 workload="all_range" if workload is None else workload,
+                                 delimiter=delimiter, chunk_bytes=chunk_bytes)
+    _check_one_axis(workload, None)
     timings: dict = {}
     if (path is None) == (counts_file is None):
         raise ValueError("give exactly one of a data file (with column) or a counts file")

@@ -67,10 +67,11 @@ from typing import Iterator
 
 import numpy as np
 
-from .binning import BinSpec, HistogramAccumulator
+from .binning import BinSpec, GridHistogramAccumulator, HistogramAccumulator
 
 __all__ = ["read_csv_column", "read_parquet_column", "read_column", "histogram_from_file",
-           "histogram_from_values", "read_counts", "DEFAULT_CHUNK_BYTES"]
+           "histogram_from_values", "read_csv_columns", "read_parquet_columns", "read_columns",
+           "grid_histogram_from_file", "grid_histogram_from_values", "read_counts", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 1 << 24  # 16 MiB of text per block: also the longest line accepted
 _MAX_CHUNK_BYTES = (1 << 30) - 1  # a block plus a carried-over line fits Arrow's int32 sizes
@@ -221,11 +222,21 @@ def read_csv_column(path, column: str, *, delimiter=None,
     messages in the module docstring. The file, the header and ``column`` are checked when
     this is called; the rows as they are read (ValueError naming the file, the column and the
     data row). Memory O(chunk_bytes); a line longer than ``chunk_bytes`` is an error."""
+    if not isinstance(column, str):
+        raise ValueError(f"column must be a column name (str), got {column!r}")
+    blocks = read_csv_columns(path, (column,), delimiter=delimiter, chunk_bytes=chunk_bytes)
+    return ((values[:, 0], rows) for values, rows in blocks)
+
+
+def read_csv_columns(path, columns, *, delimiter=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+                     ) -> Iterator[tuple[np.ndarray, int]]:
+    """Yield (values float64 (n, len(columns)), data rows before this block) for several
+    CSV/TSV columns read together (same rules as :func:`read_csv_column`; a bad cell names
+    its own column). ``columns``: distinct names of the header."""
     path = _check_file(path)
     chunk = check_chunk_bytes(chunk_bytes)
     delim = _delimiter(path, delimiter)
-    if not isinstance(column, str):
-        raise ValueError(f"column must be a column name (str), got {column!r}")
+    columns = _check_column_names(columns)
     pa, pacsv = _pyarrow()
     parse = pacsv.ParseOptions(delimiter=delim, quote_char='"', double_quote=True,
                                escape_char=False, newlines_in_values=False,
@@ -236,15 +247,28 @@ def read_csv_column(path, column: str, *, delimiter=None,
     finally:
         stream.close()
     names = _header_names(pa, pacsv, path, line, parse)
-    raw = _pick_column(names, column, path)
-    convert = pacsv.ConvertOptions(include_columns=[raw], column_types={raw: pa.float64()},
+    raws = [_pick_column(names, c, path) for c in columns]
+    convert = pacsv.ConvertOptions(include_columns=raws,
+                                   column_types={r: pa.float64() for r in raws},
                                    null_values=[], strings_can_be_null=False,
                                    quoted_strings_can_be_null=False)
-    return _csv_blocks(pa, pacsv, path, column, chunk, names, parse, convert)
+    return _csv_blocks(pa, pacsv, path, columns, chunk, names, parse, convert)
 
 
-def _csv_blocks(pa, pacsv, path, column, chunk, names, parse, convert):
-    """The blocks of ``read_csv_column``. Blocks are cut here, not by pyarrow's streaming
+def _check_column_names(columns) -> tuple[str, ...]:
+    """A non-empty tuple of distinct column names."""
+    if isinstance(columns, str) or not hasattr(columns, "__iter__"):
+        raise ValueError(f"columns must be a list of column names, got {columns!r}")
+    columns = tuple(columns)
+    if not columns or not all(isinstance(c, str) and c for c in columns):
+        raise ValueError(f"columns must be non-empty column names (str), got {columns!r}")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"columns must be distinct, got {list(columns)!r}")
+    return columns
+
+
+def _csv_blocks(pa, pacsv, path, columns, chunk, names, parse, convert):
+    """The blocks of ``read_csv_columns``. Blocks are cut here, not by pyarrow's streaming
     reader: ``pyarrow.csv.open_csv`` reads ahead of a slower consumer without bound (the whole
     of a 670 MB file was buffered), so each block is parsed alone with ``read_csv`` (one
     Arrow block, no threads; Arrow then reports the row of a bad cell within the block).
@@ -282,19 +306,29 @@ def _csv_blocks(pa, pacsv, path, column, chunk, names, parse, convert):
                     read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                                    block_size=cut + 1))
             except errors as exc:
-                raise _csv_error(exc, path, column, rows) from None
+                raise _csv_error(exc, path, _failed_column(exc, names, columns),
+                                 rows) from None
             del buf
-            col = table.column(0)
-            if col.null_count:  # not expected: null_values=[] makes no nulls
-                raise ValueError(f"{path}: column {column!r} has missing values in data rows "
-                                 f"{rows + 1}..{rows + len(col)}")
-            values = col.to_numpy()
-            del table, col
+            cols = [table.column(i) for i in range(len(columns))]
+            for c, col in zip(columns, cols):
+                if col.null_count:  # not expected: null_values=[] makes no nulls
+                    raise ValueError(f"{path}: column {c!r} has missing values in data rows "
+                                     f"{rows + 1}..{rows + len(col)}")
+            values = np.stack([col.to_numpy() for col in cols], axis=1)
+            del table, cols
             if values.size:
                 yield values, rows
-                rows += values.size
+                rows += values.shape[0]
     finally:
         stream.close()
+
+
+def _failed_column(exc: Exception, names: list[str], columns: tuple[str, ...]) -> str:
+    """The released column a pyarrow error is about ("In CSV column #i": the header's i-th)."""
+    m = re.search(r"CSV column #(\d+)", str(exc))
+    if m and int(m.group(1)) < len(names):
+        return names[int(m.group(1))].strip()
+    return columns[0] if len(columns) == 1 else ", ".join(columns)
 
 
 def _csv_error(exc: Exception, path: str, column: str, rows: int) -> ValueError:
@@ -334,7 +368,18 @@ def read_parquet_column(path, column: str, *, batch_rows: int = 1 << 20
     integer, floating or decimal (else ValueError naming its type); nulls are an error naming
     the rows of the batch; integers beyond 2^53 in magnitude (not exact in double) are an
     error. Memory O(batch_rows)."""
+    if not isinstance(column, str):
+        raise ValueError(f"column must be a column name (str), got {column!r}")
+    blocks = read_parquet_columns(path, (column,), batch_rows=batch_rows)
+    return ((values[:, 0], rows) for values, rows in blocks)
+
+
+def read_parquet_columns(path, columns, *, batch_rows: int = 1 << 20
+                         ) -> Iterator[tuple[np.ndarray, int]]:
+    """Yield (values float64 (n, len(columns)), data rows before this batch) for several
+    Parquet columns read together (rules of :func:`read_parquet_column` per column)."""
     path = _check_file(path)
+    columns = _check_column_names(columns)
     if (isinstance(batch_rows, (bool, np.bool_)) or not isinstance(batch_rows, Integral)
             or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
@@ -346,49 +391,64 @@ def read_parquet_column(path, column: str, *, batch_rows: int = 1 << 20
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable Parquet file ({exc})") from None
     names = pf.schema_arrow.names
-    if column not in names:
-        raise ValueError(f"column {column!r} not found in {path} (columns: {', '.join(names)})")
-    if names.count(column) > 1:
-        raise ValueError(f"{path}: duplicate column name {column!r}")
-    kind = pf.schema_arrow.field(column).type
-    is_int = pa.types.is_integer(kind)
-    if not (is_int or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
-        raise ValueError(f"{path}: column {column!r} has type {kind}, not numeric")
-    return _parquet_batches(pa, pc, pf, path, column, int(batch_rows), is_int)
+    is_int = []
+    for column in columns:
+        if column not in names:
+            raise ValueError(f"column {column!r} not found in {path} (columns: "
+                             f"{', '.join(names)})")
+        if names.count(column) > 1:
+            raise ValueError(f"{path}: duplicate column name {column!r}")
+        kind = pf.schema_arrow.field(column).type
+        is_int.append(pa.types.is_integer(kind))
+        if not (is_int[-1] or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
+            raise ValueError(f"{path}: column {column!r} has type {kind}, not numeric")
+    return _parquet_batches(pa, pc, pf, path, columns, int(batch_rows), is_int)
 
 
-def _parquet_batches(pa, pc, pf, path, column, batch_rows, is_int):
+def _parquet_batches(pa, pc, pf, path, columns, batch_rows, is_int):
     rows = 0
-    it = pf.iter_batches(batch_size=batch_rows, columns=[column])
+    it = pf.iter_batches(batch_size=batch_rows, columns=list(columns))
     while True:
         try:
             batch = next(it)
         except StopIteration:
             return
         except (pa.ArrowException, OSError, ValueError) as exc:
-            raise ValueError(f"{path}: cannot read column {column!r} after data row {rows} "
-                             f"({exc})") from None
-        col = batch.column(0)
-        if col.null_count:
-            first = rows + 1 + int(np.argmax(~col.is_valid().to_numpy(zero_copy_only=False)))
-            raise ValueError(f"{path}: column {column!r} has {col.null_count} missing (null) "
-                             f"value(s) in data rows {rows + 1}..{rows + len(col)}; first at "
-                             f"data row {first}")
-        if is_int and len(col):
-            lo, hi = pc.min_max(col).values()
-            if hi.as_py() > _EXACT or lo.as_py() < -_EXACT:
-                raise ValueError(f"{path}: column {column!r} has integers beyond 2^53 in data "
-                                 f"rows {rows + 1}..{rows + len(col)}: not exact in double "
-                                 "precision")
-        values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+            raise ValueError(f"{path}: cannot read column(s) {', '.join(map(repr, columns))} "
+                             f"after data row {rows} ({exc})") from None
+        out = []
+        for i, column in enumerate(columns):
+            col = batch.column(batch.schema.get_field_index(column))
+            if col.null_count:
+                first = rows + 1 + int(np.argmax(~col.is_valid().to_numpy(
+                    zero_copy_only=False)))
+                raise ValueError(f"{path}: column {column!r} has {col.null_count} missing "
+                                 f"(null) value(s) in data rows {rows + 1}..{rows + len(col)}; "
+                                 f"first at data row {first}")
+            if is_int[i] and len(col):
+                lo, hi = pc.min_max(col).values()
+                if hi.as_py() > _EXACT or lo.as_py() < -_EXACT:
+                    raise ValueError(f"{path}: column {column!r} has integers beyond 2^53 in "
+                                     f"data rows {rows + 1}..{rows + len(col)}: not exact in "
+                                     "double precision")
+            out.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64))
+        values = np.stack(out, axis=1)
         yield values, rows
-        rows += values.size
+        rows += values.shape[0]
 
 
 def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
     """Blocks (values float64 (n,), data rows before) of one column of a CSV/TSV file
     (optionally compressed; options ``delimiter``, ``chunk_bytes``), or of a Parquet file
     (``.parquet``/``.pq``; option ``batch_rows``; ``chunk_bytes`` is checked but unused)."""
+    if not isinstance(column, str):
+        raise ValueError(f"column must be a column name (str), got {column!r}")
+    return ((values[:, 0], rows) for values, rows in read_columns(path, (column,), **kwargs))
+
+
+def read_columns(path, columns, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
+    """Blocks (values float64 (n, len(columns)), data rows before) of several columns of a
+    CSV/TSV or Parquet file, read together (options as for :func:`read_column`)."""
     parquet = os.fspath(path).lower().endswith((".parquet", ".pq"))
     allowed = {"chunk_bytes", "batch_rows"} if parquet else {"chunk_bytes", "delimiter"}
     extra = sorted(set(kwargs) - allowed - {"delimiter"})
@@ -400,9 +460,9 @@ def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]
             raise ValueError("delimiter: a Parquet file has no delimiter")
         if "chunk_bytes" in kwargs:
             check_chunk_bytes(kwargs["chunk_bytes"])
-        return read_parquet_column(path, column, **{k: v for k, v in kwargs.items()
-                                                    if k == "batch_rows"})
-    return read_csv_column(path, column, **kwargs)
+        return read_parquet_columns(path, columns, **{k: v for k, v in kwargs.items()
+                                                      if k == "batch_rows"})
+    return read_csv_columns(path, columns, **kwargs)
 
 
 def histogram_from_file(path, column: str, spec: BinSpec, *, out_of_range: str = "error",
@@ -419,6 +479,27 @@ def histogram_from_file(path, column: str, spec: BinSpec, *, out_of_range: str =
         acc.add(values, offset)
     if acc.rows == 0:
         raise ValueError(f"{acc.name}: no data rows (empty input)")
+    return acc.histogram(), acc.rows
+
+
+def grid_histogram_from_file(path, columns, specs, *, out_of_range: str = "error",
+                             **kwargs) -> tuple[np.ndarray, int]:
+    """(cell counts int64 (n_1, .., n_d), rows read) of d file columns binned on a grid (one
+    ``BinSpec`` per column), block by block with the validation of
+    :func:`histogram_from_file` for every column (``GridHistogramAccumulator``)."""
+    columns = _check_column_names(columns)
+    specs = tuple(specs)
+    if len(specs) != len(columns):
+        raise ValueError(f"{len(columns)} columns need {len(columns)} bin specifications, got "
+                         f"{len(specs)}")
+    where = os.fspath(path)
+    acc = GridHistogramAccumulator(specs, out_of_range=out_of_range,
+                                   names=[f"{where}: column {c!r}" for c in columns])
+    for values, offset in read_columns(path, columns, **kwargs):
+        acc.add(values, offset)
+    if acc.rows == 0:
+        raise ValueError(f"{where}: columns {', '.join(map(repr, columns))}: no data rows "
+                         "(empty input)")
     return acc.histogram(), acc.rows
 
 
@@ -550,6 +631,36 @@ def histogram_from_values(data, spec: BinSpec, *, out_of_range: str = "error",
     acc = HistogramAccumulator(spec, out_of_range=out_of_range, name=name)
     for start in range(0, values.size, _VALUES_PER_CHUNK):  # loop over blocks, not rows
         acc.add(values[start:start + _VALUES_PER_CHUNK], start)
+    return acc.histogram(), acc.rows
+
+
+def grid_histogram_from_values(data, specs, *, out_of_range: str = "error",
+                               name: str = "data") -> tuple[np.ndarray, int]:
+    """(cell counts int64 (n_1, .., n_d), rows) of in-memory records of shape (N, d): row r
+    is one record, column i its coordinate on axis i (binned by ``specs[i]``). Each column is
+    checked as :func:`histogram_from_values` checks a 1-D input (its messages name "data
+    column i" and the data row); ragged rows, other shapes and non-numbers are refused."""
+    specs = tuple(specs)
+    d = len(specs)
+    if isinstance(data, np.ma.MaskedArray):
+        raise ValueError(f"{name}: numpy masked arrays are refused (the mask would be ignored);"
+                         " remove the masked records explicitly")
+    try:   # sequences keep their element types (True must not pass as 1)
+        arr = np.asarray(data, dtype=object) if isinstance(data, (list, tuple)) \
+            else np.asarray(data)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of shape (records, {d}): one row per record, "
+                         "one column per axis (ragged rows?)") from None
+    if arr.ndim != 2 or arr.shape[1] != d:
+        raise ValueError(f"{name} must have shape (records, {d}) (one row per record, one "
+                         f"column per axis), got shape {arr.shape}")
+    names = [f"{name} column {i}" for i in range(d)]
+    cols = np.stack([_as_float_values(arr[:, i], names[i]) for i in range(d)], axis=1) \
+        if arr.shape[0] else np.zeros((0, d))
+    acc = GridHistogramAccumulator(specs, out_of_range=out_of_range, names=names)
+    step = max(1, _VALUES_PER_CHUNK // d)
+    for start in range(0, cols.shape[0], step):  # loop over blocks, not rows
+        acc.add(cols[start:start + step], start)
     return acc.histogram(), acc.rows
 
 

@@ -21,27 +21,28 @@ from pathlib import Path
 __all__ = ["check_output_path", "write_text_atomic"]
 
 
-def check_output_path(path, *, inputs=(), force: bool = False) -> Path:
-    """The validated output path (see the module docstring); ValueError naming the problem."""
+def check_output_path(path, *, inputs=(), force: bool = False, flag: str = "--out") -> Path:
+    """The validated output path (see the module docstring); ValueError naming the problem
+    (and the option ``flag`` it came from)."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise ValueError(f"--out: expected a file path, got {path!r}")
+        raise ValueError(f"{flag}: expected a file path, got {path!r}")
     out = Path(os.fspath(path))
     if out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a directory; name a file (e.g. "
+        raise ValueError(f"{flag} {str(out)!r} is a directory; name a file (e.g. "
                          f"{str(out / 'release.json')!r})")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise ValueError(f"--out: directory {str(parent)!r} does not exist")
+        raise ValueError(f"{flag}: directory {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: directory {str(parent)!r} is not writable")
+        raise ValueError(f"{flag}: directory {str(parent)!r} is not writable")
     if out.exists():
         for inp in inputs:
             if inp is not None and os.path.exists(os.fspath(inp)) \
                     and os.path.samefile(out, os.fspath(inp)):
-                raise ValueError(f"--out {str(out)!r} is the input file {os.fspath(inp)!r}: "
+                raise ValueError(f"{flag} {str(out)!r} is the input file {os.fspath(inp)!r}: "
                                  "refusing to overwrite the data")
         if not force:
-            raise ValueError(f"--out {str(out)!r} exists; pass --force to overwrite it")
+            raise ValueError(f"{flag} {str(out)!r} exists; pass --force to overwrite it")
     return out
 
 

@@ -126,6 +126,11 @@ class Release:
         """N the consistent CDF ends at (exact if ``cdf.total_public``, else an estimate)."""
         return self.cdf.total
 
+    @property
+    def total_public(self) -> bool:
+        """Whether N is released exactly (swap neighbours)."""
+        return self.cdf.total_public
+
     def cumulative_count(self, x) -> np.ndarray:
         """Consistent count of values < x (array-like x in value units), linear inside bins
         (the quantile rule's interpolation); 0 below ``lower``, the total at/above ``upper``."""

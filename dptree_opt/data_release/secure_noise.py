@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..mechanism import Mechanism, check_histogram
-from ..strategies import IntervalStrategy
+from ..strategies import IntervalStrategy, KroneckerStrategy
 
 __all__ = ["secure_measure", "sampler_description", "exact_answers"]
 
@@ -96,12 +96,19 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
     """The exact integer answers A h of the released rows (int64, shape (rows,)).
 
     Interval strategies (trees): int64 cumulative sums, O(rows + bins), exact for any count.
+    Kronecker products of 0/1 factors (grid hierarchies): the structured product in float64,
+    exact because every partial sum is a count of records <= N < 2^53 (checked).
     Other strategies: the sparse product, checked to be integral."""
     h = check_histogram(histogram, mechanism.n_bins)
     released = mechanism.released
     if isinstance(released, IntervalStrategy):
         c = np.concatenate([[0], np.cumsum(h, dtype=np.int64)])
         return c[released.hi] - c[released.lo]
+    if isinstance(released, KroneckerStrategy) and all(
+            np.all((f.matrix.data == 0) | (f.matrix.data == 1)) for f in released.factors):
+        if float(np.sum(h, dtype=np.float64)) >= 2.0**53:
+            raise ValueError("the counts sum to 2^53 or more: not exact in double precision")
+        return np.rint(released.apply(h.astype(np.float64))).astype(np.int64)
     a = released.matrix
     if not np.all(a.data == np.round(a.data)):
         raise ValueError("a secure release needs an integer strategy matrix")
@@ -128,9 +135,11 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
     levels = mechanism.released.levels
     budgets = mechanism.level_budgets
     sens = mechanism.level_sensitivities
+    order = np.argsort(levels, kind="stable")          # the rows of each level, in one pass
+    bounds = np.searchsorted(levels[order], np.arange(int(levels.max()) + 2))
     plan = []
-    for lvl, scale in mechanism.level_scales.items():  # one call per level (h + 1 at most)
-        rows = levels == lvl
+    for lvl, scale in mechanism.level_scales.items():  # one call per level (tuple)
+        rows = order[bounds[lvl]:bounds[lvl + 1]]
         if scale == 0:
             continue  # exact (public or data-independent) rows
         if np.isinf(scale):

@@ -1,0 +1,587 @@
+"""``release`` over a d-D grid: records -> cells -> Kronecker tree -> secure noise -> BLUE.
+
+The d-D counterpart of ``core`` (issue 15 item 5), on the same rules (validation first,
+nothing after the noise):
+
+1. **Cells** (public): per axis i, ``bins[i]`` equal-width bins over [lower_i, upper_i)
+   with the 1-D bin rule (``binning``); a record is counted in the cell of its d bins, cells
+   in row-major (C) order. Every column is validated as a 1-D release validates its column
+   (NaN, infinities, out of range, non-numbers, ragged rows, empty input), before the noise.
+2. **Hierarchy** (public): the Kronecker product of one level-uniform tree per axis
+   (``strategies.kron``), with a budget per level tuple. ``tree="optimal"``: per axis the
+   1-D design of ``optimize.level_uniform`` for the BLUE (it may pad n_i to K_i' >= n_i
+   with public empty bins) and the refinement of its branching into primes; of the two
+   Kronecker products, the one with the smaller exact error on the design workload (the
+   padded grid's all boxes, or its CDF) under the chosen budgets: ``budgets="optimal"``
+   (``optimize.optimal_grid_budgets``: with optimal budgets a refinement never loses, the
+   grid's dominance argument, up to the Laplace local search) or "equal".
+3. **Secure noise**: ``secure_noise.secure_measure`` (OpenDP's discrete Laplace / Gaussian per
+   level tuple; no rng on this path).
+4. **Estimation**: ``estimation.kronecker.kron_tree_blue`` (the BLUE: per-axis Helmert-Haar
+   transforms, exact) on the discrete mechanism; exact standard errors of any box from
+   ``error.kronecker.kron_box_variances``.
+5. **Consistency** (``consistency="l2"``): the L2-nearest non-negative integer cell counts
+   summing to N (``consistency.project_histogram``): N exact under swap, else the rounded
+   BLUE of the total (over the real cells or over the whole padded grid: the smaller SE).
+   It is consistency in the cell metric (the 1-D release projects the CDF); range counts of
+   the consistent cells carry no exact SE, the raw ones do.
+
+Padding works as in 1-D: the padded cells are public zeros (no record can fall there), the
+BLUE treats them as unknown (unbiased, SEs exact), only the real cells are published.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from dataclasses import dataclass
+from numbers import Integral
+
+import numpy as np
+
+from .. import optimize, strategies, workloads
+from ..consistency import project_histogram
+from ..error.kronecker import axis_interval_weights, kron_box_variances
+from ..error.tree import haar_workload_weights
+from ..estimation.kronecker import kron_tree_blue, level_tuple_lambdas
+from ..mechanism import Mechanism
+from ..strategies.base import check_neighbours
+from .binning import BinSpec, check_out_of_range
+from .grid_result import GridRelease
+from .io import check_chunk_bytes, grid_histogram_from_file, grid_histogram_from_values
+from .secure_noise import sampler_description, secure_measure
+
+__all__ = ["release_grid", "release_grid_file", "is_grid_bins", "MAX_GRID_CELLS",
+           "MAX_GRID_ROWS", "GRID_WORKLOADS"]
+
+MAX_GRID_CELLS = 1 << 24
+# OpenDP draws ~9 us (discrete Laplace) to ~17 us (discrete Gaussian) per row on this
+# machine (1 core): 2^24 rows take 2.5-5 minutes. A binary x binary product has ~4 rows/cell.
+MAX_GRID_ROWS = 1 << 24
+BYTES_PER_ROW = 256  # peak memory per strategy row, with a margin (measured ~120 at 2^20)
+GRID_WORKLOADS = ("all_range", "prefix")
+
+
+# ------------------------------------------------------------------ argument checks
+def is_grid_bins(bins) -> bool:
+    """Whether ``bins`` asks for a grid release (a sequence of per-axis bin counts)."""
+    return (not isinstance(bins, (Integral, str, bytes))
+            and isinstance(bins, (list, tuple, np.ndarray)))
+
+
+def _axis_values(value, name: str, d: int) -> tuple:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
+        raise ValueError(f"{name} must be a sequence of {d} numbers (one per axis) for a grid "
+                         f"release, got {value!r}")
+    vals = tuple(value.tolist() if isinstance(value, np.ndarray) else value)
+    if len(vals) != d:
+        raise ValueError(f"{name} must have one entry per axis ({d}), got {len(vals)}: "
+                         f"{list(vals)!r}")
+    return vals
+
+
+def _check_grid(lower, upper, bins) -> tuple[BinSpec, ...]:
+    """One BinSpec per axis (>= 2 axes, >= 2 bins each, cells <= MAX_GRID_CELLS)."""
+    if isinstance(bins, np.ndarray):
+        bins = bins.tolist()
+    bins = tuple(bins)
+    if len(bins) < 2:
+        raise ValueError(f"bins={list(bins)!r}: a grid release needs >= 2 axes; for one "
+                         "axis pass an integer (bins=K)")
+    for k in bins:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or k < 2:
+            raise ValueError(f"bins: every axis needs an integer >= 2 bins, got {list(bins)!r} "
+                             "(an axis with one bin carries no information: drop it)")
+    cells = math.prod(int(k) for k in bins)
+    if cells > MAX_GRID_CELLS:
+        raise ValueError(f"bins={list(bins)!r}: {cells} cells, above the limit "
+                         f"{MAX_GRID_CELLS} (2^24); use fewer bins")
+    d = len(bins)
+    lo, up = _axis_values(lower, "lower", d), _axis_values(upper, "upper", d)
+    specs = []
+    for i, (a, b, k) in enumerate(zip(lo, up, bins)):
+        try:
+            specs.append(BinSpec(a, b, int(k)))
+        except ValueError as exc:
+            raise ValueError(f"axis {i}: {exc}") from None
+    return tuple(specs)
+
+
+def _check_grid_tree(tree, specs) -> tuple | None:
+    """None for "optimal", else per-axis branching tuples (product >= the axis's bins)."""
+    if isinstance(tree, str):
+        if tree != "optimal":
+            raise ValueError(f"tree must be 'optimal' or one list of branching factors per "
+                             f"axis, got {tree!r}")
+        return None
+    try:
+        per_axis = [list(t) for t in tree]
+    except TypeError:
+        raise ValueError(f"tree: for a grid give one list of branching factors per axis, e.g. "
+                         f"[[2, 2, 4], [4, 4]], got {tree!r}") from None
+    if len(per_axis) != len(specs):
+        raise ValueError(f"tree: {len(specs)} axes need {len(specs)} lists of branching "
+                         f"factors, got {len(per_axis)}")
+    out = []
+    for i, (ks, spec) in enumerate(zip(per_axis, specs)):
+        if not ks or any(isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral)
+                         or k < 1 for k in ks):
+            raise ValueError(f"tree, axis {i}: branching factors must be integers >= 1, got "
+                             f"{ks!r}")
+        if math.prod(int(k) for k in ks) < spec.bins:
+            raise ValueError(f"tree, axis {i}: branching {ks} has {math.prod(ks)} leaves, "
+                             f"fewer than bins = {spec.bins}")
+        if math.prod(int(k) for k in ks) > 2 * spec.bins + 2:
+            raise ValueError(f"tree, axis {i}: branching {ks} has {math.prod(ks)} leaves for "
+                             f"{spec.bins} bins; use factors whose product is close to bins")
+        out.append(tuple(int(k) for k in ks))
+    return tuple(out)
+
+
+def _tree_rows(branchings) -> int:
+    """Rows of the Kronecker product of complete trees (nodes per axis multiplied)."""
+    rows = 1
+    for ks in branchings:
+        nodes, width = 1, 1
+        for k in ks:
+            width *= k
+            nodes += width
+        rows *= nodes
+    return rows
+
+
+def _check_rows(branchings) -> None:
+    from .core import _available_memory
+    rows = _tree_rows(branchings)
+    if rows > MAX_GRID_ROWS:
+        raise ValueError(f"the hierarchy {[list(k) for k in branchings]} has {rows} rows "
+                         f"(> {MAX_GRID_ROWS}): the secure sampler would take many minutes; "
+                         "use fewer bins")
+    avail = _available_memory()
+    if avail is not None and rows * BYTES_PER_ROW > avail // 2:
+        raise ValueError(f"the hierarchy needs about {rows * BYTES_PER_ROW / 2**30:.1f} GiB "
+                         f"of memory; only {avail / 2**30:.1f} GiB is available")
+
+
+# ------------------------------------------------------------------ design
+def _prime_factors(k: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= k:
+        while k % p == 0:
+            out.append(p)
+            k //= p
+        p += 1
+    return out + ([k] if k > 1 else [])
+
+
+def _refine(ks) -> tuple[int, ...]:
+    """Every branching factor split into its primes (ascending): a refinement of the tree."""
+    return tuple(p for k in ks for p in _prime_factors(int(k)))
+
+
+def _real_error(mech: Mechanism, branchings, shape, workload: str) -> float:
+    """Exact error of ``workload`` over the REAL cells (the first n_i bins of each padded
+    axis): sum_j prod_i q_i(j_i) / lambda_j with q_i the axis's Haar weights restricted to its
+    first n_i bins (``error.tree.haar_workload_weights(n_queries=n_i)``)."""
+    lam, public = level_tuple_lambdas(mech)
+    q = np.ones(lam.shape)
+    for i, (ks, n) in enumerate(zip(branchings, shape)):
+        dims = [1] * len(shape)
+        dims[i] = lam.shape[i]
+        q = q * haar_workload_weights(ks, workload, n_queries=n).reshape(dims)
+    if public:
+        q.flat[0] = 0.0
+    if np.any((q > 0) & ~(lam > 0)):
+        return math.inf
+    return float(np.sum(np.where(q > 0, q / np.where(lam > 0, lam, 1.0), 0.0)))
+
+
+def _score(branchings, shape, noise, budget_name, budget, neighbours, budgets, workload):
+    """(exact error on the real cells' workload, level budgets or None) of one product; the
+    optimal budgets are those of the padded grid's workload (``optimal_grid_budgets``)."""
+    kw = {budget_name: budget}
+    strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
+    padded = tuple(math.prod(ks) for ks in branchings)
+    if budgets == "optimal":
+        w = (workloads.all_range(padded) if workload == "all_range"
+             else workloads.prefix(padded))
+        g = optimize.optimal_grid_budgets(strat, w, noise=noise, neighbours=neighbours, **kw)
+        mech, lb = g.mechanism, tuple(float(b) for b in g.budgets)
+    else:
+        mech, lb = Mechanism(strat, noise=noise, neighbours=neighbours, **kw), None
+    return _real_error(mech, branchings, shape, workload), lb
+
+
+def _axis_options(n: int, design) -> list[tuple[int, ...]]:
+    """Per-axis trees to try: the 1-D design, its prime refinement, the finest tree of n
+    itself when n is 7-smooth, and the binary tree of the next power of two."""
+    opts = [design, _refine(design)]
+    primes = _prime_factors(n)
+    if max(primes) <= 7:
+        opts.append(tuple(sorted(primes)))
+    p2 = 1 << (n - 1).bit_length()
+    if p2 <= 2 * n:
+        opts.append((2,) * (p2.bit_length() - 1))
+    return list(dict.fromkeys(opts))
+
+
+@functools.lru_cache(maxsize=16)
+def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float,
+                 neighbours: str, budgets: str, workload: str):
+    """(per-axis branchings, level budgets or None, note); public parameters only (cached)."""
+    if given is not None:
+        err, lb = _score(given, bins, noise, budget_name, budget, neighbours, budgets,
+                         workload)
+        return given, lb, f"given per-axis trees, {budgets} budgets"
+    per_axis = []
+    for n in bins:
+        d = optimize.level_uniform(n, estimator="blue", noise=noise, neighbours="add_remove",
+                                   budgets="optimal", workload=workload,
+                                   **{budget_name: budget})
+        per_axis.append(_axis_options(n, tuple(int(k) for k in d.branching)))
+    # the same kind of option on every axis (the i-th option, or the axis's last one)
+    candidates = [tuple(opts[min(i, len(opts) - 1)] for opts in per_axis)
+                  for i in range(max(len(o) for o in per_axis))]
+    best = None
+    for cand in dict.fromkeys(candidates):
+        if _tree_rows(cand) > MAX_GRID_ROWS:
+            continue
+        err, lb = _score(cand, bins, noise, budget_name, budget, neighbours, budgets, workload)
+        if best is None or err < best[0]:
+            best = (err, cand, lb)
+    if best is None:
+        raise ValueError(f"bins={list(bins)!r}: every candidate hierarchy has more than "
+                         f"{MAX_GRID_ROWS} rows; use fewer bins")
+    note = (f"per axis: optimize.level_uniform(estimator='blue', workload='{workload}'), its "
+            f"prime refinement, the finest tree of n and the binary tree of the next power of "
+            f"two; of their Kronecker products, the least exact {workload} error over the real "
+            f"cells with {budgets} budgets ({best[0]:.6g}, counts^2)")
+    return best[1], best[2], note
+
+
+# ------------------------------------------------------------------ plan
+@dataclass(frozen=True)
+class _GridPlan:
+    """Everything about a grid release that does not depend on the data, validated."""
+
+    specs: tuple
+    noise: str
+    budget_name: str
+    budget: float
+    branchings: tuple
+    note: str
+    mechanism: Mechanism
+    consistency: str | None
+    out_of_range: str
+    workload: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s.bins for s in self.specs)
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        return tuple(math.prod(ks) for ks in self.branchings)
+
+
+def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+               consistency, budgets, interval_level, workload, before_design=None
+               ) -> _GridPlan:
+    from .core import (DEFAULT_QUANTILES, _budget, _check_budgets, _check_noise_scales,
+                       _check_tiny_budget)
+    specs = _check_grid(lower, upper, bins)
+    noise, budget_name, budget = _budget(epsilon, rho)
+    check_neighbours(neighbours)
+    check_out_of_range(out_of_range)
+    if consistency not in ("l2", None):
+        raise ValueError(f"consistency for a grid must be 'l2' (the nearest non-negative "
+                         f"integer cells summing to N) or None, got {consistency!r}")
+    if tuple(quantiles) not in (tuple(DEFAULT_QUANTILES), ()):
+        raise ValueError("quantiles are released for one axis only; a grid release gives "
+                         "cells and box counts (drop the quantiles argument)")
+    if interval_level != 0.95:
+        raise ValueError("interval_level is for the 1-D quantile intervals; a grid release "
+                         "gives exact standard errors of box counts")
+    if workload not in GRID_WORKLOADS:
+        raise ValueError(f"workload must be one of {GRID_WORKLOADS} (what the design "
+                         f"minimises: all boxes, or the d-D CDF), got {workload!r}")
+    given = _check_grid_tree(tree, specs)
+    _check_budgets(budgets)
+    _check_tiny_budget(noise, budget_name, budget)
+    if given is not None:
+        _check_rows(given)
+    if before_design is not None:
+        before_design()
+    branchings, level_budgets, note = _grid_design(
+        tuple(s.bins for s in specs), given, noise, budget_name, budget, neighbours, budgets,
+        workload)
+    _check_rows(branchings)
+    strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
+    mech = Mechanism(strat, noise=noise, neighbours=neighbours,
+                     level_budgets=None if level_budgets is None else list(level_budgets),
+                     discrete=True, **{budget_name: budget})
+    _check_noise_scales(mech, budget_name, budget)
+    level_tuple_lambdas(mech)          # identifiable (every cell estimable) or ValueError
+    return _GridPlan(specs=specs, noise=noise, budget_name=budget_name, budget=budget,
+                     branchings=tuple(branchings), note=note, mechanism=mech,
+                     consistency=consistency, out_of_range=out_of_range, workload=workload)
+
+
+# ------------------------------------------------------------------ account
+def _privacy(plan: _GridPlan) -> dict:
+    mech, strat = plan.mechanism, plan.mechanism.released
+    counts = np.bincount(strat.levels)
+    levels = []
+    for lvl in sorted(mech.level_scales):
+        scale, var = mech.level_scales[lvl], mech.level_variances[lvl]
+        levels.append({"level": lvl, "level_tuple": list(strat.level_tuple(lvl)),
+                       "nodes": int(counts[lvl]),
+                       "budget": mech.level_budgets.get(lvl, 0.0),
+                       "sensitivity": mech.level_sensitivities[lvl],
+                       "scale": scale if math.isfinite(scale) else None,
+                       "variance": var if math.isfinite(var) else None,
+                       "released": ("exactly" if scale == 0 else "not measured"
+                                    if math.isinf(scale) else "with noise")})
+    public = [f"axis {i}: lower = {s.lower!r}, upper = {s.upper!r}, {s.bins} bins and the bin "
+              "rule" for i, s in enumerate(plan.specs)]
+    public += [f"the hierarchy (per-axis branchings {[list(k) for k in plan.branchings]}), its "
+               "budgets, sensitivities and noise scales per level tuple",
+               "the sampler and the neighbour model"]
+    if plan.padded_shape != plan.shape:
+        public.append(f"the padded grid {list(plan.padded_shape)} around the real "
+                      f"{list(plan.shape)} cells: the padding cells are empty (public zeros)")
+    if mech.public_total:
+        public.append("N, the number of records: RELEASED EXACTLY (swap neighbours)")
+    meaning = ("add_remove: adding or removing one record (N is protected)"
+               if mech.neighbours == "add_remove" else
+               "swap: changing one record's values; N is NOT protected and is released exactly")
+    return {
+        "definition": "pure eps-DP" if plan.noise == "laplace" else "rho-zCDP",
+        "noise": plan.noise, "discrete": True,
+        "epsilon": plan.budget if plan.budget_name == "epsilon" else None,
+        "rho": plan.budget if plan.budget_name == "rho" else None,
+        "achieved": mech.epsilon if plan.noise == "laplace" else mech.rho,
+        "neighbours": mech.neighbours, "neighbours_meaning": meaning,
+        "total_public": mech.public_total, "levels": levels, "public": public,
+        "out_of_range": plan.out_of_range,
+        "sampler": sampler_description(plan.noise),
+        "sampler_short": ("OpenDP discrete Laplace" if plan.noise == "laplace"
+                          else "OpenDP discrete Gaussian"),
+        "design": plan.note,
+        "post_processing": "BLUE (Kronecker Helmert-Haar, exact, with the discrete noise "
+                           "variances), consistency projection of the cells, box counts: no "
+                           "further privacy cost",
+    }
+
+
+def _description(plan: _GridPlan, privacy: dict) -> str:
+    mech = plan.mechanism
+    lines = []
+    if mech.public_total:
+        lines.append("WARNING: swap neighbours -- the number of records N is released EXACTLY "
+                     "and is not protected.")
+    axes = " x ".join(f"{s.bins} bins over [{s.lower!r}, {s.upper!r})" for s in plan.specs)
+    lines += [f"Private {len(plan.specs)}-D histogram of {axes} ({privacy['definition']}, "
+              f"{privacy['neighbours_meaning']}).",
+              f"{mech.released.name}: {mech.released.n_rows} rows over {mech.n_bins} cells, "
+              f"discrete {plan.noise} noise; {len(privacy['levels'])} level tuples, each with "
+              "its own budget (privacy['levels'])",
+              f"sampler: {privacy['sampler']}",
+              f"hierarchy: {privacy['design']}"]
+    lines.append("public: " + "; ".join(privacy["public"]))
+    lines.append(f"out-of-range values: {privacy['out_of_range']} (how many were clipped is "
+                 "not released)")
+    return "\n".join(lines)
+
+
+def _expected_error(plan: _GridPlan) -> dict:
+    """Exact, data-independent errors of the raw BLUE over the real cells: the d-D CDF
+    (boxes [0, a), mean and max), all boxes (mean), one cell, the total N."""
+    mech, shape = plan.mechanism, plan.shape
+    trees = mech.released.factors
+    lam, public = level_tuple_lambdas(mech)
+    inv = np.where(lam > 0, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
+    if public:
+        inv.flat[0] = 0.0
+    grid = inv
+    for i, (t, n) in enumerate(zip(trees, shape)):      # CDF variances on the real grid
+        p = axis_interval_weights(t, np.zeros(n), np.arange(1, n + 1))
+        grid = np.moveaxis(np.tensordot(p, grid, axes=([1], [i])), 0, i)
+    q = inv
+    for ks, n in zip(plan.branchings, shape):
+        w = haar_workload_weights(ks, "all_range", n_queries=n)
+        q = np.tensordot(w, q, axes=([0], [0]))       # contract axis i (now the first)
+    n_boxes = math.prod(n * (n + 1) // 2 for n in shape)
+    d = len(shape)
+    cell = float(kron_box_variances(mech, np.zeros(d), np.ones(d)))
+    total = float(kron_box_variances(mech, np.zeros(d), np.asarray(shape, dtype=float)))
+    return {"mean_cdf_mse": float(grid.mean()), "max_cdf_mse": float(grid.max()),
+            "mean_box_mse": float(q) / n_boxes, "cell_mse": cell, "total_mse": total,
+            "unit": "counts^2: E (estimate - truth)^2 of the raw BLUE answers over the real "
+                    "cells, under the discrete noise actually drawn (exact): the d-D CDF "
+                    "(boxes [lower, a) for every cell corner a), all boxes, one cell, N"}
+
+
+# ------------------------------------------------------------------ the release
+def _total_estimate(plan: _GridPlan, y: np.ndarray, raw_padded: np.ndarray):
+    """(N, public): exact under swap (the grand total's exact row); else the rounded BLUE of
+    N over the real cells or over the whole padded grid, whichever has the smaller SE."""
+    mech = plan.mechanism
+    if mech.public_total:
+        return int(np.rint(y[np.flatnonzero(mech.exact_rows)[0]])), True
+    d = len(plan.shape)
+    real = np.asarray(plan.shape, dtype=float)
+    full = np.asarray(plan.padded_shape, dtype=float)
+    v_real, v_full = kron_box_variances(mech, np.zeros((2, d)), np.stack([real, full]))
+    grid = raw_padded.reshape(plan.padded_shape)
+    block = grid[tuple(slice(0, n) for n in plan.shape)]
+    value = float(block.sum()) if v_real <= v_full else float(grid.sum())
+    return max(0, int(np.rint(value))), False
+
+
+def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> GridRelease:
+    """Measure the validated cell counts with secure noise, then post-process (never raises
+    after the noise is drawn)."""
+    from .core import _check_histogram_total
+    t0 = time.perf_counter()
+    _check_histogram_total(hist.ravel(), plan.mechanism)
+    full = np.zeros(plan.padded_shape, dtype=np.int64)
+    full[tuple(slice(0, n) for n in plan.shape)] = hist     # padding cells: public zeros
+    privacy = _privacy(plan)
+    description = _description(plan, privacy)
+    expected = _expected_error(plan)
+    t1 = time.perf_counter()
+    y = secure_measure(plan.mechanism, full.ravel())  # OpenDP's exact samplers; no rng
+    y.flags.writeable = False
+    timings.update(prepare=t1 - t0, noise=time.perf_counter() - t1)
+    # ---- the privacy budget is spent: from here on nothing may raise
+    try:
+        t2 = time.perf_counter()
+        raw_padded = kron_tree_blue(plan.mechanism, y)
+        raw = raw_padded.reshape(plan.padded_shape)[tuple(slice(0, n) for n in plan.shape)]
+        total, public = _total_estimate(plan, y, raw_padded)
+        notes = []
+        t3 = time.perf_counter()
+        if plan.consistency is None:
+            consistent = None
+        elif total == 0:
+            consistent = np.zeros(plan.shape, dtype=np.int64)
+            notes.append("the estimated total N_hat rounds to <= 0: the consistent cells are "
+                         "all zero")
+        else:
+            consistent = project_histogram(raw.ravel(), total=total, metric="l2",
+                                           integer=True).reshape(plan.shape)
+        timings.update(estimation=t3 - t2, consistency=time.perf_counter() - t3)
+        return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(raw),
+                           consistent=None if consistent is None else _readonly(consistent),
+                           consistency=plan.consistency, total=total, total_public=public,
+                           mechanism=plan.mechanism, branchings=plan.branchings,
+                           measurements=y, privacy=privacy, description=description,
+                           timings=timings, expected_error=expected, notes=tuple(notes))
+    except Exception as exc:  # noqa: BLE001 - a bug must not lose the DP output y
+        nan = np.full(plan.shape, np.nan)
+        note = (f"post-processing failed after the noise was drawn ({type(exc).__name__}: "
+                f"{exc}); the noisy measurements (the DP output) are kept in `measurements` "
+                "and written to the JSON. This is a bug: please report it")
+        return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(nan),
+                           consistent=None, consistency=plan.consistency, total=None,
+                           total_public=plan.mechanism.public_total, mechanism=plan.mechanism,
+                           branchings=plan.branchings, measurements=y, privacy=privacy,
+                           description=description, timings=timings, expected_error=expected,
+                           notes=(note,), complete=False)
+
+
+def _readonly(a) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def _check_grid_counts(counts, shape) -> np.ndarray:
+    """Validated precomputed cell counts: non-negative integers of shape ``shape``."""
+    from ..mechanism import check_histogram
+    try:
+        arr = np.asarray(counts)
+    except (TypeError, ValueError):
+        raise ValueError(f"counts must be an integer array of shape {shape}") from None
+    if arr.shape != tuple(shape):
+        raise ValueError(f"counts must have shape {tuple(shape)} (one count per cell), got "
+                         f"{arr.shape}")
+    try:
+        return check_histogram(arr.ravel(), math.prod(shape)).reshape(shape)
+    except ValueError as exc:
+        raise ValueError(f"counts: {exc} (need non-negative integer counts, one per cell)"
+                         ) from None
+
+
+def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
+                 tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
+                 quantiles=(), consistency: str | None = "l2", budgets: str = "optimal",
+                 interval_level: float = 0.95, workload: str = "all_range",
+                 names=None) -> GridRelease:
+    """A differentially private d-D histogram of records (N, d), or of ``counts`` (shape
+    ``bins``), with box counts and exact standard errors (module docstring). ``lower``,
+    ``upper``, ``bins``: one entry per axis; ``tree``: "optimal" or one branching list per
+    axis; ``workload``: what the design minimises ("all_range": every box, or "prefix": the
+    d-D CDF); ``names``: axis names for the output. ``quantiles`` and ``interval_level`` are
+    1-D options (refused unless left at their defaults). Every argument and the data are
+    validated BEFORE the noise (ValueError); after it nothing raises."""
+    timings: dict = {}
+    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
+                      quantiles, consistency, budgets, interval_level, workload)
+    names = _check_names(names, len(plan.specs))
+    t0 = time.perf_counter()
+    if (data is None) == (counts is None):
+        raise ValueError("give exactly one of data (records of shape (N, d)) or counts (the "
+                         "cell counts)")
+    if counts is not None:
+        hist = _check_grid_counts(counts, plan.shape)
+    else:
+        hist, _ = grid_histogram_from_values(data, plan.specs, out_of_range=out_of_range)
+    timings["read_and_bin"] = time.perf_counter() - t0
+    return _release_cells(hist, plan, timings, names)
+
+
+def _check_names(names, d: int) -> tuple[str, ...]:
+    if names is None:
+        return tuple(f"x{i}" for i in range(d))
+    names = tuple(names) if not isinstance(names, str) else (names,)
+    if len(names) != d or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"names: need {d} axis names (str), got {names!r}")
+    return names
+
+
+def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=None,
+                      tree="optimal", neighbours: str = "add_remove",
+                      out_of_range: str = "error", quantiles=(),
+                      consistency: str | None = "l2", budgets: str = "optimal",
+                      interval_level: float = 0.95, workload: str = "all_range",
+                      delimiter=None, chunk_bytes: int | None = None) -> GridRelease:
+    """:func:`release_grid` of d columns of a CSV/TSV/Parquet file, read together in bounded
+    memory (``io.read_columns``); the columns name the axes."""
+    from .io import _check_column_names
+    timings: dict = {}
+    columns = _check_column_names(columns)
+    if chunk_bytes is not None:
+        chunk_bytes = check_chunk_bytes(chunk_bytes)
+
+    def file_exists():
+        if not os.path.isfile(os.fspath(path)):
+            raise ValueError(f"file not found: {os.fspath(path)!r}")
+
+    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
+                      quantiles, consistency, budgets, interval_level, workload,
+                      before_design=file_exists)
+    if len(columns) != len(plan.specs):
+        raise ValueError(f"columns: {len(plan.specs)} axes need {len(plan.specs)} columns, got "
+                         f"{list(columns)!r}")
+    t0 = time.perf_counter()
+    kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
+    if delimiter is not None:
+        kw["delimiter"] = delimiter
+    hist, _ = grid_histogram_from_file(path, columns, plan.specs, out_of_range=out_of_range,
+                                       **kw)
+    timings["read_and_bin"] = time.perf_counter() - t0
+    return _release_cells(hist, plan, timings, columns)
