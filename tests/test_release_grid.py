@@ -73,6 +73,30 @@ def test_box_variances_equal_the_dense_gls(b1, b2, noise, neighbours, seed):
         assert v == pytest.approx(u @ cov @ u, rel=1e-9, abs=1e-9)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(levels=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3)), min_size=1,
+                       max_size=2), noise=st.sampled_from(["laplace", "gaussian"]),
+       neighbours=st.sampled_from(["add_remove", "swap"]), seed=st.integers(0, 10**6))
+def test_quadtree_box_variances_equal_the_dense_gls(levels, noise, neighbours, seed):
+    """Quadtrees (any per-axis branchings per level) share the product Haar eigenbasis."""
+    if math.prod(a * b for a, b in levels) > 200 or any(a * b < 2 for a, b in levels):
+        return
+    shape = (math.prod(a for a, _ in levels), math.prod(b for _, b in levels))
+    strat = strategies.quadtree(shape, [[a for a, _ in levels], [b for _, b in levels]])
+    kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+    n_levels = len(Mechanism(strat, noise=noise, neighbours=neighbours, **kw).level_budgets)
+    b = np.random.default_rng(seed).random(n_levels) + 0.05
+    b *= next(iter(kw.values())) / b.sum()
+    mech = Mechanism(strat, noise=noise, neighbours=neighbours, level_budgets=b, **kw)
+    cov = _dense_covariance(mech)
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(0, 1, (5, 2)) * shape
+    hi = lo + rng.uniform(0, 1, (5, 2)) * (np.asarray(shape) - lo)
+    for a, bb, v in zip(lo, hi, kron_box_variances(mech, lo, hi)):
+        u = np.kron(_overlap(a[0], bb[0], shape[0]), _overlap(a[1], bb[1], shape[1]))
+        assert v == pytest.approx(u @ cov @ u, rel=1e-9, abs=1e-9)
+
+
 @pytest.mark.parametrize("ks", [(2, 2, 2), (3, 2), (4, 3, 2)])
 @pytest.mark.parametrize("kind", ["prefix", "all_range"])
 def test_interval_weights_sum_to_the_workload_weights(ks, kind):

@@ -123,16 +123,18 @@ def axis_interval_weights(tree: LevelUniformTree, lo, hi) -> np.ndarray:
 def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
     """Exact variances of the BLUE's answers to boxes [lo_1, hi_1) x .. x [lo_d, hi_d) (bin
     coordinates of the mechanism's grid, fractions allowed: linear interpolation inside
-    cells), for a Kronecker product of complete trees with a variance per level tuple.
+    cells), for a Kronecker product of complete trees with a variance per level tuple, or a
+    quadtree (its information matrix is diagonal on the same product Haar subspaces: only the
+    diagonal level tuples are measured, ``level_tuple_lambdas``).
 
     The box is the Kronecker product of its per-axis indicators u_i, and the BLUE's
     covariance is sum_j D_j / lambda_j with D_j the product Haar projectors (module
     docstring), so Var = sum_j prod_i ||D_(i, j_i) u_i||^2 / lambda_j: O(sum_i h_i + prod_i
     (h_i + 1)) per box, no grid-sized matrix. A public grand total removes the j = 0 term.
     Shapes: lo, hi (d,) or (m, d) -> () or (m,). Tested against the dense GLS."""
-    if not is_kron_tree_mechanism(mechanism):
+    if not is_grid_tree_mechanism(mechanism):
         raise ValueError("kron_box_variances needs a Kronecker product of complete "
-                         "level-uniform trees with budgets per level tuple")
+                         "level-uniform trees with budgets per level tuple, or a quadtree")
     trees = grid_trees(mechanism.released)
     d = len(trees)
     lo_a, hi_a = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
