@@ -315,6 +315,7 @@ def test_release_never_uses_numpy_noise(monkeypatch):
     ([[1, 0]], {"lower": (0, 1)}, "axis 1: lower must be < upper"),
     ([[1, 0]], {"upper": (10, float("inf"))}, "axis 1"),
     ([[1, 0]], {"quantiles": (0.5,)}, "quantiles"),
+    ([[1, 0]], {"quantiles": 0.5}, "quantiles"),
     ([[1, 0]], {"interval_level": 0.9}, "interval_level"),
     ([[1, 0]], {"consistency": "l1"}, "consistency"),
     ([[1, 0]], {"workload": "identity"}, "workload"),
@@ -385,6 +386,7 @@ def test_file_release_reads_two_columns_with_a_bom(tmp_path):
     ([(1, 0)], ["x", "z"], "column 'z' not found"),
     ([(1, 0)], ["x", "x"], "distinct"),
     ([(1, 0)], ["x"], "2 axes need 2 columns"),
+    ([(1, 0)], "x,y", "list of column names"),
     ([(1, 0), (2, 5)], ["x", "y"], "column 'y': 1 value.*outside"),
     ([], ["x", "y"], "no data rows"),
 ])
@@ -393,6 +395,14 @@ def test_bad_files_are_refused_before_any_noise(tmp_path, rows, columns, match, 
     _write_csv(f, rows)
     with pytest.raises(ValueError, match=match):
         release_file(f, columns=columns, **GRID)
+    assert noise_calls == []
+
+
+def test_columns_with_one_bin_count_is_refused(tmp_path, noise_calls):
+    f = tmp_path / "d.csv"
+    _write_csv(f, [(1, 0)])
+    with pytest.raises(ValueError, match="one number of bins per axis"):
+        release_file(f, columns=["x", "y"], lower=(0, -1), upper=(10, 1), bins=6, epsilon=1.0)
     assert noise_calls == []
 
 

@@ -84,6 +84,9 @@ def _axis_values(value, name: str, d: int) -> tuple:
 
 def _check_grid(lower, upper, bins) -> tuple[BinSpec, ...]:
     """One BinSpec per axis (>= 2 axes, >= 2 bins each, cells <= MAX_GRID_CELLS)."""
+    if not is_grid_bins(bins):
+        raise ValueError(f"bins must give one number of bins per axis for a grid release "
+                         f"(e.g. (64, 64)), got {bins!r}")
     if isinstance(bins, np.ndarray):
         bins = bins.tolist()
     bins = tuple(bins)
@@ -298,7 +301,11 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
     if consistency not in ("l2", None):
         raise ValueError(f"consistency for a grid must be 'l2' (the nearest non-negative "
                          f"integer cells summing to N) or None, got {consistency!r}")
-    if tuple(quantiles) not in (tuple(DEFAULT_QUANTILES), ()):
+    try:
+        qs = tuple(quantiles)
+    except TypeError:
+        qs = None
+    if qs not in (tuple(DEFAULT_QUANTILES), ()):
         raise ValueError("quantiles are released for one axis only; a grid release gives "
                          "cells and box counts (drop the quantiles argument)")
     if interval_level != 0.95:
