@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -140,8 +141,43 @@ def _plot(res, path: Path) -> None:
     plt.close(fig)
 
 
+def _bins_arg(text: str):
+    """--bins: an int K (1-D) or a grid shape AxB[xC..] (2-D / d-D mode, compare_grid)."""
+    from ..compare_grid import parse_shape
+
+    try:
+        return parse_shape(text) if "x" in text.lower() else int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected K or AxB (e.g. 256x256): {exc}") from None
+
+
+def _run_grid(args) -> int:
+    """The 2-D / d-D mode (--bins AxB): dptree_opt.compare_grid."""
+    from .. import compare_grid as cg
+
+    if args.plot:
+        raise ValueError("--plot draws the 1-D comparison only")
+    which = tuple(w.strip().replace("-", "_").replace("boxes", "all_range")
+                  for w in (args.workloads or "cdf,all_range").split(",") if w.strip())
+    t0 = time.perf_counter()
+    res = cg.compare_grid(args.bins, **budget_kwargs(args), noise=args.noise,
+                          neighbours=args.neighbours,
+                          public_total=True if args.public_total else None, workloads=which,
+                          records=args.records)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({**cg.as_dict(res), "wall_seconds": seconds}, indent=2))
+    else:
+        print(cg.format_table(res))
+        print(f"({seconds:.1f} s)")
+    return 0
+
+
 def run(args) -> int:
     """Print (or --json) the comparison table; --plot draws it."""
+    if isinstance(args.bins, tuple):
+        return _run_grid(args)
+    args.workloads = args.workloads or "cdf,identity,all_range"
     if args.bins < 2:
         raise ValueError(f"--bins must be an integer >= 2, got {args.bins}")
     which = _parse_workloads(args.workloads)
@@ -171,7 +207,7 @@ def register(sub) -> None:
     """Add the `compare` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "compare", help="exact mean/max per-query error of every mechanism on the CDF, "
-                        "identity and all-range workloads",
+                        "identity and all-range workloads (1-D, or a grid: --bins 256x256)",
         description="Build every mechanism the framework has (histogram, prefix sums, binary "
                     "tree with covering / refined / OLS, emulations of the Google and OpenDP "
                     "defaults, the [RTS] 17-ary tree, the best trees from optimize."
@@ -179,12 +215,27 @@ def register(sub) -> None:
                     "max per-query expected squared error (counts^2) of each on the CDF "
                     "(prefix counts), identity (bins) and all-range workloads. When opendp is "
                     "installed (Laplace, add/remove, N private) OpenDP's own tree + "
-                    "consistency postprocessor is also run (Monte Carlo).",
-        epilog="example: dptree-opt compare --bins 1024 --epsilon 1 --neighbours add_remove")
-    p.add_argument("--bins", type=int, required=True, help="number of bins K (>= 2)")
+                    "consistency postprocessor is also run (Monte Carlo). With --bins AxB "
+                    "(a grid, e.g. 256x256) it compares grid mechanisms on the 2-D CDF and "
+                    "all boxes instead (dptree_opt.compare_grid; see --bins).",
+        epilog="examples: dptree-opt compare --bins 1024 --epsilon 1 --neighbours add_remove; "
+               "dptree-opt compare --bins 256x256 --rho 0.5 --neighbours add_remove (2-D)")
+    p.add_argument("--bins", type=_bins_arg, required=True,
+                   help="number of bins K (>= 2), or a grid AxB (e.g. 256x256, 64x32, 8x8x8): "
+                        "2-D mode. It ranks on the grid's CDF (all dominance boxes) and all "
+                        "boxes the flat grid, Kronecker trees and quadtrees (equal and "
+                        "optimised budgets), HDMM's Kronecker p-Identity, the product of the "
+                        "1-D Gaussian optima (Gaussian), and ektelo's HB2D, QuadTree and "
+                        "UniformGrid plans (emulated; UniformGrid needs --n and reports its "
+                        "noise variance only), with exact mean and max per-query errors, "
+                        "ratios to the SVD bound and timings")
     add_budget_arguments(p)
-    p.add_argument("--workloads", default="cdf,identity,all_range",
-                   help="comma-separated subset of cdf,identity,all_range")
+    p.add_argument("--workloads", default=None,
+                   help="comma-separated subset of cdf,identity,all_range (default: all three; "
+                        "2-D: cdf,all_range)")
+    p.add_argument("--n", dest="records", type=int, default=None, metavar="N",
+                   help="2-D mode: the number of records N, for UniformGrid's grid-size rule "
+                        "(cells of side ~ sqrt(cells * 10 / (N eps)))")
     p.add_argument("--plot", metavar="FILE.png", help="bar chart (log scale) of mean errors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--opendp-trials", type=int, default=2000,

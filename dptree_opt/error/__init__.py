@@ -49,6 +49,7 @@ from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import KroneckerWorkload, Workload
 from . import tree
 from .kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
+from .kron_product import kron_product_error, kron_product_supports
 from .interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
                        laminar_errors, laminar_range_variances)
 from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
@@ -128,6 +129,9 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
           and all(f.kind in KRON_TREE_WORKLOADS for f in workload.factors)
           and workload.grid_shape == mechanism.released.grid_shape):
         return kron_tree_error(mechanism, workload)  # O(prod (h_i + 1)), MATH.md section 8
+    elif structured and kron_product_supports(mechanism, workload, per_query):
+        # one noise scale on a Kronecker strategy: v prod_i tr(G_i C_i) (error.kron_product)
+        return kron_product_error(mechanism, workload, per_query=per_query)
     elif structured and toeplitz_supports(mechanism, workload.kind, per_query):
         return toeplitz_error(mechanism, workload.kind, per_query=per_query,
                               lo=workload.lo, hi=workload.hi)

@@ -7,8 +7,9 @@ with structured exact sensitivities; ``Strategy`` wraps any other matrix. Beyond
 FFT products, exact sensitivities without a matrix), ``sqrt_factorization`` (the Toeplitz
 L with L @ L = prefix matrix), ``kron`` (Kronecker products over a row-major grid, kept
 implicit: per-axis products, exact sensitivities from per-axis profiles) and the optimisers
-of ``strategies.optimized`` (the Gaussian optimum, HDMM's p-Identity for Laplace; with the
-best-tree safety net: ``optimize.optimized_strategy``).
+of ``strategies.optimized`` (the Gaussian optimum, HDMM's p-Identity for Laplace and its
+Kronecker products ``kron_p_identity`` / ``kron_gaussian_optimal`` for grids; with the best-tree safety net:
+``optimize.optimized_strategy``).
 """
 
 from .base import NEIGHBOURS, Strategy
@@ -30,7 +31,7 @@ from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .kronecker import KroneckerStrategy, kron
 from .quadtree import QuadtreeStrategy, quadtree
-from .optimized import OptimizedStrategy, p_identity
+from .optimized import OptimizedStrategy, kron_gaussian_optimal, kron_p_identity, p_identity
 from . import implicit_optimum
 from .implicit_optimum import ImplicitFactorization, gaussian_optimal_implicit
 
@@ -63,4 +64,6 @@ __all__ = [
     "ImplicitFactorization",
     "gaussian_optimal_implicit",
     "p_identity",
+    "kron_p_identity",
+    "kron_gaussian_optimal",
 ]

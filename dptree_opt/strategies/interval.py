@@ -266,8 +266,19 @@ def _check_n(n) -> int:
     return int(n)
 
 
-def histogram(n: int) -> IntervalStrategy:
-    """A = I: each bin measured once (all rows at level 1; no total row)."""
+def histogram(n) -> Strategy:
+    """A = I: each bin measured once (all rows at level 1; no total row).
+
+    A grid shape (n_1, .., n_d) (d >= 2) gives the flat grid, every cell measured once: the
+    Kronecker product histogram(n_1) x .. x histogram(n_d) (``strategies.kron``, one budget
+    level; MATH.md section 8). A 1-tuple keeps the 1-D meaning."""
+    if isinstance(n, (tuple, list, np.ndarray)) and np.ndim(n) == 1:
+        dims = [_check_n(k) for k in np.asarray(n, dtype=object).tolist()]
+        if len(dims) >= 2:
+            from .kronecker import kron  # local import, as kronecker.py imports interval
+            return kron(*[histogram(k) for k in dims],
+                        name="histogram " + "x".join(map(str, dims)))
+        n = dims[0] if dims else n
     n = _check_n(n)
     idx = np.arange(n)
     return IntervalStrategy(idx, idx + 1, np.full(n, -1), np.ones(n, dtype=np.int32),

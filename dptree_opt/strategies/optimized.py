@@ -52,9 +52,11 @@ swap sensitivity) but are not optimal for swap.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.linalg as sla
@@ -63,9 +65,11 @@ import scipy.sparse as sp
 
 from ..workloads import Workload
 from .base import Strategy
+from .kronecker import KroneckerStrategy
 
 __all__ = ["OptimizedStrategy", "dual_start", "gaussian_optimal", "gaussian_optimal_cvxpy",
-           "p_identity", "p_identity_objective", "laplace_p_identity"]
+           "p_identity", "p_identity_objective", "laplace_p_identity", "kron_p_identity",
+           "kron_gaussian_optimal"]
 
 # Dense Gram / eigendecomposition only up to this many bins.
 MAX_BINS = 8192
@@ -392,3 +396,238 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
         strategy=p_identity(best_th.reshape(p, n)), error=2.0 * best_f,
         start_error=2.0 * start_f, lower_bound=None, iterations=iters, seconds=secs,
         method=f"p-Identity (p = {p}) by L-BFGS-B, {len(inits)} starts, {obj.evals} evaluations")
+
+
+# ------------------------------------------------------------------ Kronecker p-Identity
+MAX_SWAP_PAIR_BINS = 1024   # single-level Kronecker l2 swap: n_i^2 pair profiles per axis
+_SWAP_COMBOS = 1 << 22      # profile combinations of the axes after the first
+
+
+def _hull_vertex_points(pts: np.ndarray) -> np.ndarray:
+    """The vertices of the convex hull of points (m, k), k <= 3, robust to degenerate sets:
+    the points are expressed in the basis of their affine span (SVD) and the hull is taken
+    there (a linear function attains its maximum over the set at one of these vertices)."""
+    from scipy.spatial import ConvexHull
+
+    pts = np.unique(pts, axis=0)
+    if pts.shape[0] <= pts.shape[1] + 1:
+        return pts
+    centre = pts.mean(axis=0)
+    _, sv, vt = np.linalg.svd(pts - centre, full_matrices=False)
+    rank = int(np.sum(sv > 1e-12 * max(float(sv[0]), 1e-300)))
+    if rank == 0:
+        return pts[:1]
+    coords = (pts - centre) @ vt[:rank].T
+    if rank == 1:
+        return pts[[int(np.argmin(coords[:, 0])), int(np.argmax(coords[:, 0]))]]
+    return pts[ConvexHull(coords).vertices]
+
+
+class _SingleLevelKronecker(KroneckerStrategy):
+    """A Kronecker product of single-level factors (every row of a factor at one budget
+    level, so the product has one level), with exact swap sensitivities that need neither the
+    explicit matrix (the generic path's L1 fallback, refused above 8192 cells) nor the
+    enumeration of every combination of per-axis pair profiles (the generic L2 path: ~n^4
+    for dense n x n factors, minutes at 256 x 256).
+
+    L1 (non-negative factors, one l1 norm kappa_i per factor's columns: HDMM's p-Identity has
+    kappa_i = 1): for columns u = x (x) y, u' = x' (x) y', ||u - u'||_1 = 2 K - 2 sum min(u,
+    u') <= 2 K, K = prod kappa_i (triangle inequality), and 2 K is attained when some axis
+    has two columns with disjoint supports (take them there and equal columns elsewhere). So
+    the unit swap sensitivity is exactly 2 K then; otherwise the generic path decides.
+
+    L2 (any single-level factors, X_i = A_i'A_i, axes of <= MAX_SWAP_PAIR_BINS cells):
+    ||a_c - a_c'||^2 = prod_i X_i[c_i, c_i] + prod_i X_i[c'_i, c'_i] - 2 prod_i X_i[c_i, c'_i]
+    (MATH.md section 8: Kronecker Grams). Each axis contributes a pair profile (a, b, x) =
+    (X[c, c], X[c', c'], X[c, c']), from the 'same' set (c = c') or the 'distinct' set; for a
+    choice of sets (not all 'same') the axes after the first combine into profiles
+    (prod a, prod b, prod x), and for every first-axis profile the linear function
+    (a_1, b_1, -2 x_1) . (a, b, x) is maximised over the vertices of their convex hull."""
+
+    @cached_property
+    def _single_level(self) -> bool:
+        return all(np.unique(f.levels).size == 1 for f in self.factors)
+
+    @cached_property
+    def _unit_l1_swap(self):
+        if not self._single_level:
+            return None
+        kappas = []
+        disjoint = False
+        for f in self.factors:
+            a = f.matrix.tocsc()
+            if a.nnz and a.data.min() < 0:
+                return None
+            norms = np.asarray(abs(a).sum(axis=0)).ravel()
+            if norms.size == 0 or np.ptp(norms) > 1e-12 * norms.max():
+                return None
+            kappas.append(float(norms.mean()))
+            if f.n_bins >= 2:
+                s = (a != 0).astype(np.int64)
+                overlap = (s.T @ s).toarray()  # shared rows of every column pair, n x n
+                np.fill_diagonal(overlap, 1)
+                disjoint = disjoint or bool(np.any(overlap == 0))
+        return 2.0 * math.prod(kappas) if disjoint else None
+
+    @cached_property
+    def _l2_swap_squared(self):
+        """max over c != c' of ||a_c - a_c'||_2^2 at unit weight (class docstring), or None
+        when the structure does not apply or is too large."""
+        if not self._single_level or max(self.grid_shape) > MAX_SWAP_PAIR_BINS:
+            return None
+        if self.n_bins == 1:
+            return 0.0
+        sets = []
+        for f in self.factors:
+            a = f.matrix
+            x = np.asarray((a.T @ a).todense(), dtype=float)  # X_i, n x n
+            dg = np.diag(x)
+            same = np.unique(np.stack([dg, dg, dg], axis=1), axis=0)
+            n = dg.size
+            off = ~np.eye(n, dtype=bool)
+            distinct = np.stack([np.broadcast_to(dg[:, None], (n, n))[off],
+                                 np.broadcast_to(dg[None, :], (n, n))[off], x[off]], axis=1)
+            sets.append((same, np.unique(distinct, axis=0) if n > 1 else distinct))
+        best = -np.inf
+        d = len(sets)
+        for choice in itertools.product((0, 1), repeat=d):
+            if not any(choice):
+                continue
+            parts = [sets[i][choice[i]] for i in range(d)]
+            if any(p.shape[0] == 0 for p in parts):
+                continue
+            if math.prod(p.shape[0] for p in parts[1:]) > _SWAP_COMBOS:
+                return None
+            rest = np.ones((1, 3))
+            for p in parts[1:]:
+                rest = (rest[:, None, :] * p[None, :, :]).reshape(-1, 3)
+            verts = _hull_vertex_points(rest)
+            first = parts[0] * np.array([1.0, 1.0, -2.0])
+            step = max(1, (1 << 22) // max(verts.shape[0], 1))
+            for i in range(0, first.shape[0], step):
+                best = max(best, float((first[i:i + step] @ verts.T).max()))
+        return max(best, 0.0)
+
+    def _structured_swap(self, W, p, generic):
+        if self._single_level:
+            w = float(np.sum(W))  # the weight of the one level code
+            if p == 1 and self._unit_l1_swap is not None:
+                return w * self._unit_l1_swap
+            if p == 2 and self._l2_swap_squared is not None:
+                return w * math.sqrt(self._l2_swap_squared)
+        return super()._structured_swap(W, p, generic)
+
+    def with_total_row(self):
+        """A copy with one more all-ones row at level 0 (the last row)."""
+        return _SingleLevelKronecker(self.factors, n_totals=self.n_totals + 1, name=self.name)
+
+
+def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
+                    max_iter: int = 500) -> OptimizedStrategy:
+    """HDMM's Kronecker p-Identity strategy ("OPT_kron" with p-Identity factors; McKenna,
+    Miklau, Hay, Machanavajjhala, VLDB 2018, Sec. 6; their ``KronPIdentity``) for a
+    Kronecker workload W = W_1 x .. x W_d (``workloads.prefix(shape)``, ``all_range(shape)``,
+    ``workloads.kron(...)``).
+
+    With one Laplace noise scale the error of A = A_1 x .. x A_d on W factorises (MATH.md
+    section 8): E = (2 / eps^2) prod_i ||A_i||_1^2 tr(G_i (A_i'A_i)^-1) (add/remove: the l1
+    sensitivity of a product is the product of the column-norm maxima), so each factor is
+    optimised alone for its axis's 1-D workload by :func:`laplace_p_identity` (``p``: one int
+    for every axis, one per axis, or None for HDMM's max(1, n_i // 16); ``starts``, ``seed``,
+    ``max_iter`` as there; identical axes are optimised once). Every factor has unit l1
+    columns, so the add/remove sensitivity is 1 and the swap sensitivity exactly 2 whenever
+    some axis has two columns with disjoint supports (checked; else the generic exact path).
+
+    Returns an :class:`OptimizedStrategy` whose ``strategy`` is the Kronecker product (a
+    ``KroneckerStrategy``, implicit: no grid-sized matrix) and ``error`` = 2 prod_i f_i, the
+    Laplace error at eps = 1 under add/remove with N private (f_i = tr(G_i (A_i'A_i)^-1),
+    recomputed by a Cholesky solve); ``start_error`` = 2 prod_i (per-axis start error / 2).
+    It lives here, next to the 1-D
+    p-Identity it is built from (``strategies.optimized``), because it is a strategy
+    constructor like ``laplace_p_identity``; ``optimize.optimized_strategy`` is the 1-D
+    "best of p-Identity and trees" used by ``compare``."""
+    from ..workloads import KroneckerWorkload
+
+    if not isinstance(workload, KroneckerWorkload):
+        raise ValueError("kron_p_identity needs a Kronecker workload over a grid "
+                         "(workloads.prefix((n1, n2)), workloads.all_range(shape), "
+                         "workloads.kron(...)); for 1-D use laplace_p_identity")
+    d = len(workload.factors)
+    if p is None or (isinstance(p, (int, np.integer)) and not isinstance(p, bool)):
+        ps = [p] * d
+    else:
+        try:
+            ps = list(p)
+        except TypeError:
+            raise ValueError(f"p must be None, an int or one int per axis, got {p!r}") from None
+        if len(ps) != d:
+            raise ValueError(f"p: one value per axis ({d}), got {len(ps)}")
+    t0 = time.perf_counter()
+    done: dict = {}
+    results, keys = [], []
+    for w, pi in zip(workload.factors, ps):
+        key = (w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
+               None if w.hi is None else w.hi.tobytes(), pi)
+        if key not in done:
+            done[key] = laplace_p_identity(w, pi, starts=starts, seed=seed, max_iter=max_iter)
+        results.append(done[key])
+        keys.append(key)
+    shape = "x".join(str(w.n_bins) for w in workload.factors)
+    strat = _SingleLevelKronecker([r.strategy for r in results],
+                                 name=f"kron p-identity {shape}")
+    # f_i = tr(G_i (A_i'A_i)^-1) by a Cholesky solve, O(n_i^3) per distinct axis: the
+    # Woodbury form of the p-Identity objective loses digits when an identity weight
+    # 1 / u_k is tiny (u_k ~ 1e5 gives ~1e-6 relative error in laplace_p_identity's .error)
+    fs, exact = [], {}
+    for key, w in zip(keys, workload.factors):
+        if key not in exact:
+            a = done[key].strategy.matrix.toarray()
+            c = sla.cho_solve(sla.cho_factor(a.T @ a, lower=True), np.eye(a.shape[1]))
+            exact[key] = float(np.einsum("ij,ij->", c, w.gram_dense()))
+        fs.append(exact[key])
+    error = 2.0 * math.prod(fs)
+    start = 2.0 * math.prod(r.start_error / 2.0 for r in results)
+    return OptimizedStrategy(
+        strategy=strat, error=error, start_error=start, lower_bound=None,
+        iterations=sum(r.iterations for r in done.values()),
+        seconds=time.perf_counter() - t0,
+        method="Kronecker p-Identity (HDMM OPT_kron): per axis " + "; ".join(
+            r.method for r in results))
+
+
+def kron_gaussian_optimal(workload, *, tol: float = 1e-6,
+                          max_iter: int = 500) -> OptimizedStrategy:
+    """The Kronecker product of the 1-D Gaussian optima (:func:`gaussian_optimal` on each
+    axis's workload factor; identical axes solved once) for a Kronecker workload: the
+    Gaussian counterpart of :func:`kron_p_identity` (HDMM's Kronecker template with its
+    Gaussian per-factor optimiser). With one noise scale the error factorises,
+    E = sigma^2 prod_i Delta_i^2 tr(G_i X_i^-1) (add/remove: Delta = prod Delta_i), so the
+    product of the per-axis optima is the best Kronecker strategy (and, tests/test_grids.py,
+    the optimum of all strategies for these workloads). ``error`` = prod of the per-axis
+    errors (per unit sigma^2, add/remove, N private), ``lower_bound`` = the product of the
+    per-axis certified dual bounds (a lower bound for every Kronecker strategy)."""
+    from ..workloads import KroneckerWorkload
+
+    if not isinstance(workload, KroneckerWorkload):
+        raise ValueError("kron_gaussian_optimal needs a Kronecker workload over a grid; for "
+                         "1-D use gaussian_optimal")
+    t0 = time.perf_counter()
+    done: dict = {}
+    results = []
+    for w in workload.factors:
+        key = (w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
+               None if w.hi is None else w.hi.tobytes())
+        if key not in done:
+            done[key] = gaussian_optimal(w, tol=tol, max_iter=max_iter)
+        results.append(done[key])
+    shape = "x".join(str(w.n_bins) for w in workload.factors)
+    strat = _SingleLevelKronecker([r.strategy for r in results],
+                                  name=f"kron gaussian optimum {shape}")
+    return OptimizedStrategy(
+        strategy=strat, error=math.prod(r.error for r in results),
+        start_error=math.prod(r.start_error for r in results),
+        lower_bound=math.prod(r.lower_bound for r in results),
+        iterations=sum(r.iterations for r in done.values()),
+        seconds=time.perf_counter() - t0,
+        method="Kronecker product of the 1-D Gaussian optima: " + "; ".join(
+            r.method for r in results))

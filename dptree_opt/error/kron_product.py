@@ -1,0 +1,442 @@
+"""Exact BLUE error of Kronecker strategies with one noise scale, and exact per-query maxima of
+grid mechanisms (issue 15 items 2 and 6; MATH.md section 8).
+
+**Single noise scale.** The strategy is A = A_1 x .. x A_d (``strategies.kron`` of any 1-D
+strategies: the flat grid ``histogram(shape)``, HDMM's Kronecker p-Identity, products of
+Gaussian optima, ...) and every noisy row of A has the same variance v. The workload is
+W = W_1 x .. x W_d (any 1-D factors). With X_i = A_i'A_i, C_i = X_i^+ and G_i = W_i'W_i the
+BLUE has covariance v (x)_i C_i, so (MATH.md section 8)
+
+    E = v prod_i t_i,    t_i = tr(G_i C_i),      Var(q) = v prod_i s_i(q_i),  s_i = diag(W_i C_i W_i'),
+
+(HDMM, McKenna et al. VLDB 2018, Sec. 6: the error of a Kronecker strategy on a Kronecker
+workload factorises). Identifiability is per axis: the W x^ is estimable iff every W_i lies in
+the row space of A_i (W_i (I - C_i X_i) = 0), checked; C_i is the inverse (Cholesky) or, for a
+numerically singular X_i (Cholesky fails or max |C_i| max diag X_i > 1e12), the
+pseudo-inverse (eigh, eigenvalues below 1e-10 of the largest dropped).
+
+**Total rows.** The grand total 1 = 1_1 x .. x 1_d is a Kronecker vector too. Extra total rows
+with summed precision tau (``with_total_row`` rows measured with noise) add tau 11' to the
+information, and Sherman-Morrison keeps everything a product: with h_i = C_i 1_i,
+b_i = 1_i'h_i, a_i = h_i'G_i h_i, r_i = W_i h_i, B = prod b_i, c = tau v,
+
+    E = v (prod t_i - kappa prod a_i),     Var(q) = v (prod s_i(q_i) - kappa prod r_i(q_i)^2),
+    kappa = c / (1 + c B)        (noisy totals),     kappa = 1 / B     (N exact: c -> inf, the
+                                                                         constrained BLUE).
+
+A public (exact) total row inside the product (a product of all-ones factor rows, e.g. the
+root x root row under swap) is the same exact constraint: the constrained BLUE does not change
+when a noisy measurement of 1'x is added or removed, so its core rows are treated as noisy with
+variance v plus the constraint. When some X_i is singular the total must lie in every row
+space (1_i in range(X_i)): otherwise it identifies a direction the product does not contain,
+the error is not a product and the case is refused (``ValueError``). Cost: one n_i x n_i
+Cholesky (or eigh) per distinct axis, O(sum_i n_i^3); per-query output O(prod q_i).
+
+**Per-query maxima.** :func:`product_form_max` / :func:`kron_product_max`: the maximum over
+queries of the formula above without listing the prod q_i queries: prod_i max s_i without
+totals; with the rank-one term, for each query of the first axis the maximum of the linear
+function (x, y) -> s_1 x - kappa r_1^2 y over the other axes' points (x, y) = (prod s_i,
+prod r_i^2), attained at a vertex of their convex hull. :func:`grid_tree_axis_weights` /
+:func:`grid_tree_summary`: Kronecker trees and quadtrees (``error.kronecker``):
+Var(q) = sum_j prod_i u_i(q_i, j_i) / lambda_j with u_i(q, j) = ||D_ij w_q||^2 the query's
+energy on the axis tree's Haar subspace j (MATH.md section 3; ``error.kronecker.
+axis_interval_weights`` for intervals, dense blocks for a permuted axis); the maximum
+contracts the other axes' distinct rows of u with 1 / lambda and scores the first axis's
+distinct rows against that in blocks (BLAS products). An axis may carry a permutation of its
+cells (the tree measures the cells ``order[0], order[1], ..``): ektelo's quadtree plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from ..mechanism import Mechanism
+from ..strategies import KroneckerStrategy, Strategy
+from ..workloads import KroneckerWorkload, Workload
+from ..estimation.kronecker import grid_trees, level_tuple_lambdas
+from .kronecker import axis_interval_weights, is_grid_tree_mechanism
+
+__all__ = ["MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
+           "KronNoise", "kron_product_noise",
+           "is_kron_product_mechanism", "kron_product_supports", "kron_product_error",
+           "kron_product_max", "product_form_max", "grid_tree_axis_weights",
+           "grid_tree_summary"]
+
+MAX_AXIS_BINS = 4096        # per-axis dense X_i, G_i and inverse: n_i^2 floats, O(n_i^3)
+MAX_PER_QUERY = 10**8       # per-query output (prod q_i floats)
+MAX_ENUMERATED = 1 << 24    # entries per block / of the "other axes" tensor in the maxima
+MAX_PAIRS = 5 * 10**8       # distinct query combinations scored by grid_tree_summary's maximum
+_BLOCK_FLOATS = 1 << 22     # floats per block of an enumerated maximum
+
+
+class TooManyQueries(ValueError):
+    """An exact per-query maximum (or per-query output) would enumerate too many queries."""
+
+
+# ----------------------------------------------------------------- single noise scale
+@dataclass(frozen=True)
+class KronNoise:
+    """The noise of a single-scale Kronecker mechanism: ``variance`` v of every noisy core row,
+    ``exact_total`` (N known exactly: public total row, inside or appended) and
+    ``total_precision`` tau (sum of 1 / variance of the noisy appended total rows)."""
+
+    variance: float
+    exact_total: bool
+    total_precision: float
+
+
+def kron_product_noise(mechanism: Mechanism) -> KronNoise | None:
+    """The single-scale structure of ``mechanism`` (module docstring), or None when it does
+    not apply: the released strategy is not a ``KroneckerStrategy``, its noisy core rows have
+    different variances, some core row is unmeasured, or an exact core row is not an all-ones
+    (total) row. O(rows)."""
+    if not isinstance(mechanism, Mechanism):
+        return None
+    strat = mechanism.released
+    if not isinstance(strat, KroneckerStrategy):
+        return None
+    var = np.asarray(mechanism.variances, dtype=float)
+    n_core = math.prod(f.n_rows for f in strat.factors)
+    core, extra = var[:n_core], var[n_core:]
+    if not np.all(np.isfinite(core)):
+        return None
+    noisy = core > 0
+    if not noisy.any():
+        return None
+    v = float(core[noisy][0])
+    if np.any(np.abs(core[noisy] - v) > 1e-12 * v):
+        return None
+    exact = ~noisy
+    exact_total = bool(exact.any())
+    if exact_total and not np.all(strat.total_row_mask()[:n_core][exact]):
+        return None
+    exact_total = exact_total or bool(np.any(extra == 0))
+    pos = extra[(extra > 0) & np.isfinite(extra)]
+    return KronNoise(v, exact_total, float(np.sum(1.0 / pos)) if pos.size else 0.0)
+
+
+def is_kron_product_mechanism(mechanism: Mechanism) -> bool:
+    """Whether the single-scale Kronecker path applies (:func:`kron_product_noise`)."""
+    return kron_product_noise(mechanism) is not None
+
+
+def kron_product_supports(mechanism: Mechanism, workload, per_query: bool = False) -> bool:
+    """Whether :func:`kron_product_error` answers this pair: a single-scale Kronecker
+    mechanism, a Kronecker workload over the same grid, axes of at most MAX_AXIS_BINS bins
+    and (per query) at most MAX_PER_QUERY queries."""
+    if not isinstance(workload, KroneckerWorkload) or not is_kron_product_mechanism(mechanism):
+        return False
+    strat = mechanism.released
+    if workload.grid_shape != strat.grid_shape or len(strat.factors) != len(workload.factors):
+        return False
+    if max(strat.grid_shape) > MAX_AXIS_BINS:
+        return False
+    return not per_query or workload.n_queries <= MAX_PER_QUERY
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """Per-axis moments: t = tr(G C); with totals a = h'Gh, b = 1'h; per query s, r."""
+
+    t: float
+    a: float
+    b: float
+    s: np.ndarray | None
+    r: np.ndarray | None
+
+
+def _axis_moments(factor: Strategy, w: Workload, totals: bool, per_query: bool) -> _Axis:
+    """Moments of one axis (module docstring). O(n^3) for the inverse, O(n^2 + q) else."""
+    n = factor.n_bins
+    a_mat = factor.matrix
+    x = np.asarray((a_mat.T @ a_mat).todense(), dtype=float)  # X_i = A_i'A_i, n x n
+    g = w.gram_dense()                                       # G_i = W_i'W_i
+    scale = float(np.max(np.diag(x))) if n else 1.0
+    try:
+        c = sla.cho_solve(sla.cho_factor(x, lower=True), np.eye(n))
+        if not np.all(np.isfinite(c)):
+            raise np.linalg.LinAlgError
+        # a Cholesky of a numerically singular X_i can succeed: its inverse then explodes
+        if float(np.max(np.abs(c))) * scale > 1e12:
+            raise np.linalg.LinAlgError
+    except np.linalg.LinAlgError:
+        ev, u = np.linalg.eigh(x)
+        keep = ev > 1e-10 * max(float(ev[-1]), 1e-300)
+        uk = u[:, keep]
+        c = (uk / ev[keep]) @ uk.T
+        if totals:  # first: a total outside the product makes the error non-separable
+            ones = np.ones(n)
+            if float(np.sum((ones - uk @ (uk.T @ ones)) ** 2)) > 1e-9 * n:
+                raise ValueError(
+                    "a total row on a Kronecker strategy whose factor "
+                    f"{factor.name!r} does not measure its axis total (1 not in its row "
+                    "space): the total adds a direction outside the product and the error "
+                    "does not factorise; refused")
+        # W_i in the row space of A_i  <=>  tr((I - P) G) = 0 (G psd), P = U_k U_k'
+        resid = float(np.trace(g) - np.einsum("ij,ik,kj->", uk, g, uk))
+        if resid > 1e-9 * max(float(np.trace(g)), 1e-300):
+            raise ValueError(f"the factor strategy {factor.name!r} does not identify the "
+                             f"{w.kind!r} workload on its axis (rank-deficient: some queries "
+                             "have no unbiased linear estimate)")
+    c = 0.5 * (c + c.T)
+    t = float(np.einsum("ij,ij->", c, g))
+    a = b = 0.0
+    r = None
+    if totals:
+        ones = np.ones(n)
+        h = c @ ones
+        b = float(ones @ h)
+        a = float(h @ w.gram_matvec(h))
+        if per_query:
+            r = np.asarray(w.matvec(h), dtype=float)
+    s = np.asarray(w.query_variances(c), dtype=float) if per_query else None
+    return _Axis(t, a, b, s, r)
+
+
+def _moments(mechanism: Mechanism, workload: KroneckerWorkload, per_query: bool):
+    """(noise, per-axis moments, kappa) after the checks; identical axes computed once."""
+    noise = kron_product_noise(mechanism)
+    if noise is None:
+        raise ValueError("kron_product_error needs a Kronecker strategy whose noisy rows all "
+                         "have one variance (exact rows only all-ones totals)")
+    strat = mechanism.released
+    if (not isinstance(workload, KroneckerWorkload)
+            or workload.grid_shape != strat.grid_shape
+            or len(workload.factors) != len(strat.factors)):
+        raise ValueError("the workload must be a Kronecker workload over the strategy's grid "
+                         f"{strat.grid_shape}")
+    if max(strat.grid_shape) > MAX_AXIS_BINS:
+        raise ValueError(f"kron_product_error inverts each axis densely: refused for an axis "
+                         f"of more than {MAX_AXIS_BINS} bins")
+    totals = noise.exact_total or noise.total_precision > 0
+    cache: dict = {}
+    axes = []
+    for f, w in zip(strat.factors, workload.factors):
+        key = (id(f), w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
+               None if w.hi is None else w.hi.tobytes())
+        if key not in cache:
+            cache[key] = _axis_moments(f, w, totals, per_query)
+        axes.append(cache[key])
+    kappa = 0.0
+    if totals:
+        big_b = math.prod(ax.b for ax in axes)
+        if noise.exact_total:
+            kappa = 1.0 / big_b
+        else:
+            cc = noise.total_precision * noise.variance
+            kappa = cc / (1.0 + cc * big_b)
+    return noise, axes, kappa
+
+
+def kron_product_error(mechanism: Mechanism, workload: KroneckerWorkload,
+                       per_query: bool = False):
+    """Exact expected squared error (counts^2) of the BLUE of a single-noise-scale Kronecker
+    mechanism on a Kronecker workload: the total sum_q Var(answer_q) (float) or, with
+    ``per_query``, every query's variance in the workload's (np.kron) order, shape
+    (prod q_i,). Formula, identifiability and the total rows: module docstring. ValueError
+    when the structure does not apply, a factor does not identify its workload factor, or a
+    total row makes the error non-separable."""
+    noise, axes, kappa = _moments(mechanism, workload, per_query)
+    v = noise.variance
+    if not per_query:
+        e = math.prod(ax.t for ax in axes)
+        if kappa:
+            e -= kappa * math.prod(ax.a for ax in axes)
+        return float(v * max(e, 0.0))
+    if workload.n_queries > MAX_PER_QUERY:
+        raise TooManyQueries(f"per-query output of {workload.n_queries} > {MAX_PER_QUERY} "
+                             "queries refused (use the total, or kron_product_max)")
+    var = np.ones(1)
+    for ax in axes:
+        var = np.multiply.outer(var, ax.s).ravel()
+    if kappa:
+        rr = np.ones(1)
+        for ax in axes:
+            rr = np.multiply.outer(rr, ax.r * ax.r).ravel()
+        var = var - kappa * rr
+    return v * np.maximum(var, 0.0)
+
+
+def _hull_vertices(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the vertices of the convex hull of the points (x, y) (Andrew's monotone
+    chain on the distinct points; every point if there are fewer than 3). O(m log m)."""
+    pts, idx = np.unique(np.stack([x, y], axis=1), axis=0, return_index=True)
+    if pts.shape[0] < 3:
+        return idx
+
+    def chain(order):
+        out = []
+        for k in order:
+            while len(out) >= 2:
+                o, a = pts[out[-2]], pts[out[-1]]
+                if (a[0] - o[0]) * (pts[k][1] - o[1]) - (a[1] - o[1]) * (pts[k][0] - o[0]) <= 0:
+                    out.pop()
+                else:
+                    break
+            out.append(k)
+        return out
+
+    m = pts.shape[0]
+    lower = chain(range(m))
+    upper = chain(range(m - 1, -1, -1))
+    return idx[np.unique(np.array(lower[:-1] + upper[:-1]))]
+
+
+def product_form_max(s, r2, kappa: float = 0.0) -> float:
+    """max over query tuples (q_1, .., q_d) of prod_i s_i[q_i] - kappa prod_i r2_i[q_i], for
+    per-axis arrays s_i >= 0 and r2_i >= 0 (the per-query variances of a single-scale
+    Kronecker mechanism, or of any estimator of that product form), exact, without listing
+    the prod q_i tuples: prod_i max s_i when kappa = 0; else the other axes' products
+    (x, y) = (prod s_i, prod r2_i) (at most MAX_ENUMERATED of them) are reduced to the
+    vertices of their convex hull, and every first-axis query is scored against those (a
+    linear function of (x, y) attains its maximum over a finite set at a hull vertex)."""
+    s = [np.asarray(a, dtype=float) for a in s]
+    if not kappa:
+        return float(math.prod(float(a.max()) for a in s))
+    r2 = [np.asarray(a, dtype=float) for a in r2]
+    rest = math.prod(a.size for a in s[1:])
+    if rest > MAX_ENUMERATED:
+        raise TooManyQueries(f"product_form_max: {rest} > {MAX_ENUMERATED} query "
+                             "combinations on the axes after the first")
+    xs, ys = np.ones(1), np.ones(1)
+    for a, b in zip(s[1:], r2[1:]):
+        xs = np.multiply.outer(xs, a).ravel()
+        ys = np.multiply.outer(ys, b).ravel()
+    hv = _hull_vertices(xs, ys)
+    best = np.max(s[0][:, None] * xs[hv][None, :] - kappa * r2[0][:, None] * ys[hv][None, :])
+    return float(best)
+
+
+def kron_product_max(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
+    """The largest per-query variance (counts^2) of :func:`kron_product_error`, exact,
+    without listing the prod q_i queries (:func:`product_form_max` on the per-axis s_i and
+    r_i^2). ValueError as kron_product_error, or when the axes after the first have more
+    than MAX_ENUMERATED query combinations and total rows are present."""
+    noise, axes, kappa = _moments(mechanism, workload, per_query=True)
+    best = product_form_max([ax.s for ax in axes],
+                            [ax.r * ax.r for ax in axes] if kappa else None, kappa)
+    return float(noise.variance * max(best, 0.0))
+
+
+# ----------------------------------------------------------------- grid trees, per query
+def grid_tree_axis_weights(tree, workload: Workload, order=None) -> np.ndarray:
+    """u(q, j) = ||D_j w_q||^2 for every query q of a 1-D workload on one axis tree (a
+    complete ``LevelUniformTree``), shape (q, h + 1): the query's energy on the tree's Haar
+    subspace j (module docstring). ``order``: the tree measures the axis cells order[0],
+    order[1], .. (a permutation; default the identity). Sum over the queries = the
+    workload's Haar weights (``error.kronecker.axis_workload_weights``). Interval queries in
+    the identity order: O(q h); with a permutation: dense blocks, O(q n h)."""
+    n = tree.n_bins
+    if workload.n_bins != n:
+        raise ValueError(f"the workload has {workload.n_bins} bins, the tree {n}")
+    lo, hi = workload.intervals()
+    widths = [int(w) for w in tree.level_widths]
+    if order is None:  # O(1) per query and level (at most two nodes are cut)
+        return axis_interval_weights(tree, lo, hi)
+    order = np.asarray(order)
+    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError("order must be a permutation of the axis cells")
+    e = np.empty((lo.size, len(widths)))
+    step = max(1, _BLOCK_FLOATS // max(n, 1))
+    for s in range(0, lo.size, step):  # dense blocks of the permuted query rows
+        rows = ((order[None, :] >= lo[s:s + step, None])
+                & (order[None, :] < hi[s:s + step, None])).astype(float)
+        for j, w in enumerate(widths):
+            sums = rows.reshape(rows.shape[0], n // w, w).sum(axis=2)
+            e[s:s + step, j] = np.einsum("qm,qm->q", sums, sums) / w
+    return np.maximum(np.diff(e, axis=1, prepend=0.0), 0.0)
+
+
+def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
+    """sum over the queries of u(q, j) (:func:`grid_tree_axis_weights`), shape (h + 1,):
+    intervals in the identity order summed directly (O(q h)); with a permutation from the
+    Gram, tr(E_l P G P') = sum over level-l nodes of 1'(P G P')1 / w_l (O(n^2 h))."""
+    if order is None:
+        return grid_tree_axis_weights(tree, workload).sum(axis=0)
+    n = tree.n_bins
+    g = workload.gram_dense()
+    order = np.asarray(order)
+    gp = g[np.ix_(order, order)]
+    e = []
+    for w in (int(x) for x in tree.level_widths):
+        m = n // w
+        blocks = gp.reshape(m, w, m, w).sum(axis=(1, 3))
+        e.append(float(np.trace(blocks)) / w)
+    return np.maximum(np.diff(np.array(e), prepend=0.0), 0.0)
+
+
+def _unique_rows(u: np.ndarray) -> np.ndarray:
+    return np.unique(u, axis=0) if u.shape[0] > 1 else u
+
+
+def _max_multilinear(us, m: np.ndarray) -> float:
+    """max over query tuples of sum_j prod_i u_i[q_i, j_i] m[j] (every u_i, m >= 0 or not):
+    the other axes contracted into T (R x (h_1 + 1)), then the first axis against T in
+    blocks."""
+    us = [_unique_rows(u) for u in us]
+    size = m.shape[0] * math.prod(u.shape[0] for u in us[1:])
+    if size > MAX_ENUMERATED:
+        raise TooManyQueries(f"the per-query maximum needs {size} > {MAX_ENUMERATED} "
+                             "entries")
+    t = m
+    for i in range(1, len(us)):  # contract axis i with u_i: t[.., j_i, ..] -> t[.., q_i, ..]
+        t = np.moveaxis(np.tensordot(t, us[i], axes=([i], [1])), -1, i)
+    t = t.reshape(t.shape[0], -1)  # (h_1 + 1, R)
+    u1 = us[0]
+    if u1.shape[0] * t.shape[1] > MAX_PAIRS:
+        raise TooManyQueries(f"the per-query maximum needs {u1.shape[0] * t.shape[1]:.3g} > "
+                             f"{MAX_PAIRS:.3g} query combinations")
+    best = -np.inf
+    step = max(1, _BLOCK_FLOATS // max(t.shape[1], 1))
+    for s in range(0, u1.shape[0], step):
+        best = max(best, float((u1[s:s + step] @ t).max()))
+    return best
+
+
+def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=None,
+                      want_max: bool = True) -> tuple[float, float | None]:
+    """(total, max) of the BLUE's per-query variances (counts^2) for a Kronecker product of
+    complete trees or a quadtree (``error.kronecker``) on a Kronecker workload with any 1-D
+    factors, each axis optionally measured in a permuted cell ``order`` (``orders[i]``, None
+    for the identity): Var(q) = sum_j prod_i u_i(q_i, j_i) M_j with M_j = 1 / lambda_j
+    (``estimation.kronecker.level_tuple_lambdas``; the constant term dropped when N is
+    public). The total is sum_j prod_i (sum_q u_i(q, j_i)) M_j; the maximum enumerates the
+    distinct rows of u_1 against the contracted other axes (None when ``want_max`` is False).
+    ValueError when the workload needs an unmeasured subspace."""
+    if not is_grid_tree_mechanism(mechanism):
+        raise ValueError("grid_tree_summary needs a Kronecker product of complete trees or a "
+                         "quadtree with budgets per level (tuple)")
+    trees = grid_trees(mechanism.released)
+    if (not isinstance(workload, KroneckerWorkload) or len(workload.factors) != len(trees)
+            or workload.grid_shape != tuple(t.n_bins for t in trees)):
+        raise ValueError("the workload must be a Kronecker workload over the strategy's grid")
+    orders = [None] * len(trees) if orders is None else list(orders)
+    if want_max:
+        us = [grid_tree_axis_weights(t, w, o)
+              for t, w, o in zip(trees, workload.factors, orders)]
+        sums = [u.sum(axis=0) for u in us]
+    else:
+        sums = [_axis_total_weights(t, w, o) for t, w, o in zip(trees, workload.factors, orders)]
+    lam, public = level_tuple_lambdas(mechanism)
+    q = np.ones(lam.shape)
+    for i, u in enumerate(sums):
+        shape = [1] * len(sums)
+        shape[i] = lam.shape[i]
+        q = q * u.reshape(shape)
+    need = q > 1e-12 * max(float(q.max()), 1e-300)
+    if public:
+        need.flat[0] = False
+    if np.any(need & ~(lam > 0)):
+        raise ValueError("the strategy cannot identify the grid: some subspaces needed by the "
+                         "workload are unmeasured")
+    m = np.where(need, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
+    if public:
+        m.flat[0] = 0.0
+    total = float(np.sum(q * m))
+    if not want_max:
+        return total, None
+    return total, _max_multilinear(us, m)
