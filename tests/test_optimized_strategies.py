@@ -150,3 +150,13 @@ def test_bad_input():
         p_identity(-np.ones((1, 3)))
     with pytest.raises(ValueError, match="full column rank"):
         O.gaussian_optimal(workloads.ranges(5, [(0, 4), (1, 2)]))
+
+
+def test_laplace_p_identity_reports_its_exact_error():
+    """The Woodbury objective lost ~4e-6 relative here (reported 20.0, exact 20.0000781):
+    the reported error is now tr(G (A'A)^-1) of the returned matrix (numpy inverse here)."""
+    w = workloads.prefix(4)
+    r = O.laplace_p_identity(w, p=2)
+    a = r.strategy.matrix.toarray()
+    exact = 2.0 * np.trace(w.gram_dense() @ np.linalg.inv(a.T @ a))
+    assert r.error == pytest.approx(exact, rel=1e-12)

@@ -178,6 +178,8 @@ def run(args) -> int:
     if isinstance(args.bins, tuple):
         return _run_grid(args)
     args.workloads = args.workloads or "cdf,identity,all_range"
+    if args.records is not None:
+        raise ValueError("--n is for grids (UniformGrid's grid-size rule): use --bins AxB")
     if args.bins < 2:
         raise ValueError(f"--bins must be an integer >= 2, got {args.bins}")
     which = _parse_workloads(args.workloads)
