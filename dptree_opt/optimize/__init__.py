@@ -7,8 +7,9 @@
 estimator. Beyond [RTS]: ``optimal_blue_budgets`` (optimal per-level budgets for the BLUE,
 Laplace and Gaussian); ``optimal_node_budgets`` (a budget per node: every root-to-leaf path
 sums to the total; exact adjoint gradient, O(K) per step); ``optimal_grid_budgets`` (budgets
-per level tuple of Kronecker trees and quadtrees on grids). Every tree result but the last is
-a ``TreeDesign``. Beyond trees: ``optimized_strategy``
+per level tuple of Kronecker trees and quadtrees on grids); ``best_grid_hierarchy`` (which
+Kronecker tree / quadtree for a grid, equal or optimal budgets) and ``flat_grid_error``. Every
+1-D tree result is a ``TreeDesign``. Beyond trees: ``optimized_strategy``
 (the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``).
 """
 
@@ -16,7 +17,8 @@ from .beyond_trees import best_tree, clear_cache, optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .levels import level_variances, noisy_levels
 from .node_budgets import NodeBudgets, optimal_node_budgets, tree_cdf_error
-from .grid import GridBudgets, optimal_grid_budgets
+from .grid import (GridBudgets, GridDesign, GridSearch, best_grid_hierarchy, flat_grid_error,
+                   optimal_grid_budgets)
 from .result import TreeDesign, error_unit
 from .rts import (
     branching,
@@ -36,6 +38,7 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "optimal_branching_factor", "optimal_height", "level_uniform", "design_error",
            "finest_refinement",
            "optimal_blue_budgets", "optimal_node_budgets", "NodeBudgets", "tree_cdf_error",
-           "optimal_grid_budgets", "GridBudgets",
+           "optimal_grid_budgets", "GridBudgets", "best_grid_hierarchy", "flat_grid_error",
+           "GridDesign", "GridSearch",
            "level_variances", "noisy_levels", "best_tree",
            "optimized_strategy", "clear_cache"]
