@@ -282,14 +282,40 @@ def _optimal(s: GridSetting, strat, wl: str):
 
 @_row("kron_trees_optimal", "Kronecker trees, optimal budgets",
       "the same product of the finest trees with budgets per level tuple from "
-      "optimize.optimal_grid_budgets for each workload (the best of all Kronecker trees and "
-      "quadtrees, optimize/grid.py)")
+      "optimize.optimal_grid_budgets for each workload, started from the equal split "
+      "(Laplace: a local optimum; the 'best grid hierarchy' row searches further)")
 def _kron_optimal(s: GridSetting, wl: str, cache: dict):
     res = _optimal(s, _kron_trees(s, cache), wl)
     w = s.workload(wl)
     total, mx, note = _mechanism_error(res.mechanism, w)
     return (_tree_label(s.shape), f"budgets optimised per workload ({res.evaluations} "
             "evaluations)", _error(total, mx, w, note))
+
+
+@_row("best_hierarchy", "best grid hierarchy, optimal budgets",
+      "optimize.best_grid_hierarchy(budgets='optimal', family='both') per workload: the best "
+      "Kronecker tree or quadtree found (padded axes allowed; Gaussian without padding: "
+      "certified, Laplace: a local search from several starts), budgets per level tuple")
+def _best_hierarchy(s: GridSetting, wl: str, cache: dict):
+    from .optimize.grid import best_grid_hierarchy
+
+    if s.neighbours == "add_remove" and s.public:
+        raise NotAvailable("the search's budgets have no public-total option under add/remove")
+    kind = {"cdf": "prefix", "all_range": "all_range", "identity": "identity"}[wl]
+    res = best_grid_hierarchy(s.shape, kind, noise=s.noise, neighbours=s.neighbours,
+                              budgets="optimal", family="both", **s.budget_kwargs)
+    d = res.best
+    w = d.workload()
+    try:
+        _, mx, note = _mechanism_error(d.mechanism(), w)
+    except ValueError:
+        mx, note = None, "max not computed"
+    design = (" x ".join("(" + ",".join(map(str, c)) + ")" for c in d.branching)
+              if d.family == "kron" else
+              "quadtree " + " x ".join("(" + ",".join(map(str, c)) + ")" for c in d.branching))
+    pad = "" if d.padded_shape == d.shape else f", padded to {'x'.join(map(str, d.padded_shape))}"
+    note = f"{wl}: {design}{pad}" + (f"; {note}" if note else "")
+    return ("searched, per workload", "", _error(d.error, mx, s.workload(wl), note))
 
 
 @_row("quadtree_equal", "quadtree, equal budgets",

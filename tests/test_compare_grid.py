@@ -589,3 +589,16 @@ def test_cli_grid_gaussian_swap_table_and_errors(capsys):
         main(["compare", "--bins", "8xa", "--epsilon", "1"])
     with pytest.raises(SystemExit):
         main(["compare", "--bins", "1x8", "--epsilon", "1"])
+
+
+def test_best_hierarchy_row_is_the_certified_gaussian_optimum():
+    """Gaussian, no padding needed (8 x 8): the searched row is the global optimum over
+    Kronecker trees and quadtrees with optimal budgets, so it is no worse than the finest
+    Kronecker row or the quadtree row (both optimal budgets) and above the SVD bound."""
+    res = compare_grid((8, 8), rho=0.5, neighbours="add_remove")
+    rows = {r.key: r for r in res.rows}
+    for wl in ("cdf", "all_range"):
+        best = rows["best_hierarchy"].errors[wl].mean
+        for other in ("kron_trees_optimal", "quadtree_optimal", "flat", "kron_trees_equal"):
+            assert best <= rows[other].errors[wl].mean * (1 + 1e-7)
+        assert best >= res.bounds[wl] * (1 - 1e-9)

@@ -8,13 +8,13 @@ nothing after the noise):
    in row-major (C) order. Every column is validated as a 1-D release validates its column
    (NaN, infinities, out of range, non-numbers, ragged rows, empty input), before the noise.
 2. **Hierarchy** (public): the Kronecker product of one level-uniform tree per axis
-   (``strategies.kron``), with a budget per level tuple. ``tree="optimal"``: per axis the
-   1-D design of ``optimize.level_uniform`` for the BLUE (it may pad n_i to K_i' >= n_i
-   with public empty bins) and the refinement of its branching into primes; of the two
-   Kronecker products, the one with the smaller exact error on the design workload (the
-   padded grid's all boxes, or its CDF) under the chosen budgets: ``budgets="optimal"``
-   (``optimize.optimal_grid_budgets``: with optimal budgets a refinement never loses, the
-   grid's dominance argument, up to the Laplace local search) or "equal".
+   (``strategies.kron``), with a budget per level tuple. ``tree="optimal"``: the least
+   exact error of the design workload over the real cells (all boxes, or the d-D CDF) found
+   by ``optimize.best_grid_hierarchy(family="kron")`` (every product of per-axis trees,
+   padded like the 1-D search: an axis of n_i bins may get K_i' >= n_i leaves, the extra
+   cells public zeros) and, for optimal budgets, a few extra products (``_grid_design``).
+   ``budgets="optimal"``: a budget per level tuple (``optimize.optimal_grid_budgets``;
+   Laplace: a local search) or "equal".
 3. **Secure noise**: ``secure_noise.secure_measure`` (OpenDP's discrete Laplace / Gaussian per
    level tuple; no rng on this path).
 4. **Estimation**: ``estimation.kronecker.kron_tree_blue`` (the BLUE: per-axis Helmert-Haar
@@ -233,34 +233,53 @@ def _axis_options(n: int, design) -> list[tuple[int, ...]]:
 @functools.lru_cache(maxsize=16)
 def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float,
                  neighbours: str, budgets: str, workload: str):
-    """(per-axis branchings, level budgets or None, note); public parameters only (cached)."""
+    """(per-axis branchings, level budgets or None, note); public parameters only (cached).
+
+    ``optimize.best_grid_hierarchy(family="kron")`` over every Kronecker product of per-axis
+    trees (padded like the 1-D search) on the real cells' workload: exact for equal budgets;
+    for optimal budgets (a pool, local search under Laplace) it competes with the products of
+    the per-axis 1-D designs, their prime refinements, the finest trees and the binary trees
+    of the next power of two (``_axis_options``), all scored by the same exact real-cell error
+    (``_real_error``)."""
+    kw = {budget_name: budget}
     if given is not None:
         err, lb = _score(given, bins, noise, budget_name, budget, neighbours, budgets,
                          workload)
-        return given, lb, f"given per-axis trees, {budgets} budgets"
-    per_axis = []
-    for n in bins:
-        d = optimize.level_uniform(n, estimator="blue", noise=noise, neighbours="add_remove",
-                                   budgets="optimal", workload=workload,
-                                   **{budget_name: budget})
-        per_axis.append(_axis_options(n, tuple(int(k) for k in d.branching)))
-    # the same kind of option on every axis (the i-th option, or the axis's last one)
-    candidates = [tuple(opts[min(i, len(opts) - 1)] for opts in per_axis)
-                  for i in range(max(len(o) for o in per_axis))]
+        return given, lb, f"given per-axis trees, {budgets} budgets (exact {workload} error " \
+                          f"over the real cells {err:.6g}, counts^2)"
+    search = optimize.best_grid_hierarchy(bins, workload, noise=noise, neighbours=neighbours,
+                                          budgets=budgets, family="kron", **kw)
+    found = [d for d in search.ranked if _tree_rows(d.branching) <= MAX_GRID_ROWS]
     best = None
-    for cand in dict.fromkeys(candidates):
-        if _tree_rows(cand) > MAX_GRID_ROWS:
-            continue
-        err, lb = _score(cand, bins, noise, budget_name, budget, neighbours, budgets, workload)
-        if best is None or err < best[0]:
-            best = (err, cand, lb)
+    if found:
+        d = found[0]
+        mech = d.mechanism()
+        best = (_real_error(mech, d.branching, bins, workload), tuple(d.branching),
+                tuple(float(b) for b in d.budgets) if budgets == "optimal" else None)
+    if budgets == "optimal":
+        per_axis = []
+        for n in bins:
+            one = optimize.level_uniform(n, estimator="blue", noise=noise,
+                                         neighbours="add_remove", budgets="optimal",
+                                         workload=workload, **kw)
+            per_axis.append(_axis_options(n, tuple(int(k) for k in one.branching)))
+        candidates = [tuple(opts[min(i, len(opts) - 1)] for opts in per_axis)
+                      for i in range(max(len(o) for o in per_axis))]
+        for cand in dict.fromkeys(candidates):
+            if _tree_rows(cand) > MAX_GRID_ROWS:
+                continue
+            err, lb = _score(cand, bins, noise, budget_name, budget, neighbours, budgets,
+                             workload)
+            if best is None or err < best[0]:
+                best = (err, cand, lb)
     if best is None:
         raise ValueError(f"bins={list(bins)!r}: every candidate hierarchy has more than "
                          f"{MAX_GRID_ROWS} rows; use fewer bins")
-    note = (f"per axis: optimize.level_uniform(estimator='blue', workload='{workload}'), its "
-            f"prime refinement, the finest tree of n and the binary tree of the next power of "
-            f"two; of their Kronecker products, the least exact {workload} error over the real "
-            f"cells with {budgets} budgets ({best[0]:.6g}, counts^2)")
+    note = (f"optimize.best_grid_hierarchy(family='kron', budgets='{budgets}') on the "
+            f"{workload} workload of the real cells"
+            + (" and the products of per-axis 1-D designs, their prime refinements, the "
+               "finest trees and binary trees" if budgets == "optimal" else "")
+            + f": the least exact error ({best[0]:.6g}, counts^2)")
     return best[1], best[2], note
 
 
