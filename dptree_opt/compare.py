@@ -88,17 +88,9 @@ OPENDP_SAMPLER_MAX_BINS = 4096
 
 
 # ------------------------------------------------------------------ setting, rows
-@dataclass(frozen=True)
-class Setting:
-    """The comparison's setting: K, total budget (eps for Laplace, rho for Gaussian), noise,
-    neighbour model and whether N is public."""
-
-    n_bins: int
-    budget: float
-    noise: str = "laplace"
-    neighbours: str = "swap"
-    public_total: bool | None = None
-    workloads: tuple = WORKLOADS
+class BudgetSetting:
+    """Shared by the 1-D and grid settings (fields ``budget``, ``noise``, ``neighbours``,
+    ``public_total``): the budget keyword, whether N is public, and a Mechanism."""
 
     @property
     def budget_kwargs(self) -> dict:
@@ -115,6 +107,19 @@ class Setting:
         return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
                          public_total=self.public_total, level_budgets=level_budgets,
                          **self.budget_kwargs)
+
+
+@dataclass(frozen=True)
+class Setting(BudgetSetting):
+    """The comparison's setting: K, total budget (eps for Laplace, rho for Gaussian), noise,
+    neighbour model and whether N is public."""
+
+    n_bins: int
+    budget: float
+    noise: str = "laplace"
+    neighbours: str = "swap"
+    public_total: bool | None = None
+    workloads: tuple = WORKLOADS
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from typing import Callable
 import numpy as np
 
 from . import bounds, strategies, workloads
-from .compare import CompareRow, NotAvailable, WorkloadError
+from .compare import BudgetSetting, CompareRow, NotAvailable, WorkloadError
 from .error import expected_error
 from .error.kron_product import (TooManyQueries, grid_tree_summary,
                                  is_kron_product_mechanism, kron_product_max, product_form_max)
@@ -105,7 +105,7 @@ def parse_shape(text) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class GridSetting:
+class GridSetting(BudgetSetting):
     """The comparison's setting: grid ``shape``, total ``budget`` (eps for Laplace, rho for
     Gaussian), ``noise``, ``neighbours``, ``public_total``, ``workloads`` and ``records`` (N,
     for the uniform grid's grid-size rule; None if unknown)."""
@@ -117,22 +117,6 @@ class GridSetting:
     public_total: bool | None = None
     workloads: tuple = ("cdf", "all_range")
     records: int | None = None
-
-    @property
-    def budget_kwargs(self) -> dict:
-        """{"epsilon": budget} (Laplace) or {"rho": budget} (Gaussian)."""
-        return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
-
-    @property
-    def public(self) -> bool:
-        """Whether N is public (released exactly)."""
-        return resolve_public(self.neighbours, self.public_total)
-
-    def mechanism(self, strategy, level_budgets=None) -> Mechanism:
-        """A Mechanism for ``strategy`` in this setting."""
-        return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
-                         public_total=self.public_total, level_budgets=level_budgets,
-                         **self.budget_kwargs)
 
     def workload(self, name: str):
         """The Kronecker workload of a name in GRID_WORKLOADS over ``shape``."""
