@@ -459,3 +459,24 @@ def test_a_3d_grid_release_works():
     box = r.range_count((0, 0, 0), (1, 1, 1))
     assert box.consistent == 100 and box.standard_error == pytest.approx(0, abs=1e-6)
 
+
+
+def test_a_failure_after_the_noise_keeps_the_measurements(monkeypatch, tmp_path, capsys):
+    def broken(*a, **k):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(grid, "project_histogram", broken)
+    r = release(_records(), **GRID)
+    assert not r.complete and np.all(np.isnan(r.raw)) and r.measurements.size > 0
+    assert "simulated bug" in r.notes[0]
+    d = json.loads(r.to_json())
+    assert len(d["measurements"]) == r.measurements.size and d["complete"] is False
+
+
+def test_cli_refuses_out_equal_to_the_input(tmp_path, capsys, noise_calls):
+    f = tmp_path / "d.csv"
+    _write_csv(f, _records(20))
+    code = main(["release", str(f), "--columns", "x,y", "--lower", "0,-1", "--upper", "10,1",
+                 "--bins", "6,4", "--epsilon", "1", "--out", str(f), "--force"])
+    assert code == 2 and "is the input file" in capsys.readouterr().err
+    assert noise_calls == []
