@@ -1,4 +1,5 @@
-"""`dptree-opt optimize`: the best level-uniform tree (optimize.level_uniform)."""
+"""`dptree-opt optimize`: the best level-uniform tree (optimize.level_uniform); with
+``--bins AxB`` the best grid hierarchy (optimize.best_grid_hierarchy)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 from .. import optimize
 from ._common import add_budget_arguments, budget_kwargs
+from .compare_cmd import _bins_arg
 
 ORDER = 20  # position in `dptree-opt --help`
 
@@ -24,11 +26,58 @@ def _design_dict(design, workload: str = "prefix") -> dict:
             "normalised_error": design.normalised_error, "method": design.method}
 
 
+def _run_grid(args, budget) -> int:
+    """--bins AxB: the ranked Kronecker trees / quadtrees of optimize.best_grid_hierarchy."""
+    if args.budgets == "node" or args.estimator != "blue":
+        raise ValueError("a grid (--bins AxB) is optimised for the BLUE with --budgets equal "
+                         "or optimal")
+    family = args.family or "both"
+    t0 = time.perf_counter()
+    res = optimize.best_grid_hierarchy(
+        args.bins, args.workload, **budget, noise=args.noise, neighbours=args.neighbours,
+        public_total=True if args.public_total else None, budgets=args.budgets,
+        family=family, allow_padding=not args.no_padding, top=args.top)
+    seconds = time.perf_counter() - t0
+
+    def as_dict(d):
+        return {"family": d.family, "branching": [list(c) for c in d.branching],
+                "padded_shape": list(d.padded_shape), "budgets": list(d.budgets),
+                "error": d.error, "mean_error_per_query": d.mean,
+                "equal_budgets_mean": d.equal_mean}
+
+    if args.json:
+        print(json.dumps({"shape": list(args.bins), "workload": args.workload,
+                          "noise": args.noise, "neighbours": args.neighbours, **budget,
+                          "budgets_rule": args.budgets, "family": family,
+                          "seconds": seconds, "flat_mean": res.flat_mean,
+                          "candidates": res.candidates, "method": res.method,
+                          "ranked": [as_dict(d) for d in res.ranked]}, indent=2))
+        return 0
+    shape = "x".join(map(str, args.bins))
+    print(f"{shape} grid, {args.workload}, {args.noise} noise "
+          f"({next(iter(budget))} = {next(iter(budget.values())):g}), {args.neighbours} "
+          f"neighbours, BLUE, {args.budgets} budgets ({seconds:.2f} s)")
+    print(f"candidates: {res.candidates}; {res.method}")
+    print(f"flat grid: mean per query {res.flat_mean:.6g}")
+    print("\nrank  family    branching per axis                        padded      mean/query"
+          "  vs flat")
+    for rank, d in enumerate(res.ranked, start=1):
+        chains = " x ".join("(" + ",".join(map(str, c)) + ")" for c in d.branching)
+        pad = "x".join(map(str, d.padded_shape))
+        print(f"{rank:>4}  {d.family:<8}  {chains:<40}  {pad:>10}  {d.mean:>12.6g}  "
+              f"{d.mean / res.flat_mean:>6.3f}")
+    return 0
+
+
 def run(args) -> int:
     """Print (or --json) the best level-uniform tree and its ranked runners-up."""
+    budget = budget_kwargs(args)
+    if isinstance(args.bins, tuple):
+        return _run_grid(args, budget)
+    if args.family is not None:
+        raise ValueError("--family is for a grid (--bins AxB)")
     if args.bins < 1:
         raise ValueError(f"--bins must be >= 1, got {args.bins}")
-    budget = budget_kwargs(args)
     if args.budgets == "node":
         return _run_node(args, budget)
     t0 = time.perf_counter()
@@ -134,8 +183,12 @@ def register(sub) -> None:
                     "K' >= K) scored by the exact error of the chosen estimator on the CDF "
                     "(or, --workload all_range, on all ranges); prints the recommended tree, "
                     "its budgets and error, and the ranked runners-up.",
-        epilog="example: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue")
-    opt.add_argument("--bins", type=int, required=True, help="number of bins K")
+        epilog="examples: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue; "
+               "dptree-opt optimize --bins 256x256 --epsilon 1 --neighbours add_remove "
+               "--budgets optimal --workload all_range")
+    opt.add_argument("--bins", type=_bins_arg, required=True,
+                     help="number of bins K, or a grid AxB[xC..] (e.g. 256x256): then the best "
+                          "Kronecker tree / quadtree (optimize.best_grid_hierarchy)")
     add_budget_arguments(opt)
     opt.add_argument("--workload", choices=("prefix", "all_range", "identity"),
                      default="prefix",
@@ -151,6 +204,8 @@ def register(sub) -> None:
                      help="only trees with exactly K leaves (default: also padded K' <= "
                           "max-padding * K)")
     opt.add_argument("--max-padding", type=float, default=2.0)
+    opt.add_argument("--family", choices=("kron", "quadtree", "both"), default=None,
+                     help="a grid: Kronecker trees, quadtrees or both (default)")
     opt.add_argument("--top", type=int, default=10, help="runners-up to list")
     opt.add_argument("--json", action="store_true", help="machine-readable output")
     opt.set_defaults(func=run)
