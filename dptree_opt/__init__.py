@@ -23,6 +23,7 @@ from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 # the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
 from .data_release import GridRelease, Release, release, release_file
 from . import anchors, compare  # noqa: E402  (after Mechanism / error: they build on them)
+from . import stream  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "cdf_from_measurements",
     "closed_forms",
     "compare",
+    "stream",
     "consistency",
     "covering_cdf",
     "covering_variances",
