@@ -189,16 +189,10 @@ def _error(total: float, mx, w, note: str = "") -> WorkloadError:
 
 # ------------------------------------------------------------------ tree shapes
 def _prime_factors(n: int) -> tuple[int, ...]:
-    """The prime factors of n, ascending (trial division)."""
-    out, r, p = [], int(n), 2
-    while p * p <= r:
-        while r % p == 0:
-            out.append(p)
-            r //= p
-        p += 1
-    if r > 1:
-        out.append(r)
-    return tuple(out)
+    """The prime factors of n, ascending (``optimize.finest_refinement`` of the one-level
+    tree)."""
+    from .optimize.search import finest_refinement
+    return finest_refinement((int(n),))
 
 
 def _finest_trees(shape):

@@ -169,19 +169,9 @@ def _check_rows(branchings) -> None:
 
 
 # ------------------------------------------------------------------ design
-def _prime_factors(k: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= k:
-        while k % p == 0:
-            out.append(p)
-            k //= p
-        p += 1
-    return out + ([k] if k > 1 else [])
-
-
 def _refine(ks) -> tuple[int, ...]:
     """Every branching factor split into its primes (ascending): a refinement of the tree."""
-    return tuple(p for k in ks for p in _prime_factors(int(k)))
+    return optimize.finest_refinement(ks)
 
 
 def _real_error(mech: Mechanism, branchings, shape, workload: str) -> float:
@@ -221,7 +211,7 @@ def _axis_options(n: int, design) -> list[tuple[int, ...]]:
     """Per-axis trees to try: the 1-D design, its prime refinement, the finest tree of n
     itself when n is 7-smooth, and the binary tree of the next power of two."""
     opts = [design, _refine(design)]
-    primes = _prime_factors(n)
+    primes = _refine((n,))
     if max(primes) <= 7:
         opts.append(tuple(sorted(primes)))
     p2 = 1 << (n - 1).bit_length()
