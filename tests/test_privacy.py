@@ -743,3 +743,18 @@ def test_mechanism_is_immutable():
     assert mech.level_variances[1] == pytest.approx(8.0 * 9)
     assert mech.epsilon == pytest.approx(1.0)
     assert mech.variances[1] == pytest.approx(72.0)
+
+
+def test_identical_columns_have_zero_swap_l2_sensitivity():
+    """Hypothesis found it: the Gram route's g_a + g_b - 2 C_ab cancelled to ~1e-16, reported
+    as an l2 swap sensitivity of 1.05e-8; moving a record between identical columns changes
+    nothing, so it is exactly 0 (the degenerate case is recomputed from the differences)."""
+    import scipy.sparse as sps
+
+    from dptree_opt.strategies.base import Strategy
+
+    a = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.4375, 0.4375]])
+    strat = Strategy(sps.csr_matrix(a))
+    w = np.full(4, 1.39867483)
+    assert strat.sensitivity(w, "swap", 2) == 0.0
+    assert strat.sensitivity(w, "swap", 1) == 0.0

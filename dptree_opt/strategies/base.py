@@ -19,6 +19,7 @@ import scipy.sparse as sp
 NEIGHBOURS = ("swap", "add_remove")
 
 # Generic swap search: columns per chunk of the Gram route, floats per chunk of the direct one.
+_DIRECT_SWAP_BINS = 2048  # the direct recomputation of a degenerate l2 swap, O(m n^2)
 _PAIR_CHUNK = 256
 _PAIR_FLOATS = 1 << 24
 
@@ -221,4 +222,18 @@ class Strategy:
                 d -= np.einsum("r,rcn->cn", w_gen, overlap)
             d[np.arange(stop - start), np.arange(start, stop)] = -np.inf
             best = max(best, float(d.max()))
+        if p == 2 and n <= _DIRECT_SWAP_BINS and best <= 1e-12 * 2 * float(g.max(initial=0)):
+            # every pair differs by rounding only (the Gram route's g_a + g_b - 2 C_ab
+            # cancels to ~1e-16 g, whose square root is ~1e-8): recompute directly
+            best = self._direct_swap_l2(w)
         return float(np.sqrt(max(best, 0.0))) if p == 2 else max(best, 0.0)
+
+    def _direct_swap_l2(self, w: np.ndarray) -> float:
+        """max_{a != b} ||w * (A_a - A_b)||_2^2 from the column differences themselves
+        (no cancellation), over column chunks; for small n only."""
+        a = (sp.diags(w) @ self.matrix).toarray()
+        n, best = a.shape[1], 0.0
+        for j in range(1, n):                    # pairs (i, i + j), one offset at a time
+            diff = a[:, j:] - a[:, :-j]
+            best = max(best, float(np.einsum("rc,rc->c", diff, diff).max()))
+        return best
