@@ -88,6 +88,13 @@ OPENDP_SAMPLER_MAX_BINS = 4096
 
 
 # ------------------------------------------------------------------ setting, rows
+def format_number(x) -> str:
+    """A table cell: "n/a" for None, 4 significant digits, exponent form from 10^6."""
+    if x is None:
+        return "n/a"
+    return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
+
+
 class BudgetSetting:
     """Shared by the 1-D and grid settings (fields ``budget``, ``noise``, ``neighbours``,
     ``public_total``): the budget keyword, whether N is public, and a Mechanism."""

@@ -64,7 +64,7 @@ from typing import Callable
 import numpy as np
 
 from . import bounds, strategies, workloads
-from .compare import BudgetSetting, CompareRow, NotAvailable, WorkloadError
+from .compare import BudgetSetting, CompareRow, NotAvailable, WorkloadError, format_number
 from .error import expected_error
 from .error.kron_product import (TooManyQueries, grid_tree_summary,
                                  is_kron_product_mechanism, kron_product_max, product_form_max)
@@ -557,7 +557,7 @@ def _kron_eigen(w):
 
 def _projected_nuclear_kron(w, nodes_per_efold: float = 3.0, margin: float = 8.0) -> float:
     """||W P||_* (P = I - 11'/n) for a Kronecker workload of full column rank, by the
-    resolvent quadrature of ``bounds._projected_nuclear_quadrature`` on the Kronecker
+    resolvent quadrature (``bounds.projection_quadrature``) on the Kronecker
     eigen-data: tr(S^1/2) = sum_k mu_k^1/2 + (2 / pi) int_0^inf (t^2 B / A - 1) dt with
     A = sum_k c_k / (mu_k + t^2), B = sum_k c_k / (mu_k + t^2)^2, mu_k = prod_i mu_(i, k_i),
     c_k = prod_i c_(i, k_i) (the squared coordinates of the normalised 1); O(cells) per node."""
@@ -574,21 +574,13 @@ def _projected_nuclear_kron(w, nodes_per_efold: float = 3.0, margin: float = 8.0
         c = np.multiply.outer(c, c_i).ravel()
     nuc = math.prod(float(np.sum(np.sqrt(m_i))) for m_i, _ in eig)
     g = float(c @ mu)                     # u'Gu
-    lo = 0.5 * math.log(float(mu.min())) - margin
-    hi = 0.5 * math.log(float(mu.max())) + margin
-    m = int(math.ceil((hi - lo) * nodes_per_efold)) + 1
-    s = np.linspace(lo, hi, m)
-    total = 0.0
-    for i, sk in enumerate(s):
-        t2 = math.exp(2.0 * sk)
+
+    def ratio(t2):                        # t^2 B / A from the Kronecker eigen-data
         inv = 1.0 / (mu + t2)
-        a = float(c @ inv)
-        b = float(c @ (inv * inv))
-        f = t2 * b / a - 1.0
-        val = (f + 1.0 / (1.0 + t2 / g)) * math.exp(sk)
-        total += 0.5 * val if i in (0, m - 1) else val
-    integral = (s[1] - s[0]) * total - 0.5 * math.pi * math.sqrt(g)
-    return float(nuc + 2.0 / math.pi * integral)
+        return t2 * float(c @ (inv * inv)) / float(c @ inv)
+
+    return nuc + bounds.projection_quadrature(ratio, g, float(mu.min()), float(mu.max()),
+                                              nodes_per_efold, margin)
 
 
 def grid_svd_bound(workload, *, neighbours: str = "add_remove", public_total=None) -> float:
@@ -720,12 +712,6 @@ def compare_grid(shape, epsilon: float | None = None, *, rho: float | None = Non
 _NAMES = {"cdf": "CDF", "all_range": "boxes", "identity": "cells"}
 
 
-def _fmt(x) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
-
-
 def format_table(res: GridComparison) -> str:
     """The comparison as a text table (mean and max per query, ratio to the SVD bound, time
     per row), then each row's definition and the notes."""
@@ -751,12 +737,12 @@ def format_table(res: GridComparison) -> str:
         for wl in res.workloads:
             e = r.errors[wl]
             ratio = r.ratio_to_bound.get(wl)
-            line += (f" {_fmt(e.mean):>12} {_fmt(e.max):>10}"
+            line += (f" {format_number(e.mean):>12} {format_number(e.max):>10}"
                      + (f" {ratio:>7.3f}" if ratio else f" {'n/a':>7}"))
         line += f" {r.seconds:>5.1f}"
         lines.append(line)
     lines.append("SVD lower bound (mean per query): " + ", ".join(
-        f"{_NAMES[wl]} {_fmt(v)}" for wl, v in res.bounds.items()))
+        f"{_NAMES[wl]} {format_number(v)}" for wl, v in res.bounds.items()))
     lines.append("\nrows (definition; notes):")
     for i, r in enumerate(res.rows, start=1):
         mark = "" if r.available else "  [not available]"

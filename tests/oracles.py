@@ -97,3 +97,10 @@ def slope_trick_l1(y, w, integer):
     c = np.array(tops)
     c = np.minimum.accumulate(c[::-1])[::-1]  # c_t = min(top_t, c_{t+1})
     return c
+
+
+def factorisations(n):
+    """Ordered factorisations of n into factors >= 2 (n = 1: the empty one), by recursion."""
+    if n == 1:
+        return [()]
+    return [(k,) + r for k in range(2, n + 1) if n % k == 0 for r in factorisations(n // k)]

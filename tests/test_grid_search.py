@@ -13,15 +13,11 @@ import numpy as np
 import pytest
 
 from dptree_opt import Mechanism, expected_error, optimize, strategies, workloads
+from oracles import factorisations
 from dptree_opt.optimize import best_grid_hierarchy, flat_grid_error, optimal_grid_budgets
 
 
 # ----------------------------------------------------------------- hand-built candidates
-def factorisations(n):
-    """Ordered factorisations of n into factors >= 2 (n = 1: the empty one)."""
-    if n == 1:
-        return [()]
-    return [(k,) + r for k in range(2, n + 1) if n % k == 0 for r in factorisations(n // k)]
 
 
 def axis_trees(n, padding):

@@ -10,14 +10,11 @@ import json
 import pytest
 
 from dptree_opt import Mechanism, expected_error, optimize, strategies, workloads
+from oracles import factorisations
 from dptree_opt.cli import figures_cmd
 from dptree_opt.cli._scripts import load_script
 
 
-def factorisations(n):
-    if n == 1:
-        return [()]
-    return [(k,) + r for k in range(2, n + 1) if n % k == 0 for r in factorisations(n // k)]
 
 
 @pytest.fixture(scope="module")

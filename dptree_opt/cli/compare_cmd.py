@@ -8,17 +8,12 @@ import time
 from pathlib import Path
 
 from .. import compare as cmp
+from ..compare import format_number
 from ._common import add_budget_arguments, budget_kwargs
 
 ORDER = 40  # position in `dptree-opt --help`
 
 _NAMES = {"cdf": "CDF", "identity": "identity", "all_range": "all-range"}
-
-
-def _fmt(x) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
 
 
 def _parse_workloads(text: str) -> tuple:
@@ -55,14 +50,14 @@ def _print_table(res) -> None:
         line = f"{i:>2} {r.label[:38]:<38} {r.strategy[:22]:<22} {r.estimator:<9}"
         for wl in res.workloads:
             e = r.errors[wl]
-            line += f" {_fmt(e.mean):>14} {_fmt(e.max):>10}"
+            line += f" {format_number(e.mean):>14} {format_number(e.max):>10}"
             if has_bound:
                 ratio = r.ratio_to_bound.get(wl)
                 line += f" {ratio:>7.3f}" if ratio else f" {'n/a':>7}"
         print(line)
     if has_bound:
         print("SVD lower bound (mean per query): " + ", ".join(
-            f"{_NAMES[wl]} {_fmt(v)}" for wl, v in res.bounds.items()))
+            f"{_NAMES[wl]} {format_number(v)}" for wl, v in res.bounds.items()))
     if res.opendp is not None:
         o = res.opendp
         print(f"\nOpenDP itself (Monte Carlo, {o.trials} trials, {o.seconds:.1f} s): " + ", ".join(
