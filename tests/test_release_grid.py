@@ -232,6 +232,9 @@ def test_range_count_interpolates_and_checks_its_corners():
         r.range_count((0, 0, 0), (1, 1, 1))
     with pytest.raises(ValueError, match="finite"):
         r.range_count((np.nan, 0), (1, 1))
+    for bad in (("a", 0), [[0, 0], [1]]):
+        with pytest.raises(ValueError, match="must be numbers"):
+            r.range_count(bad, bad)
 
 
 def test_cell_variances_are_uniform_and_expected_errors_are_dense():

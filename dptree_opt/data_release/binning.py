@@ -44,7 +44,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["BinSpec", "HistogramAccumulator", "GridHistogramAccumulator", "OUT_OF_RANGE", "check_out_of_range", "MAX_BINS"]
+__all__ = ["BinSpec", "HistogramAccumulator", "GridHistogramAccumulator", "OUT_OF_RANGE",
+           "check_out_of_range", "MAX_BINS"]
 
 OUT_OF_RANGE = ("error", "clip")
 

@@ -157,7 +157,12 @@ class GridRelease:
         linear interpolation, per axis), still a linear function of the raw cells, so its SE
         is exact (``error.kronecker.kron_box_variances``). Below ``lower`` counts as lower,
         above ``upper`` as upper (nothing lies outside)."""
-        lo, hi = np.asarray(lo_corner, dtype=float), np.asarray(hi_corner, dtype=float)
+        try:
+            lo, hi = np.asarray(lo_corner, dtype=float), np.asarray(hi_corner, dtype=float)
+        except (TypeError, ValueError):
+            d = len(self.specs)
+            raise ValueError(f"lo_corner and hi_corner must be numbers, shape ({d},) or "
+                             f"(m, {d})") from None
         if lo.shape != hi.shape:
             raise ValueError(f"lo_corner and hi_corner must have the same shape, got {lo.shape} "
                              f"and {hi.shape}")

@@ -71,7 +71,8 @@ from .binning import BinSpec, GridHistogramAccumulator, HistogramAccumulator
 
 __all__ = ["read_csv_column", "read_parquet_column", "read_column", "histogram_from_file",
            "histogram_from_values", "read_csv_columns", "read_parquet_columns", "read_columns",
-           "grid_histogram_from_file", "grid_histogram_from_values", "read_counts", "DEFAULT_CHUNK_BYTES"]
+           "grid_histogram_from_file", "grid_histogram_from_values", "read_counts",
+           "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 1 << 24  # 16 MiB of text per block: also the longest line accepted
 _MAX_CHUNK_BYTES = (1 << 30) - 1  # a block plus a carried-over line fits Arrow's int32 sizes
