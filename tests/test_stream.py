@@ -122,7 +122,7 @@ def test_secure_counter_uses_opendp_and_integer_noise(monkeypatch):
     ((10,), dict(), "exactly one"),
     ((10,), dict(epsilon=1.0, rho=1.0), "exactly one"),
     ((10,), dict(epsilon=-1.0), "epsilon"),
-    ((10,), dict(epsilon=1.0, mechanism="sqrt"), "mechanism"),
+    ((10,), dict(epsilon=1.0, mechanism="fenwick"), "mechanism"),
     ((10,), dict(epsilon=1.0, mechanism="kary"), "branching"),
     ((10,), dict(epsilon=1.0, mechanism="binary", branching=3), "kary"),
     ((10,), dict(epsilon=1.0, rng=0), "Generator"),

@@ -671,8 +671,9 @@ _INTEGER = r"^\+?[0-9]+(?:\.0*)?$"  # a non-negative integer, "3" or "3.0" (ASCI
 _NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$|^[+-]?(?:nan|inf|infinity)$"
 
 
-def read_counts(path, bins: int) -> np.ndarray:
-    """The K bin counts (int64, shape (K,)) from a counts file.
+def read_counts(path, bins: int | None) -> np.ndarray:
+    """The K bin counts (int64, shape (K,)) from a counts file (``bins`` None: as many as the
+    file gives, K = the number of counts or the largest bin + 1; a stream's steps).
 
     Formats (fields separated by a comma or by whitespace; blank lines ignored; LF / CRLF /
     CR; UTF-8, a byte-order mark skipped): one count per line in bin order (exactly K lines),
@@ -687,8 +688,10 @@ def read_counts(path, bins: int) -> np.ndarray:
     import pyarrow.compute as pc
 
     path = _check_file(path)
-    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral) or bins < 1:
-        raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
+    if bins is not None and (isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral)
+                             or bins < 1):
+        raise ValueError(f"bins must be an integer >= 1 (or None: as many as given), got "
+                         f"{bins!r}")
     with open(path, "rb") as f:
         raw = f.read()
     for bom, enc in _WIDE_BOMS:
@@ -728,7 +731,7 @@ def read_counts(path, bins: int) -> np.ndarray:
             raise ValueError(f"counts file {path}: lines must all hold one count, or all "
                              f"'bin,count' (line {line_no[int(np.argmax(bad))]})")
         values = _exact_integers(pa, pc, data, line_no, path, "count")
-        if values.size != bins:
+        if bins is not None and values.size != bins:
             raise ValueError(f"counts file {path}: {values.size} counts for {bins} bins "
                              "(need exactly one count per bin, in bin order)")
         _check_total(values, path)
@@ -740,6 +743,7 @@ def read_counts(path, bins: int) -> np.ndarray:
                          f"'bin,count' (line {line_no[int(np.argmax(unmatched))]})")
     idx = _exact_integers(pa, pc, fields.field("bin"), line_no, path, "bin")
     values = _exact_integers(pa, pc, fields.field("count"), line_no, path, "count")
+    bins = int(idx.max()) + 1 if bins is None else bins
     if idx.max() >= bins:
         n = int(np.argmax(idx >= bins))
         raise ValueError(f"counts file {path}: bin {int(idx[n])} at line {line_no[n]} is not "
@@ -793,3 +797,29 @@ def _check_total(counts: np.ndarray, path: str) -> None:
     if total >= _EXACT:
         raise ValueError(f"counts file {path}: the counts sum to {total} >= 2^53 = {_EXACT} "
                          "(too large to handle exactly)")
+
+
+def count_lines(lines, source: str = "<stdin>") -> Iterator[tuple[int, int]]:
+    """A counts stream read line by line (e.g. standard input): yields (line number, count)
+    for each non-blank line, one non-negative integer < 2^53 per line (``3``, ``"3"``,
+    ``3.0``); a first line ``count`` is a header; a UTF-8 byte-order mark is skipped. A bad
+    line raises ValueError naming ``source`` and the line (the steps before it stand)."""
+    pattern = re.compile(_INTEGER)
+    first = True
+    for line_no, line in enumerate(lines, start=1):
+        text = line.lstrip("\ufeff").strip() if line_no == 1 else line.strip()
+        if not text:
+            continue
+        if first and _HEADER.match(text) and "bin" not in text.lower():
+            first = False
+            continue
+        first = False
+        cell = text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
+        if not pattern.match(cell):
+            raise ValueError(f"counts stream {source}: line {line_no}: {text!r} is not a "
+                             "non-negative integer (one count per line)")
+        value = int(Decimal(cell))
+        if value >= _EXACT:
+            raise ValueError(f"counts stream {source}: line {line_no}: {value} >= 2^53 (too "
+                             "large to handle exactly)")
+        yield line_no, value

@@ -1,10 +1,13 @@
 """Continual release: running counts over a stream (issue 16).
 
-``Counter(horizon, epsilon= | rho=, mechanism="binary" | "kary", ...)``: the tree mechanism of
-Dwork et al. 2010 / Chan et al. 2011 for counting under continual observation, with covering
-sums and per-level budgets (:mod:`dptree_opt.stream.counter`).
+``Counter(horizon, epsilon= | rho=, mechanism=..., rng=None)`` (:mod:`dptree_opt.stream.counter`)
+is the one front end; each mechanism is an engine (:mod:`dptree_opt.stream.base`): k-ary trees
+with covering sums or the causal BLUE (:mod:`~dptree_opt.stream.tree`), the unbounded hybrid
+(:mod:`~dptree_opt.stream.unbounded`), Andersson-Pagh's negative digits
+(:mod:`~dptree_opt.stream.negative_digits`), the square-root factorisation and BLT
+(:mod:`~dptree_opt.stream.factorization`). Noise: :mod:`~dptree_opt.stream.noise`.
 """
 
-from .counter import Counter
+from .counter import MECHANISMS, Counter
 
-__all__ = ["Counter"]
+__all__ = ["Counter", "MECHANISMS"]

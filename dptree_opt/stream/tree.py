@@ -1,0 +1,192 @@
+"""The k-ary tree mechanism for continual counting (Dwork, Naor, Pitassi, Rothblum 2010; Chan,
+Shi, Song 2011; [HON] section 1), with covering sums or the causal BLUE.
+
+Tree. Level l (l = 0 leaves) has nodes of width k^l: node i covers steps [i k^l, (i + 1) k^l).
+Levels 0..L are measured, L = max{l : k^l <= T} (a wider node never completes within the
+horizon). A node's noisy count is drawn when its last step arrives. Changing one step's count
+by one (one record added or removed) changes one node per level by one, so level l has
+sensitivity 1 (l1 and l2) and budget eps_l (Laplace, scale 1 / eps_l; sum eps_l = eps, pure
+DP) or rho_l (Gaussian, sigma = 1 / sqrt(2 rho_l); sum rho_l = rho, zCDP): the equal split by
+default, ``level_budgets`` otherwise.
+
+Complete nodes at step t. [0, t) is the disjoint union of its maximal complete nodes, d_l(t) of
+them at level l (d_l the base-k digits of t; t < k^(L + 1) so d_L < k), and every node complete
+by step t lies in the subtree of one of them.
+
+* ``estimator="covering"``: the sum of the maximal complete nodes' noisy counts; variance
+  sum_l d_l(t) v_l (v_l the per-node noise variance; binary tree, equal budgets:
+  popcount(t) v, Chan et al.).
+* ``estimator="causal"``: the causal BLUE, the best linear unbiased estimate from every node
+  complete by step t. The subtrees of the maximal complete nodes involve disjoint steps and
+  independent noise, so the GLS splits into one problem per subtree, and the BLUE of a
+  subtree's total from the whole subtree is Honaker's from-below estimate at its root
+  ([HON] upward pass; at a root nothing lies above): with F_0 = v_0 and
+  F_l = 1 / (1 / v_l + 1 / (k F_(l-1))), a level-l node's estimate is
+  (z / v_l + S / (k F_(l-1))) F_l, S the sum of its children's estimates. The running count
+  is the sum of the maximal complete nodes' estimates, variance sum_l d_l(t) F_l <= the
+  covering variance (F_l <= v_l). An unmeasured level (budget 0, v_l = inf) drops out of the
+  recursion; with unmeasured leaves odd steps are not identified (variance inf, estimate NaN).
+
+Either way the estimate at step t uses only nodes complete by step t: it is causal. Memory
+O(k L): per level the open node's exact count and the estimates of complete nodes not yet
+merged into their parent.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..privacy import split_budget
+from .base import CounterEngine, StrategyRows
+from .noise import GroupNoise
+
+__all__ = ["TreeEngine", "tree_levels", "from_below_variances", "digit_variances",
+           "check_branching", "ESTIMATORS"]
+
+ESTIMATORS = ("covering", "causal")
+
+
+def tree_levels(horizon: int, k: int) -> int:
+    """Number of measured levels L + 1, L = max{l : k^l <= T} (exact integer arithmetic)."""
+    L, width = 0, k
+    while width <= horizon:
+        L, width = L + 1, width * k
+    return L + 1
+
+
+def from_below_variances(v, k: int) -> np.ndarray:
+    """Honaker's from-below variances F_l of a complete level-l node's subtree estimate:
+    F_0 = v_0, F_l = 1 / (1 / v_l + 1 / (k F_(l-1))) (inf = unmeasured / unidentified)."""
+    v = np.asarray(v, dtype=float)
+    F = np.empty_like(v)
+    with np.errstate(divide="ignore"):
+        prec = 1.0 / v                    # precisions: 0 for unmeasured, inf for exact
+        for level in range(len(v)):       # over levels (O(log T)), not steps
+            below = 0.0 if level == 0 else 1.0 / (k * F[level - 1])
+            F[level] = 1.0 / (prec[level] + below)
+    return F
+
+
+def digit_variances(t: np.ndarray, k: int, node_variances) -> np.ndarray:
+    """sum_l d_l(t) V_l for an array of steps t (d_l the base-k digits of t, V_l the variance
+    of a complete level-l node's kept estimate): the variance of the running count after t
+    steps. O(len(t) L), vectorised over steps; a zero digit never multiplies an inf."""
+    t = np.asarray(t, dtype=np.int64)
+    out = np.zeros(t.shape)
+    for level, var in enumerate(node_variances):   # over levels, not steps
+        digits = (t // k**level) % k
+        out += np.where(digits > 0, digits * np.where(digits > 0, var, 0.0), 0.0)
+    return out
+
+
+def check_branching(branching, mechanism: str) -> int:
+    """k for mechanism "binary" (2; ``branching`` None or 2) or "kary" (an integer >= 2)."""
+    if mechanism == "binary":
+        if branching not in (None, 2):
+            raise ValueError("mechanism='binary' has branching 2; use mechanism='kary'")
+        return 2
+    if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, Integral) \
+            or branching < 2:
+        raise ValueError(f"mechanism='kary' needs branching = an integer >= 2, got "
+                         f"{branching!r}")
+    return int(branching)
+
+
+class TreeEngine(CounterEngine):
+    """The k-ary tree counter (module docstring): ``Counter(mechanism="binary" | "kary")``."""
+
+    def __init__(self, horizon: int, *, noise: str, budget: float, rng=None,
+                 mechanism: str = "binary", branching=None, level_budgets=None,
+                 estimator: str = "covering"):
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        k = check_branching(branching, mechanism)
+        self.name = mechanism
+        self.noise, self.budget, self.horizon = noise, budget, int(horizon)
+        self.branching, self.estimator = k, estimator
+        self.levels = tree_levels(self.horizon, k)
+        name = "epsilon" if noise == "laplace" else "rho"
+        self.level_budgets = split_budget(budget, self.levels, level_budgets, name=name)
+        self._noise = GroupNoise(noise, self.level_budgets, rng)
+        self.secure = self._noise.secure
+        self.level_scales = self._noise.scales
+        self.level_variances = self._noise.variances
+        # per complete node at level l: the variance of its kept estimate
+        self.node_variances = (self.level_variances if estimator == "covering"
+                               else from_below_variances(self.level_variances, k))
+        self.t = 0
+        self._open = [0] * self.levels          # exact count of each level's open node
+        self._kept: list[list[float]] = [[] for _ in range(self.levels)]
+
+    def _combine(self, level: int, noisy: float) -> float:
+        """A complete node's kept estimate: its noisy count (covering) or its from-below
+        estimate from its noisy count and its k children's estimates (causal BLUE)."""
+        if self.estimator == "covering" or level == 0:
+            return noisy
+        v, below = self.level_variances[level], self.branching * self.node_variances[level - 1]
+        s = math.fsum(self._kept[level - 1])
+        if math.isinf(below) or v == 0:
+            return noisy
+        if math.isinf(v) or below == 0:
+            return s
+        return (noisy / v + s / below) * self.node_variances[level]
+
+    def push(self, count: int) -> tuple[float, float]:
+        for level in range(self.levels):
+            self._open[level] += count
+        self.t += 1
+        t, width = self.t, 1
+        for level in range(self.levels):
+            if t % width:
+                break
+            noisy = self._noise.draw(level, self._open[level])
+            self._open[level] = 0
+            kept = self._combine(level, noisy)
+            if level:
+                self._kept[level - 1].clear()   # the parent replaces its k children
+            self._kept[level].append(kept)
+            width *= self.branching
+        estimate = math.fsum(math.fsum(v) for v in self._kept)
+        variance = float(sum(len(v) * var for v, var in zip(self._kept, self.node_variances)
+                             if v))
+        return estimate, variance
+
+    def step_variances(self, steps: int) -> np.ndarray:
+        """sum_l d_l(t) V_l for t = 1..steps, V_l = v_l (covering) or F_l (causal BLUE)."""
+        return digit_variances(np.arange(1, steps + 1, dtype=np.int64), self.branching,
+                               self.node_variances)
+
+    def account(self) -> dict:
+        return {
+            "mechanism": f"{self.name} tree ({self.branching}-ary), {self.estimator} estimator",
+            "noise": self.noise,
+            "budget": {("epsilon" if self.noise == "laplace" else "rho"): self.budget},
+            "unit": "event (one step's count changes by 1)",
+            "levels": [{"level": level, "node_width": self.branching**level,
+                        "budget": float(b), "sensitivity": 1.0, "scale": float(s)}
+                       for level, (b, s) in enumerate(zip(self.level_budgets,
+                                                          self.level_scales))],
+            "composition": "sequential over levels (one node per level per event)",
+        }
+
+    def strategy(self, steps: int) -> StrategyRows:
+        """Every node complete within ``steps`` steps (rows in release order: by end step,
+        then level), its noise variance and release step."""
+        ends, starts, levels = [], [], []
+        for level in range(self.levels):
+            w = self.branching**level
+            e = np.arange(w, steps + 1, w)
+            ends.append(e), starts.append(e - w), levels.append(np.full(len(e), level))
+        ends, starts, levels = map(np.concatenate, (ends, starts, levels))
+        order = np.lexsort((levels, ends))
+        ends, starts, levels = ends[order], starts[order], levels[order]
+        lengths = ends - starts
+        rows = np.repeat(np.arange(len(ends)), lengths)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        cols = np.arange(len(rows)) - np.repeat(offsets - starts, lengths)
+        m = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(ends), steps))
+        return StrategyRows(m, self.level_variances[levels], ends)

@@ -1,0 +1,174 @@
+"""Continual counting with no known horizon: Chan, Shi, Song 2011's hybrid mechanism, with
+k-ary tree blocks.
+
+Blocks. Block 0 is step 0; block i >= 1 is steps [k^(i-1), k^i), of length (k - 1) k^(i-1),
+so the blocks tile the whole time line and each is a known horizon.
+
+* Block counters: block i runs the k-ary tree counter of :mod:`~dptree_opt.stream.tree` over
+  its own steps (horizon = its length, estimator covering or causal BLUE), with budget
+  ``split`` x total, split over its levels. An event lies in one block, so the block counters
+  compose in parallel: together they cost ``split`` x total.
+* Block totals (the "logarithmic mechanism"): when block i ends, its total is released with
+  noise of budget (1 - split) x total (sensitivity 1; again one block per event).
+
+The running count at step t in block i is the sum of the completed blocks' estimates plus the
+block counter's running count. A completed block's estimate is its noisy total
+(``estimator="covering"``: Chan et al.'s hybrid), or for ``estimator="causal"`` the
+inverse-variance combination of the noisy total with the block counter's estimate of the whole
+block, the causal BLUE of the block total from its rows (the two are independent, and the
+tree's BLUE of its total is the sum of its top nodes' from-below estimates). Variance: the sum
+of the completed blocks' variances plus the block counter's; O(log^3 t) like the bounded tree,
+with O(k log t) memory. Pure eps-DP (Laplace) or rho-zCDP (Gaussian) overall, event level, for
+every prefix of an infinite stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import CounterEngine, StrategyRows
+from .noise import GroupNoise, group_variances
+from .tree import (TreeEngine, check_branching, digit_variances, from_below_variances,
+                   tree_levels)
+
+__all__ = ["HybridEngine", "block_bounds"]
+
+
+def block_bounds(i: int, k: int) -> tuple[int, int]:
+    """[start, end) of block i: [0, 1) for i = 0, else [k^(i-1), k^i)."""
+    return (0, 1) if i == 0 else (k ** (i - 1), k ** i)
+
+
+class HybridEngine(CounterEngine):
+    """The unbounded counter (module docstring): ``Counter(None, ...)``."""
+
+    def __init__(self, *, noise: str, budget: float, rng=None, mechanism: str = "binary",
+                 branching=None, estimator: str = "covering", split: float = 0.5,
+                 level_budgets=None):
+        if level_budgets is not None:
+            raise ValueError("level_budgets: the unbounded counter's blocks have different "
+                             "heights; give split= (the share of the budget for the block "
+                             "trees) instead")
+        if isinstance(split, bool) or not isinstance(split, (int, float)) \
+                or not 0 < split < 1:
+            raise ValueError(f"split must be a number in (0, 1), got {split!r}")
+        self.name = f"unbounded {mechanism}"
+        self.noise, self.budget, self.horizon = noise, budget, None
+        self.branching = check_branching(branching, mechanism)
+        self.mechanism, self.estimator, self.split = mechanism, estimator, float(split)
+        self._rng = rng
+        self.secure = rng is None
+        self._totals = GroupNoise(noise, [(1.0 - self.split) * budget], rng)
+        self.total_variance = float(self._totals.variances[0])
+        self._tree_kw = dict(noise=noise, budget=self.split * budget, rng=rng,
+                             mechanism=mechanism, branching=branching, estimator=estimator)
+        self.block = -1
+        self._start_block()
+        self._done_estimate = 0.0     # sum of completed blocks' estimates
+        self._done_variance = 0.0
+
+    def _start_block(self) -> None:
+        self.block += 1
+        start, end = block_bounds(self.block, self.branching)
+        self._end = end
+        self._exact = 0
+        self._tree = TreeEngine(end - start, **self._tree_kw)
+
+    def _block_estimate(self, tree_estimate: float, tree_variance: float) -> tuple[float, float]:
+        noisy = self._totals.draw(0, self._exact)
+        v = self.total_variance
+        if self.estimator == "covering" or math.isinf(tree_variance) or v == 0:
+            return noisy, v
+        if math.isinf(v) or tree_variance == 0:
+            return tree_estimate, tree_variance
+        var = 1.0 / (1.0 / v + 1.0 / tree_variance)
+        return (noisy / v + tree_estimate / tree_variance) * var, var
+
+    def push(self, count: int) -> tuple[float, float]:
+        est, var = self._tree.push(count)
+        self._exact += count
+        if self._tree.t == self._tree.horizon:          # the block ends: release its total
+            b_est, b_var = self._block_estimate(est, var)
+            self._done_estimate += b_est
+            self._done_variance += b_var
+            self._start_block()
+            return self._done_estimate, self._done_variance
+        return self._done_estimate + est, self._done_variance + var
+
+    def _tree_node_variances(self, length: int) -> np.ndarray:
+        """Per-level kept-estimate variances of a block tree of ``length`` steps, without
+        building its sampler."""
+        levels = tree_levels(length, self.branching)
+        v = group_variances(self.noise, np.full(levels, self.split * self.budget / levels),
+                            self.secure)
+        return v if self.estimator == "covering" else from_below_variances(v, self.branching)
+
+    def step_variances(self, steps: int) -> np.ndarray:
+        """Exact variances after steps 1..steps: completed blocks plus the block counter's
+        digit variances within the current block. O(steps log steps), vectorised per block."""
+        out = np.zeros(steps)
+        done, i, k = 0.0, 0, self.branching
+        while True:
+            start, end = block_bounds(i, k)
+            if start >= steps:
+                break
+            node_v = self._tree_node_variances(end - start)
+            inside = np.arange(start + 1, min(end, steps) + 1)     # steps ending in block i
+            local = digit_variances(inside - start, k, node_v)
+            out[inside - 1] = done + local
+            if end <= steps:                                     # block i completes
+                tree_full = float(local[-1])
+                v = self.total_variance
+                if self.estimator == "covering" or math.isinf(tree_full) or v == 0:
+                    block_v = v
+                elif math.isinf(v) or tree_full == 0:
+                    block_v = tree_full
+                else:
+                    block_v = 1.0 / (1.0 / v + 1.0 / tree_full)
+                done += block_v
+                out[end - 1] = done
+            i += 1
+        return out
+
+    def account(self) -> dict:
+        name = "epsilon" if self.noise == "laplace" else "rho"
+        return {
+            "mechanism": f"unbounded hybrid (Chan-Shi-Song 2011): {self.branching}-ary tree "
+                         f"blocks [k^(i-1), k^i), {self.estimator} estimator",
+            "noise": self.noise,
+            "budget": {name: self.budget},
+            "unit": "event (one step's count changes by 1)",
+            "block_trees": {name: self.split * self.budget,
+                            "composition": "parallel over blocks, sequential over a "
+                                           "block's levels (equal split)"},
+            "block_totals": {name: (1.0 - self.split) * self.budget, "sensitivity": 1.0,
+                             "scale": float(self._totals.scales[0])},
+            "composition": "sequential: block trees + block totals",
+        }
+
+    def strategy(self, steps: int) -> StrategyRows:
+        """The rows released within ``steps`` steps: each block's tree nodes and, for each
+        completed block, its total (the block tree's nodes are shifted to the block)."""
+        import scipy.sparse as sp
+        mats, variances, release = [], [], []
+        i, k = 0, self.branching
+        while block_bounds(i, k)[0] < steps:
+            start, end = block_bounds(i, k)
+            probe = TreeEngine(end - start, **self._tree_kw)
+            rows = probe.strategy(min(end, steps) - start)
+            m = sp.hstack([sp.csr_matrix((rows.matrix.shape[0], start)), rows.matrix,
+                           sp.csr_matrix((rows.matrix.shape[0], steps - min(end, steps)))])
+            mats.append(m)
+            variances.append(rows.variances)
+            release.append(rows.release_step + start)
+            if end <= steps:
+                tot = np.zeros((1, steps))
+                tot[0, start:end] = 1.0
+                mats.append(sp.csr_matrix(tot))
+                variances.append(np.array([self.total_variance]))
+                release.append(np.array([end]))
+            i += 1
+        return StrategyRows(sp.vstack(mats).tocsr(), np.concatenate(variances),
+                            np.concatenate(release))
