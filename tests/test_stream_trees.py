@@ -208,3 +208,95 @@ def test_account_is_json_and_sums_to_the_budget():
     json.dumps(acc)
     assert sum(level["budget"] for level in acc["levels"]) == pytest.approx(2.0)
     assert "NO privacy" in acc["sampler"]
+
+
+# ---------------------------------------------------------------- the offline BLUE, noise ahead
+from dptree_opt import Mechanism, blue, expected_error, strategies, workloads  # noqa: E402
+
+
+@pytest.mark.parametrize("T, kw", [(16, dict(epsilon=1.0)),
+                                   (27, dict(rho=0.5, branching=3)),
+                                   (20, dict(epsilon=2.0, branching=[3, 8])),      # padded
+                                   (16, dict(epsilon=1.0, level_budgets=[.4, .3, .2, .1, 0]))])
+def test_tree_blue_ahead_is_the_blue_of_the_node_release(T, kw):
+    """The outputs equal the offline BLUE applied to R x + z for the same noise z (the
+    post-processing identity the privacy rests on), their variances are the offline BLUE's,
+    every output depends on past steps only, and the key identity of the adaptive coupling:
+    shifting step j by delta and the noise by -R e_j delta leaves every output unchanged."""
+    counts = np.random.default_rng(1).integers(0, 7, T)
+    c = Counter(T, mechanism="tree_blue", rng=np.random.default_rng(5), **kw)
+    ys = np.array([c.update(int(x)) for x in counts])
+    mech = c.engine.mechanism
+    z = mech.sample_noise(np.random.default_rng(5))        # the same draw as the counter's
+    A = mech.released.matrix.toarray()
+    x_full = np.zeros(A.shape[1])
+    x_full[:T] = counts
+    offline = np.cumsum(blue(mech, A @ x_full + z))[:T]
+    np.testing.assert_allclose(ys, offline, rtol=1e-10, atol=1e-8)
+    np.testing.assert_allclose(c.step_variances(), expected_error(
+        workloads.prefix(T), mech, "blue", per_query=True), rtol=1e-12)
+    # coupling: x + delta e_j with z - R e_j delta gives the same outputs (L R = W)
+    j, delta = T // 3, 5
+    x2 = x_full.copy()
+    x2[j] += delta
+    z2 = z - A[:, j] * delta
+    np.testing.assert_allclose(np.cumsum(blue(mech, A @ x2 + z2))[:T], offline, atol=1e-8)
+    # privacy from the scaled rows: Laplace sum_r |A_rj| / b_r <= eps, = eps for real steps
+    if "epsilon" in kw:
+        b = np.asarray(mech.scales)
+        ok = np.isfinite(b)
+        loss = (np.abs(A[ok]) / b[ok, None]).sum(axis=0)[:T]
+        np.testing.assert_allclose(loss.max(), kw["epsilon"], rtol=1e-12)
+
+
+def test_tree_blue_ahead_beats_the_causal_blue_and_matches_offline():
+    T = 1024
+    ahead = Counter(T, epsilon=1.0, mechanism="tree_blue",
+                    rng=np.random.default_rng(0)).step_variances()
+    causal = Counter(T, epsilon=1.0, estimator="causal",
+                     rng=np.random.default_rng(0)).step_variances()
+    offline = expected_error(workloads.prefix(T), Mechanism(
+        strategies.tree(T, 2), epsilon=1.0, neighbours="add_remove"), per_query=True)
+    np.testing.assert_allclose(ahead, offline, rtol=1e-12)
+    # MATH.md section 6: the binary tree + OLS (= BLUE, equal budgets) has mean 298.9 at 2^10
+    assert ahead.mean() == pytest.approx(298.93, abs=0.01)
+    assert ahead.mean() < causal.mean() / 2
+
+
+def test_tree_blue_ahead_step_variances_equal_monte_carlo():
+    T, trials = 30, 1500
+    counts = np.random.default_rng(1).integers(0, 5, T)
+    rng = np.random.default_rng(2)
+    err = np.empty((trials, T))
+    for i in range(trials):
+        c = Counter(T, rho=0.5, mechanism="tree_blue", branching=3, rng=rng)
+        err[i] = [c.update(int(x)) for x in counts] - np.cumsum(counts)
+    exact = c.step_variances()
+    m2 = np.mean(err**2, axis=0)
+    se = np.sqrt((np.mean(err**4, axis=0) - m2**2) / trials)
+    assert np.all(np.abs(m2 - exact) <= 4 * se)
+
+
+def test_tree_blue_ahead_secure_uses_opendp_only(monkeypatch):
+    calls = []
+    real = sn._opendp_measurement
+
+    def spy(**kw):
+        calls.append(kw)
+        return real(**kw)
+
+    def boom(*a, **k):
+        raise AssertionError("numpy noise in a secure counter")
+
+    monkeypatch.setattr(sn, "_opendp_measurement", spy)
+    for name in ("default_rng", "laplace", "normal"):
+        monkeypatch.setattr(np.random, name, boom)
+    c = Counter(64, epsilon=1.0, mechanism="tree_blue", branching=4)
+    assert len(calls) == 4                      # one measurement per level of 4^3
+    ys = [c.update(2) for _ in range(64)]
+    assert all(math.isfinite(y) for y in ys)
+    acc = c.account()
+    json.dumps(acc)
+    assert "caveat" in acc
+    with pytest.raises(ValueError, match="covers"):
+        Counter(100, epsilon=1.0, mechanism="tree_blue", branching=[4, 4])

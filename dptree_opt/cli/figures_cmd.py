@@ -27,7 +27,8 @@ ORDER = 30  # position in `dptree-opt --help`
 FIGURES = "paper_figures"
 EXPERIMENTS = "experiments"
 # the beyond-the-papers items of issue 6, written as experiments with the same run() contract
-EXPERIMENT_ITEMS = ("k_sweep", "laplace_vs_gaussian", "frontier", "grid_study")
+EXPERIMENT_ITEMS = ("k_sweep", "laplace_vs_gaussian", "frontier", "grid_study",
+                    "stream_study")
 
 
 def _experiment_available(stem: str) -> bool:

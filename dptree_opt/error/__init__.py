@@ -27,6 +27,11 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   refined prefixes. Prefix, identity and all-range are structured
   (:mod:`dptree_opt.error.refined`, O(K)); other workloads use the estimator's exact linear
   map (K <= 4096, :mod:`dptree_opt.error.refined` as well).
+* "causal": the causal BLUE, each query (answered at step 1 + its last bin) from the rows
+  complete by then (MATH.md section 9, :mod:`dptree_opt.estimation.causal`); level-uniform
+  trees in O(K) / O(h) (prefix), O(h) per range; lower-triangular cores (Toeplitz,
+  square-root factorisation: causal = offline) by the offline engines; interval strategies'
+  prefixes in O(rows); otherwise a dense filter (n <= 4096) (:mod:`dptree_opt.error.causal`).
 
 One module per structure: ``tree`` (level-uniform trees, BLUE), ``refined`` (level-uniform
 trees, refined estimator), ``toeplitz`` (Toeplitz strategies), ``interval`` (interval / laminar
@@ -41,6 +46,7 @@ import numpy as np
 
 from .._progress import Progress
 from ..estimation.blue import blue, blue_covariance
+from ..estimation.causal import causal_blue
 from ..estimation.implicit import implicit_parameters, is_implicit_mechanism
 from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                                    covering_moments, covering_variances)
@@ -48,6 +54,7 @@ from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import KroneckerWorkload, Workload
 from . import tree
+from .causal import causal_error
 from .kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
 from .kron_product import kron_product_error, kron_product_supports
 from .interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
@@ -62,7 +69,7 @@ from .toeplitz import toeplitz_error, toeplitz_supports
 __all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
            "MonteCarloResult", "interval_blue_errors"]
 
-ESTIMATORS = ("blue", "covering", "refined")
+ESTIMATORS = ("blue", "covering", "refined", "causal")
 ERROR_METHODS = ("auto", "dense")
 
 # Monte Carlo: noise draws per chunk (trials x rows floats).
@@ -90,12 +97,16 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     Returns sum_q Var(answer_q) (a float) or the per-query variances (shape (q,), in the
     workload's query order) when ``per_query``. ``estimator``: "blue" (GLS / Honaker,
     trace(W Cov W')), "covering" ([RTS] direct sums; other workloads by differences of its
-    prefixes) or "refined"
-    ([RTS] App. B; level-uniform trees). ``method="dense"`` bypasses the structured tree
-    formulas (tree, Toeplitz) for checking them against the dense covariance."""
+    prefixes), "refined"
+    ([RTS] App. B; level-uniform trees) or "causal" (each query from the rows complete at
+    its step; ValueError if one is not identified then). ``method="dense"`` bypasses the
+    structured tree formulas (tree, Toeplitz) for checking them against the dense covariance
+    (for "causal": the dense causal filter)."""
     _check(workload, mechanism, estimator)
     if method not in ERROR_METHODS:
         raise ValueError(f"method must be one of {ERROR_METHODS}, got {method!r}")
+    if estimator == "causal":
+        return causal_error(workload, mechanism, per_query=per_query, method=method)
     structured = method == "auto"
     if estimator == "covering":
         if workload.kind == "prefix":
@@ -241,6 +252,8 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
         elif estimator == "refined":
             answers = workload.matvec(np.diff(refined_cdf(mechanism, y), axis=1,
                                               prepend=0.0).T).T
+        elif estimator == "causal":
+            answers = causal_blue(mechanism, y, workload)  # (size, q)
         else:
             answers = workload.matvec(blue(mechanism, y).T).T  # (size, q)
         errors[done:done + size] = np.sum((answers - truth) ** 2, axis=1)

@@ -1,10 +1,11 @@
 """Estimators: the BLUE (Honaker's recursions on trees, generic GLS otherwise), the [RTS]
-covering sums and the [RTS] App. B refined estimator."""
+covering sums, the [RTS] App. B refined estimator and the causal BLUE."""
 
 from .blue import blue, blue_covariance
+from .causal import causal_blue
 from .covering import covering_cdf, covering_variances
 from .gls import GLS, gls
 from .tree import TreeEstimates, refined_cdf, refined_variances, tree_estimates
 
 __all__ = ["GLS", "gls", "blue", "blue_covariance", "covering_cdf", "covering_variances",
-           "TreeEstimates", "tree_estimates", "refined_cdf", "refined_variances"]
+           "TreeEstimates", "tree_estimates", "refined_cdf", "refined_variances", "causal_blue"]

@@ -42,7 +42,7 @@ def _check_y(mechanism: Mechanism, y) -> np.ndarray:
     y = np.asarray(y, dtype=float)
     rows = mechanism.released.n_rows
     if y.ndim == 0 or y.shape[-1] != rows:
-        raise ValueError(f"y must have {rows} entries per trial (one per tree node), got "
+        raise ValueError(f"y must have {rows} entries per trial (one per released row), got "
                          f"shape {y.shape}")
     return y
 

@@ -27,6 +27,7 @@ from .interval import (
     truncated_tree,
 )
 from .factorization import SqrtFactorization, sqrt_factorization
+from .blt import BLTStrategy, blt
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .kronecker import KroneckerStrategy, kron
@@ -59,6 +60,8 @@ __all__ = [
     "QuadtreeStrategy",
     "sqrt_factorization",
     "SqrtFactorization",
+    "blt",
+    "BLTStrategy",
     "OptimizedStrategy",
     "implicit_optimum",
     "ImplicitFactorization",

@@ -11,6 +11,8 @@ mechanism           what                                                       n
                     (:mod:`~dptree_opt.stream.tree`; ``estimator=``)
 "negative_digits"   Andersson-Pagh(-Steiner-Torkamani) k-ary tree with         (see module)
                     negative digits (:mod:`~dptree_opt.stream.negative_digits`)
+"tree_blue"         a tree's offline BLUE, noise drawn ahead                   Laplace/Gauss
+                    (:mod:`~dptree_opt.stream.ahead`)
 "sqrt"              square-root factorisation (Henzinger-Upadhyay-Upadhyay)     Gaussian
 "blt"               buffered linear Toeplitz (Dvijotham et al. 2024)           Gaussian
 ==================  =========================================================  ==============
@@ -42,6 +44,7 @@ _ENGINES = {
     "negative_digits": ("negative_digits", "NegativeDigitsEngine"),
     "sqrt": ("factorization", "SqrtEngine"),
     "blt": ("factorization", "BLTEngine"),
+    "tree_blue": ("ahead", "AheadEngine"),
 }
 MECHANISMS = tuple(_ENGINES)
 _TREES = ("binary", "kary")

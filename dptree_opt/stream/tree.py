@@ -40,6 +40,7 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 
+from ..estimation.causal import from_below_variances as _from_below_root_first
 from ..privacy import split_budget
 from .base import CounterEngine, StrategyRows
 from .noise import GroupNoise
@@ -59,16 +60,11 @@ def tree_levels(horizon: int, k: int) -> int:
 
 
 def from_below_variances(v, k: int) -> np.ndarray:
-    """Honaker's from-below variances F_l of a complete level-l node's subtree estimate:
-    F_0 = v_0, F_l = 1 / (1 / v_l + 1 / (k F_(l-1))) (inf = unmeasured / unidentified)."""
+    """Honaker's from-below variances F_l of a complete level-l node's subtree estimate,
+    LEAVES FIRST: F_0 = v_0, F_l = 1 / (1 / v_l + 1 / (k F_(l-1))) (inf = unmeasured /
+    unidentified): :func:`dptree_opt.estimation.causal.from_below_variances` reversed."""
     v = np.asarray(v, dtype=float)
-    F = np.empty_like(v)
-    with np.errstate(divide="ignore"):
-        prec = 1.0 / v                    # precisions: 0 for unmeasured, inf for exact
-        for level in range(len(v)):       # over levels (O(log T)), not steps
-            below = 0.0 if level == 0 else 1.0 / (k * F[level - 1])
-            F[level] = 1.0 / (prec[level] + below)
-    return F
+    return _from_below_root_first([k] * (len(v) - 1), v[::-1])[::-1]
 
 
 def digit_variances(t: np.ndarray, k: int, node_variances) -> np.ndarray:

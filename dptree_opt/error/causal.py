@@ -1,0 +1,318 @@
+"""Exact error of the causal BLUE (each query from the rows complete when it is answered).
+
+Definitions, identification and the estimator: :mod:`dptree_opt.estimation.causal`. A query
+that is not identified causally raises ValueError (naming the query and its step), as the
+offline engine does for rank-deficient strategies. Paths:
+
+Level-uniform trees, prefix workload (O(K) per query, O(h) total)
+-----------------------------------------------------------------
+The rows complete at step t are the nodes inside [0, t): the subtrees of the maximal
+complete nodes, d_l(t) = (t // w_l) mod k_l of them at level l (the mixed-radix digits of t;
+the root at t = K). The subtrees are disjoint in rows and in columns and the noise is
+independent, so the causal GLS is a sum of independent sub-problems and the BLUE of C_t is
+the sum of the maximal nodes' from-below estimates t^- (the BLUE of a node count from its own
+subtree). By induction t^- is the inverse-variance combination of the node's measurement
+(v_l) and of the sum of its k_(l+1) children's t^- (independent, variance k_(l+1) F_(l+1)):
+a Kalman update of the children's sum by a scalar measurement of the same quantity
+([HON] eq. (10)). Hence, per level (root first, 1/inf = 0, 1/0 = inf),
+
+    F_h = v_h,   F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))),
+    Var_t = sum_l d_l(t) F_l,          sum_(t=1..K) Var_t = F_0 + (K/2) sum_(l>=1) (k_l - 1) F_l
+
+(each digit value j < k_l occurs K / k_l times over t < K; d_l(K) = 0 for l >= 1 and the
+root, d_0(K) = 1, enters only the last prefix, which is the offline BLUE of N). F_l = inf (a
+count that no row of its subtree determines, e.g. unmeasured leaves) with d_l(t) > 0 means
+C_t is not identified. Per query: d_l(t) depends on t mod w_(l-1) only, so the table is built
+on [0, w_(l-1)) and tiled k_l times going up, O(sum_l w_(l-1)) = O(K) (as the offline
+``error.tree._prefix_per_query``).
+
+Level-uniform trees, other intervals (identity, total, ranges, all ranges)
+--------------------------------------------------------------------------
+A range [lo, t) is the sum of the maximal nodes of [0, t) that lie inside it (from-below
+estimates, F_l each) plus, when lo falls strictly inside a maximal level-l node, the BLUE of
+the suffix [r, w_l) (r = lo mod w_l) of that node's subtree alone: a level-uniform tree with
+branching (k_(l+1), .., k_h) and variances (v_l, .., v_h), whose exact range variance is the
+offline Haar formula of :mod:`dptree_opt.error.tree` (by mirror symmetry the suffix of length
+w_l - r has the variance of the subtree's prefix of that length: one O(w_l) table per level,
+O(K) in all). O(h) per query after the tables.
+The all-range total has a closed form: for each t the ranges [a, t) starting in a maximal
+node u contribute F_u + S_(l_u) + w_u (sum of F over the maximal nodes after u), where
+S_l = sum_(r=1..w_l-1) Var(suffix r) = (offline prefix total of the level-l subtree) - F_l
+(the tree is mirror-symmetric: suffixes and prefixes have the same variances). Summing the
+digits over t (sum d_l = K (k_l - 1)/2, sum d_l (d_l - 1)/2 = (K / w_(l-1)) w_l k(k-1)(k-2)/6,
+sum d_l P_l with P_l = t - t mod w_(l-1) the start of the level-l maximal nodes) gives O(h^2).
+If a subtree does not identify its own histogram (some suffixes may still be identified) the
+dense path decides (n <= MAX_CAUSAL_DENSE_BINS).
+
+Interval (laminar) strategies, prefix workload (O(rows))
+--------------------------------------------------------
+In cumulative coordinates the rows are edges (lo, hi) of a resistor network with
+conductances 1 / v (``estimation.laminar``), and Var(C_t) is the effective resistance between
+the points 0 and t in the sub-network of complete edges (hi <= t). The maximal complete nodes
+(hi_v <= t < hi_parent(v)) are disjoint and connect to the rest only at their end points, so
+if they tile [0, t) they are in series: Var_t = sum over them of 1 / g_v, g_v the node's
+effective conductance (bottom-up series/parallel reduction = the from-below pass); a gap
+leaves t disconnected from 0 (not identified). Node v enters the t in [hi_v, hi_parent): one
+difference array. Truncated (padded) trees, ragged hierarchies, per-node budgets.
+
+Lower-triangular cores and everything else
+------------------------------------------
+Square lower-triangular cores (Toeplitz, square-root factorisation, histogram, prefix sums):
+the offline error of the restricted core before n, of the whole mechanism at n (proof in
+:mod:`dptree_opt.estimation.causal`), so the structured offline engines apply. Otherwise the
+dense filter :class:`dptree_opt.estimation.causal.DenseCausal` (n <= 4096), queries answered
+at step n by the offline engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import workloads
+from ..estimation.causal import (CAUSAL_METHODS, MAX_CAUSAL_DENSE_BINS,
+                                 check_causal_workload, check_tree_prefixes_identified,
+                                 dense_causal, from_below_variances, maximal_nodes,
+                                 not_identified, query_intervals, tree_widths,
+                                 triangular_restriction)
+from ..estimation.laminar import MAX_DEPTH, is_laminar_mechanism, laminar_model
+from ..estimation.tree import is_tree_mechanism, tree_parameters
+from ..mechanism import Mechanism
+from . import tree
+
+__all__ = ["causal_error", "tree_causal_prefix_variances", "tree_causal_range_variances",
+           "tree_causal_all_range_total", "laminar_causal_prefix_variances"]
+
+_QUERY_CHUNK = 1 << 18
+
+
+class _SubtreeNotIdentified(ValueError):
+    """A subtree does not identify its own histogram: the structured range formula is not
+    available (the dense path decides query by query)."""
+
+
+def tree_causal_prefix_variances(branching, level_variances, per_query: bool = True):
+    """Causal BLUE variance of every prefix C_t, t = 1..K (shape (K,)), or their sum, on a
+    level-uniform tree (module docstring). O(K) per query, O(h) total; ValueError if some
+    prefix is not identified."""
+    ks, _, v = tree._check_tree(branching, level_variances)
+    F = from_below_variances(ks, v)
+    check_tree_prefixes_identified(ks, F)
+    w = tree_widths(ks)
+    K = int(w[0])
+    if not per_query:
+        return float(F[0] + 0.5 * K * sum((k - 1) * F[lvl] for lvl, k in
+                                          enumerate(ks, start=1) if k >= 2))
+    acc = np.zeros(K)
+    for lvl in range(len(ks), 0, -1):  # acc[:W] = sum of the levels >= lvl as a function of t mod W
+        k = ks[lvl - 1]
+        if k == 1:
+            continue
+        W, wl = int(w[lvl - 1]), int(w[lvl])
+        block = acc[:W].reshape(k, wl)
+        block[1:] = block[0]
+        block += (np.arange(k) * F[lvl])[:, None]
+    out = np.empty(K)
+    out[:-1] = acc[1:]
+    out[-1] = F[0]
+    return out
+
+
+def _suffix_table(ks, v, lvl: int) -> np.ndarray:
+    """Var of the suffixes [r, w_l), r = 0..w_l - 1, of a level-l subtree alone: by the
+    tree's mirror symmetry the offline prefixes of length w_l - r of that subtree
+    (``error.tree`` per-query prefix, O(w_l))."""
+    try:
+        return tree.blue_error(ks[lvl:], v[lvl:], "prefix", per_query=True)[::-1]
+    except ValueError as exc:
+        raise _SubtreeNotIdentified(str(exc)) from None
+
+
+def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
+    """Causal BLUE variance of the ranges [lo, hi) (answered at step hi) on a level-uniform
+    tree: full maximal nodes (F_l) plus the straddled node's suffix (module docstring).
+    O(K) tables, then O(h) per range."""
+    ks, _, v = tree._check_tree(branching, level_variances)
+    F = from_below_variances(ks, v)
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    out = np.zeros(lo.size)
+    tables = {}
+    for c0 in range(0, lo.size, _QUERY_CHUNK):
+        lc, hc = lo[c0:c0 + _QUERY_CHUNK], hi[c0:c0 + _QUERY_CHUNK]
+        var = out[c0:c0 + _QUERY_CHUNK]
+        for lvl, _, g1, gs, straddle, r in maximal_nodes(ks, lc, hc):
+            nfull = g1 - gs
+            if np.isfinite(F[lvl]):
+                var += nfull * F[lvl]
+            elif np.any(nfull > 0):
+                j = int(np.flatnonzero(nfull > 0)[0])
+                raise not_identified(c0 + j, int(lc[j]), int(hc[j]), "a maximal complete "
+                                     "node's count is not determined by its subtree")
+            if straddle.any():
+                if lvl not in tables:
+                    tables[lvl] = _suffix_table(ks, v, lvl)
+                var[straddle] += tables[lvl][r[straddle]]
+    return out
+
+
+def tree_causal_all_range_total(branching, level_variances) -> float:
+    """Sum of the causal variances of all K (K + 1) / 2 ranges on a level-uniform tree, O(h^2)
+    (closed form over the digits, module docstring)."""
+    ks, w, v = tree._check_tree(branching, level_variances)
+    F = from_below_variances(ks, v)
+    check_tree_prefixes_identified(ks, F)  # every level with digits > 0 must be identified
+    K = w[0]
+
+    def s_level(lvl):  # sum over r = 1..w_l - 1 of the suffix variances of a level-l subtree
+        if w[lvl] == 1:
+            return 0.0
+        try:
+            return tree.blue_error(ks[lvl:], v[lvl:], "prefix") - F[lvl]
+        except ValueError as exc:
+            raise _SubtreeNotIdentified(str(exc)) from None
+
+    total = F[0] + s_level(0)
+    for lvl in range(1, len(ks) + 1):
+        k = ks[lvl - 1]
+        if k == 1:
+            continue
+        W, wl = w[lvl - 1], w[lvl]
+        c = K // W  # parents of width W
+        total += (F[lvl] + s_level(lvl)) * K * (k - 1) / 2.0
+        total += F[lvl] * W * wl * k * (k - 1) / 2.0 * c * (c - 1) / 2.0  # sum d_l P_l F_l
+        total += wl * F[lvl] * c * wl * k * (k - 1) * (k - 2) / 6.0  # w_l F_l sum d(d-1)/2
+    return float(total)
+
+
+def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
+    """Causal variance of every prefix C_t (t = 1..K) on an interval (laminar) strategy:
+    the series sum of 1 / g_v over the maximal complete nodes of [0, t) (module
+    docstring). O(rows). ValueError for the first prefix that is not identified."""
+    lam = laminar_model(mechanism)
+    K = mechanism.n_bins
+    hi_v = np.asarray(lam.hi, dtype=np.int64)
+    lo_v = np.asarray(lam.lo, dtype=np.int64)
+    par = np.asarray(lam.parent, dtype=np.int64)
+    h_par = np.where(par >= 0, hi_v[np.maximum(par, 0)], K + 1)
+    with np.errstate(divide="ignore"):
+        res = 1.0 / np.asarray(lam.cond, dtype=float)
+    fin = np.isfinite(res)
+
+    def sweep(weights, mask):
+        d = (np.bincount(hi_v[mask], weights[mask], minlength=K + 2)
+             - np.bincount(h_par[mask], weights[mask], minlength=K + 2))
+        return np.cumsum(d)[1:K + 1]
+
+    var = sweep(res, fin)
+    n_inf = sweep(np.ones(res.size), ~fin)
+    cover = sweep((hi_v - lo_v).astype(float), np.ones(res.size, bool))
+    bad = (n_inf > 0.5) | (np.abs(cover - np.arange(1, K + 1)) > 0.5)
+    if lam.root_exact:  # the public total: C_K = N exactly
+        var[-1], bad[-1] = 0.0, False
+    if bad.any():
+        t = int(np.flatnonzero(bad)[0]) + 1
+        raise not_identified(t - 1, 0, t, "the maximal complete rows do not determine it")
+    return np.maximum(var, 0.0)
+
+
+# ------------------------------------------------------------------------------- dispatch
+def _offline(workload, mechanism, per_query, method="auto"):
+    from . import expected_error  # the package entry point (imports this module)
+    return expected_error(workload, mechanism, "blue", per_query=per_query, method=method)
+
+
+def _last_step_ranges(workload, lo=None, hi=None):
+    """The queries answered at step n as a ranges workload (None if there are none), and
+    their mask (None for all_range, which is not listed)."""
+    n = workload.n_bins
+    if workload.kind == "all_range":
+        a = np.arange(n)
+        return workloads.ranges(n, np.column_stack([a, np.full(n, n - 1)])), None
+    last = hi == n
+    if not last.any():
+        return None, last
+    return workloads.ranges(n, np.column_stack([lo[last], hi[last] - 1])), last
+
+
+def _triangular_error(workload, mechanism, core, per_query, method):
+    """Offline error of the restricted core before n, of the mechanism at n."""
+    if core is mechanism:
+        return _offline(workload, mechanism, per_query, method)
+    lo = hi = None
+    if workload.kind != "all_range" or per_query:
+        lo, hi = query_intervals(workload)
+    last_wl, last = _last_step_ranges(workload, lo, hi)
+    if per_query:
+        var = np.array(_offline(workload, core, True, method), dtype=float)
+        if last_wl is not None:
+            var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, method)
+        return var
+    total = _offline(workload, core, False, method)
+    if last_wl is not None:
+        total += _offline(last_wl, mechanism, False, method) - _offline(last_wl, core, False,
+                                                                        method)
+    return float(total)
+
+
+def _dense_error(workload, mechanism, per_query, method):
+    lo, hi = query_intervals(workload)
+    var, _ = dense_causal(mechanism).run(lo, hi)
+    last_wl, last = _last_step_ranges(workload, lo, hi)
+    if last_wl is not None:
+        var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, method)
+    return var if per_query else float(var.sum())
+
+
+def _tree_error(workload, mechanism, per_query):
+    ks, v = tree_parameters(mechanism)
+    kind = workload.kind
+    if kind == "prefix":
+        return tree_causal_prefix_variances(ks, v, per_query=per_query)
+    if kind == "all_range" and not per_query:
+        return tree_causal_all_range_total(ks, v)
+    if kind == "all_range" and mechanism.n_bins > tree.MAX_ALL_RANGE_PER_QUERY_K:
+        raise ValueError(f"per_query=True with workload='all_range' needs K <= "
+                         f"{tree.MAX_ALL_RANGE_PER_QUERY_K}, got K = {mechanism.n_bins}; the "
+                         "total (per_query=False) works at any K")
+    lo, hi = query_intervals(workload)
+    var = tree_causal_range_variances(ks, v, lo, hi)
+    return var if per_query else float(var.sum())
+
+
+def causal_error(workload, mechanism: Mechanism, per_query: bool = False,
+                 method: str = "auto"):
+    """Exact expected squared error of the causal BLUE, in counts^2: sum_q Var_c(q) (float),
+    or the per-query variances in workload order (``per_query``).
+
+    ``method="auto"``: the structured paths of the module docstring (level-uniform trees:
+    prefix O(K) / O(h), ranges O(h) each, all-range total O(h^2); lower-triangular cores:
+    the offline engines; interval strategies: prefix O(rows)), else the dense filter
+    (n <= MAX_CAUSAL_DENSE_BINS = 4096). ``method="dense"``: the dense filter always (the
+    oracle of the structured paths). ValueError if a query is not identified by the rows
+    complete at its step, for grid workloads, or above the dense size limit."""
+    if method not in CAUSAL_METHODS:
+        raise ValueError(f"method must be one of {CAUSAL_METHODS}, got {method!r}")
+    check_causal_workload(workload)
+    if workload.n_bins != mechanism.n_bins:
+        raise ValueError(f"workload has {workload.n_bins} bins, mechanism has "
+                         f"{mechanism.n_bins}")
+    n = mechanism.n_bins
+    if method == "auto":
+        if is_tree_mechanism(mechanism):
+            try:
+                return _tree_error(workload, mechanism, per_query)
+            except _SubtreeNotIdentified as exc:
+                if n > MAX_CAUSAL_DENSE_BINS:
+                    raise ValueError(f"a subtree of the tree does not identify its own "
+                                     f"histogram ({exc}); the dense causal path decides query "
+                                     f"by query but is refused for {n} > "
+                                     f"{MAX_CAUSAL_DENSE_BINS} bins") from None
+        else:
+            core = triangular_restriction(mechanism)
+            if core is not None:
+                return _triangular_error(workload, mechanism, core, per_query, method)
+            if (workload.kind == "prefix" and is_laminar_mechanism(mechanism)
+                    and int(mechanism.released.depth.max(initial=0)) < MAX_DEPTH):
+                var = laminar_causal_prefix_variances(mechanism)
+                return var if per_query else float(var.sum())
+    return _dense_error(workload, mechanism, per_query, method)

@@ -1,0 +1,445 @@
+"""Buffered linear Toeplitz (BLT) strategies for prefix sums / continual counting.
+
+A BLT with d buffers (Dvijotham, McMahan, Pillutla, Steinke, Thakurta, "Efficient and
+near-optimal noise generation for streaming differential privacy", FOCS 2024; also
+McMahan et al., arXiv 2408.08868, Alg. 2-3) is the lower-triangular Toeplitz matrix
+C = T(c) (notation of :mod:`dptree_opt.strategies.toeplitz`) with
+
+    c_0 = 1,   c_i = sum_j omega_j theta_j^(i-1)  (i >= 1),   0 < theta_j < 1,
+
+i.e. the rational generating function c(z) = 1 + sum_j omega_j z / (1 - theta_j z) = P(z) / Q(z)
+with Q(z) = prod_j (1 - theta_j z). Multiplying by C or by C^-1 streams with d buffers:
+
+    C:     y_t = x_t + omega . s_t,   s_(t+1) = theta * s_t + x_t        (s_0 = 0)
+    C^-1:  w_t = z_t - omega . s_t,   s_(t+1) = theta * s_t + w_t
+
+(the second recurrence inverts the first line by line: its state matrix is
+F = diag(theta) - 1 omega', whose eigenvalues are the poles of 1 / c(z); McMahan et al. 2024
+Alg. 3). So C^-1 is again "BLT-like" and u = 1 / c(z) mod z^n costs O(n d).
+
+Error (Gaussian, add/remove or event level: one input changes by 1). Releasing y = C x + z,
+z ~ N(0, sigma^2 I), sigma^2 = 1 per unit l2 sensitivity, and answering the prefixes with
+B y, B = M C^-1 = T(b), b = cumsum(u) (M the prefix matrix), gives per unit sigma^2
+
+    sens^2 = sum_(k<n) c_k^2                   (column 0 of C is the largest)
+    mean:  loss = sens^2 ||T(b)||_F^2 / n = sens^2 sum_(k<n) (n - k) b_k^2 / n
+    max:   loss = sens^2 max_t ||row t of T(b)||^2 = sens^2 sum_(k<n) b_k^2
+
+(the row norms of T(b) are the partial sums sum_(k<=t) b_k^2, largest at t = n - 1).
+
+Closed forms, independent of n. Each sequence above is the impulse response
+s_0 = D, s_k = h' F^(k-1) g (k >= 1) of a small linear system: c has F = diag(theta), g = 1,
+h = omega; b has the (d+1)-state system F = [[diag(theta) - 1 omega', 0], [-omega', 1]],
+g = 1, h = (-omega, 1) (the extra state is the running sum of u). Then
+
+    sum_(k<n) s_k^2 = D^2 + h' S h,   sum_(k<n) (n - k) s_k^2 = n D^2 + h' W h,
+    S = sum_(m<N) F^m g g' F^m',   W = sum_(m<N) (N - m) F^m g g' F^m',   N = n - 1,
+
+computed by doubling in O(d^3 log n) (S_(a+b) = S_a + F^a S_b F^a',
+W_(a+b) = b S_a + W_a + F^a W_b F^a'), with every power kept as F^m = I - E_m
+(E_(a+b) = E_a + E_b - E_a E_b) so that 1 - theta ~ 1/n stays accurate at n = 2^40 (jax_privacy
+uses partial fractions instead, Dvijotham et al. 2024 Sec. 5). The optimiser differentiates
+this by complex steps (exact to rounding, all 2d partial derivatives in one batched pass).
+
+Optimisation (:func:`optimize_blt`): theta = sigmoid(a), omega = exp(beta) (so omega > 0, the
+well-behaved class of jax_privacy's penalties), L-BFGS from a few starts built from the
+quadrature 1/sqrt(pi k) = (1/pi) int x^(-1/2) e^(-k x) dx (the square root's c_k ~ 1/sqrt(pi k)).
+Measured (mean per prefix, per unit sigma^2): 4 buffers 9.3475 / 19.2838 / 28.2991 at
+n = 2^10 / 2^16 / 2^20 ("mean"); the "max" optimum with 3 / 4 / 5 buffers has mean 9.6921 /
+19.8027 / 28.4736, jax_privacy's published 9.692 / 19.803 / 28.474 (MATH.md section 7).
+Letting one omega go negative reaches 9.3428 at 2^10 (the optimal Toeplitz is 9.3427) but makes
+C^-1 unstable (a pole just outside the unit circle), so it is not offered.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from numbers import Integral
+
+import numpy as np
+from scipy.optimize import minimize
+
+from .base import _readonly
+from .toeplitz import ToeplitzStrategy
+
+__all__ = ["BLT_OBJECTIVES", "MAX_BLT_BINS", "MAX_BUFFERS", "BLTStrategy", "blt",
+           "blt_coefficients", "blt_inverse_coefficients", "blt_loss",
+           "blt_noise_coefficients", "blt_sensitivity_squared", "check_blt_parameters",
+           "inverse_spectral_radius", "optimize_blt"]
+
+BLT_OBJECTIVES = ("mean", "max")
+# More buffers than this are refused (the optimum gains < 1e-3 per buffer beyond ~6).
+MAX_BUFFERS = 12
+# n beyond this is refused (the closed forms work in log n; 2^40 = stream.Counter's bound).
+MAX_BLT_BINS = 1 << 40
+_DEFAULT_BUFFERS = 4
+_COMPLEX_STEP = 1e-30
+
+
+# ----------------------------------------------------------------- validation
+def _check_n(n) -> int:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, Integral) or not 1 <= n <= MAX_BLT_BINS:
+        raise ValueError(f"n must be an integer in [1, 2^40], got {n!r}")
+    return int(n)
+
+
+def _check_buffers(buffers) -> int:
+    if isinstance(buffers, (bool, np.bool_)) or not isinstance(buffers, Integral) \
+            or not 1 <= buffers <= MAX_BUFFERS:
+        raise ValueError(f"buffers must be an integer in [1, {MAX_BUFFERS}], got {buffers!r}")
+    return int(buffers)
+
+
+def _check_objective(objective) -> str:
+    if objective not in BLT_OBJECTIVES:
+        raise ValueError(f"objective must be one of {BLT_OBJECTIVES}, got {objective!r}")
+    return objective
+
+
+def check_blt_parameters(theta, omega) -> tuple[np.ndarray, np.ndarray]:
+    """Validate BLT parameters: 1-D float arrays of the same length d in [1, MAX_BUFFERS],
+    0 < theta_j < 1, omega_j finite (ValueError otherwise). Returns float64 copies."""
+    try:
+        th = np.array(theta, dtype=float)
+        om = np.array(omega, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("theta and omega must be 1-D arrays of numbers") from None
+    if th.ndim != 1 or om.ndim != 1 or th.size == 0:
+        raise ValueError(f"theta and omega must be non-empty 1-D arrays, got shapes "
+                         f"{th.shape} and {om.shape}")
+    if th.size != om.size:
+        raise ValueError(f"theta and omega must have the same length (one per buffer), got "
+                         f"{th.size} and {om.size}")
+    if th.size > MAX_BUFFERS:
+        raise ValueError(f"at most {MAX_BUFFERS} buffers, got {th.size}")
+    if not np.all(np.isfinite(th)) or not np.all((th > 0) & (th < 1)):
+        raise ValueError(f"every theta_j must lie in the open interval (0, 1), got {th.tolist()}")
+    if not np.all(np.isfinite(om)):
+        raise ValueError("omega must be finite")
+    return th, om
+
+
+def inverse_spectral_radius(theta, omega) -> float:
+    """Largest |eigenvalue| of diag(theta) - 1 omega' (the poles of C^-1): C^-1's coefficients
+    decay geometrically iff it is < 1."""
+    th, om = check_blt_parameters(theta, omega)
+    return float(np.max(np.abs(np.linalg.eigvals(np.diag(th) - np.outer(np.ones(th.size), om)))))
+
+
+# ----------------------------------------------------------------- state-space helpers
+def _systems(delta, omega):
+    """E = I - F, g, h for the c-system and the b-system (module docstring), batched over the
+    leading axes of ``delta`` = 1 - theta and ``omega``, both padded to d + 1 states and
+    stacked on a new axis -2 of the batch (c first). Works for complex (complex-step) input."""
+    d = delta.shape[-1]
+    batch = delta.shape[:-1]
+    dt = np.result_type(delta, omega)
+    E = np.zeros(batch + (2, d + 1, d + 1), dtype=dt)
+    idx = np.arange(d)
+    E[..., 0, idx, idx] = delta                          # c: F = diag(theta)
+    E[..., 1, :d, :d] = omega[..., None, :]              # b: diag(delta) + 1 omega'
+    E[..., 1, idx, idx] += delta
+    E[..., 1, d, :d] = omega                             #    last row: omega', 0
+    g = np.ones(batch + (2, d + 1), dtype=dt)
+    g[..., 0, d] = 0.0                                   # the c-system's padding state is inert
+    h = np.zeros(batch + (2, d + 1), dtype=dt)
+    h[..., 0, :d] = omega
+    h[..., 1, :d] = -omega
+    h[..., 1, d] = 1.0
+    return E, g, h
+
+
+def _transform(E, X):
+    """F X F' with F = I - E (batched; plain transposes: complex-step safe)."""
+    Z = X - E @ X
+    return Z - Z @ np.swapaxes(E, -1, -2)
+
+
+def _power_moments(E, g, N: int):
+    """S = sum_(m<N) F^m g g' F^m' and W = sum_(m<N) (N - m) F^m g g' F^m', F = I - E
+    (batched), by doubling over the bits of N (module docstring). O(m^3 log N)."""
+    Q = g[..., :, None] * g[..., None, :]
+    zero = np.zeros_like(Q)
+    if N <= 0:
+        return zero, zero
+    Eb, Sb, Wb, length = E, Q, Q, 1            # the block of ``length`` = 2^i terms
+    Ea = Sa = Wa = None                         # the accumulated first ``total`` terms
+    total = 0
+    while True:
+        if N & 1:
+            if Ea is None:
+                Ea, Sa, Wa, total = Eb, Sb, Wb, length
+            else:                               # terms total..total+length-1: F^total block
+                Sa, Wa = (Sa + _transform(Ea, Sb),
+                          length * Sa + Wa + _transform(Ea, Wb))
+                Ea = Ea + Eb - Ea @ Eb
+                total += length
+        N >>= 1
+        if not N:
+            return Sa, Wa
+        Sb, Wb = Sb + _transform(Eb, Sb), length * Sb + Wb + _transform(Eb, Wb)
+        Eb = 2.0 * Eb - Eb @ Eb
+        length *= 2
+
+
+def _losses_from_delta(delta, omega, n: int):
+    """(sens^2, sum_k b_k^2, sum_k (n - k) b_k^2) per unit sigma^2, batched (module docstring)."""
+    E, g, h = _systems(delta, omega)
+    S, W = _power_moments(E, g, n - 1)
+    quad_s = np.einsum("...i,...ij,...j->...", h, S, h)
+    quad_w = np.einsum("...i,...ij,...j->...", h, W, h)
+    sens2 = 1.0 + quad_s[..., 0]
+    sum_b2 = 1.0 + quad_s[..., 1]
+    wsum_b2 = n + quad_w[..., 1]
+    return sens2, sum_b2, wsum_b2
+
+
+def _objective_value(sens2, sum_b2, wsum_b2, n: int, objective: str):
+    return sens2 * (wsum_b2 / n if objective == "mean" else sum_b2)
+
+
+def blt_loss(theta, omega, n: int, objective: str = "mean") -> float:
+    """Error per unit sigma^2 of the BLT(theta, omega) factorisation of the n x n prefix
+    workload (add/remove / event level): "mean" = sens^2 ||M C^-1||_F^2 / n (the mean prefix
+    variance), "max" = sens^2 max_t ||row t of M C^-1||^2 (the last prefix). Closed form,
+    O(d^3 log n), any n <= 2^40 (module docstring); equals
+    ``expected_error(workloads.prefix(n), Mechanism(strategy, rho=0.5)) / n`` for "mean"."""
+    th, om = check_blt_parameters(theta, omega)
+    n = _check_n(n)
+    _check_objective(objective)
+    sens2, s, w = _losses_from_delta(1.0 - th, om, n)
+    return float(_objective_value(sens2, s, w, n, objective))
+
+
+def blt_sensitivity_squared(theta, omega, n: int) -> float:
+    """sum_(k<n) c_k^2, the squared l2 sensitivity of the n x n BLT (column 0), O(d^3 log n)."""
+    th, om = check_blt_parameters(theta, omega)
+    return float(_losses_from_delta(1.0 - th, om, _check_n(n))[0])
+
+
+# ----------------------------------------------------------------- sequences, O(n d)
+def _impulse_response(E: np.ndarray, g: np.ndarray, h: np.ndarray, D: float, n: int) -> np.ndarray:
+    """s_0 = D, s_k = h' F^(k-1) g (k = 1..n-1), F = I - E (real, one system), O(n m) work:
+    n = L x K blocks, rows h' F^j (j < L) times block starts F^(iL) g (i < K), both built by
+    doubling with the powers in I - E form."""
+    out = np.empty(n)
+    out[0] = D
+    m = n - 1
+    if m == 0:
+        return out
+    L = 1 << max(0, (math.isqrt(m) - 1).bit_length())   # a power of 2 near sqrt(m)
+    H = h[None, :].copy()                       # rows h' F^j, j < len(H)
+    Ep = E.copy()                               # F^len(H) = I - Ep
+    while H.shape[0] < L:
+        H = np.concatenate([H, H - H @ Ep])     # h' F^(j + len) = h' F^j (I - Ep)
+        Ep = Ep + Ep - Ep @ Ep
+    K = -(-m // L)
+    X = g[:, None].copy()                       # columns F^(iL) g
+    EL = Ep                                     # F^L = I - EL, then F^(L len(X))
+    while X.shape[1] < K:
+        X = np.concatenate([X, X - EL @ X], axis=1)
+        EL = EL + EL - EL @ EL
+    out[1:] = (H @ X[:, :K]).T.ravel()[:m]
+    return out
+
+
+def blt_coefficients(theta, omega, n: int) -> np.ndarray:
+    """c_0..c_(n-1): c_0 = 1, c_i = sum_j omega_j theta_j^(i-1). O(n d)."""
+    th, om = check_blt_parameters(theta, omega)
+    n = _check_n(n)
+    d = th.size
+    E = np.zeros((d, d))
+    E[np.arange(d), np.arange(d)] = 1.0 - th
+    return _impulse_response(E, np.ones(d), om, 1.0, n)
+
+
+def _inverse_system(th, om):
+    d = th.size
+    E = np.diag(1.0 - th) + np.outer(np.ones(d), om)
+    return E
+
+
+def blt_inverse_coefficients(theta, omega, n: int) -> np.ndarray:
+    """u = 1 / c(z) mod z^n, the first column of C^-1, by the buffer recurrence
+    (u_0 = 1, u_k = -omega' F^(k-1) 1, F = diag(theta) - 1 omega'). O(n d)."""
+    th, om = check_blt_parameters(theta, omega)
+    return _impulse_response(_inverse_system(th, om), np.ones(th.size), -om, 1.0, _check_n(n))
+
+
+def blt_noise_coefficients(theta, omega, n: int) -> np.ndarray:
+    """b = cumsum(u), the first column of B = M C^-1 (the noise weights of the running counts),
+    from the (d+1)-state recurrence (module docstring). O(n d)."""
+    th, om = check_blt_parameters(theta, omega)
+    d = th.size
+    E = np.zeros((d + 1, d + 1))
+    E[:d, :d] = _inverse_system(th, om)
+    E[d, :d] = om
+    return _impulse_response(E, np.ones(d + 1), np.append(-om, 1.0), 1.0, _check_n(n))
+
+
+# ----------------------------------------------------------------- optimisation
+def _unpack(x):
+    """theta = sigmoid(a) (so delta = 1 - theta = 1 / (1 + e^a)), omega = e^beta; analytic
+    (complex-step safe)."""
+    d = x.shape[-1] // 2
+    a, beta = x[..., :d], x[..., d:]
+    return 1.0 / (1.0 + np.exp(a)), np.exp(beta)
+
+
+def _loss_and_grad(x: np.ndarray, n: int, objective: str):
+    """The objective and its gradient in the unconstrained x, by complex steps: one batched
+    doubling pass over the 2d perturbations x + i h e_k (exact to rounding)."""
+    p = x.size
+    xs = np.tile(x.astype(complex), (p, 1))
+    xs[np.arange(p), np.arange(p)] += 1j * _COMPLEX_STEP
+    delta, omega = _unpack(xs)
+    with np.errstate(all="ignore"):
+        vals = _objective_value(*_losses_from_delta(delta, omega, n), n, objective)
+    f = float(vals[0].real)
+    grad = vals.imag / _COMPLEX_STEP
+    if not (math.isfinite(f) and np.all(np.isfinite(grad))) or f <= 0:
+        return 1e300, np.zeros(p)
+    return f, grad
+
+
+def _starts(n: int, d: int, count: int):
+    """Initial x: quadrature nodes x_j = -log theta_j, log-spaced over [x_min, x_max], weights
+    omega_j = sqrt(x_j) dv e^(-x_j) / pi (module docstring), for a few ranges."""
+    out = []
+    lo_scales = (1.0, 10.0, 0.2, 3.0, 0.05, 30.0)
+    hi_values = (1.0, 0.3, 2.0, 0.1, 3.0, 0.5)
+    for i in range(count):
+        x_min = min(lo_scales[i % 6] / n, 0.5) if n > 1 else 0.5
+        x_max = max(hi_values[(i // 2) % 6], 2.0 * x_min)
+        if d == 1:
+            xs = np.array([math.sqrt(x_min * x_max)])
+            dv = math.log(x_max / x_min) if x_max > x_min else 1.0
+        else:
+            v = np.linspace(math.log(x_min), math.log(x_max), d)
+            xs = np.exp(v)
+            dv = v[1] - v[0]
+        theta = np.exp(-xs)
+        omega = np.sqrt(xs) * dv * np.exp(-xs) / math.pi
+        a = np.log(theta) - np.log1p(-theta)         # logit
+        out.append(np.concatenate([a, np.log(omega)]))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _optimize_cached(n: int, d: int, objective: str, starts: int):
+    best = None
+    for x0 in _starts(n, d, starts):
+        res = minimize(_loss_and_grad, x0, args=(n, objective), jac=True, method="L-BFGS-B",
+                       options={"maxiter": 3000, "ftol": 1e-15, "gtol": 1e-11})
+        if best is None or res.fun < best.fun:
+            best = res
+    delta, omega = _unpack(best.x)
+    order = np.argsort(delta)                      # theta decreasing
+    theta = np.minimum(1.0 - delta[order], np.nextafter(1.0, 0.0))  # stays < 1 in double
+    return tuple(theta.tolist()), tuple(omega[order].tolist())
+
+
+def optimize_blt(n: int, buffers: int = _DEFAULT_BUFFERS, objective: str = "mean", *,
+                 starts: int = 4) -> tuple[np.ndarray, np.ndarray, float]:
+    """BLT parameters (theta, omega, loss) minimising :func:`blt_loss` for the n x n prefix
+    workload with ``buffers`` buffers (module docstring: L-BFGS on theta = sigmoid(a),
+    omega = e^beta from ``starts`` quadrature starts, exact complex-step gradients of the
+    O(d^3 log n) closed form). Cached per (n, buffers, objective, starts). theta decreasing."""
+    n = _check_n(n)
+    d = _check_buffers(buffers)
+    _check_objective(objective)
+    if isinstance(starts, (bool, np.bool_)) or not isinstance(starts, Integral) or starts < 1:
+        raise ValueError(f"starts must be an integer >= 1, got {starts!r}")
+    theta, omega = _optimize_cached(n, d, objective, int(starts))
+    theta, omega = np.array(theta), np.array(omega)
+    return theta, omega, blt_loss(theta, omega, n, objective)
+
+
+# ----------------------------------------------------------------- the strategy
+class BLTStrategy(ToeplitzStrategy):
+    """The n x n BLT strategy C = T(c) (module docstring): a
+    :class:`~dptree_opt.strategies.toeplitz.ToeplitzStrategy` whose first column is
+    c_i = sum_j omega_j theta_j^(i-1) and whose inverse coefficients come from the O(n d)
+    buffer recurrence instead of Newton's series inverse.
+
+    Attributes: ``theta``, ``omega`` (copies), ``buffers``, ``objective`` (what the parameters
+    were optimised for, None when given), ``loss(objective)`` (per unit sigma^2)."""
+
+    def __init__(self, theta, omega, n: int, *, objective: str | None = None,
+                 n_totals: int = 0, name: str = "blt"):
+        th, om = check_blt_parameters(theta, omega)
+        n = _check_n(n)
+        super().__init__(blt_coefficients(th, om, n), n_totals=n_totals, name=name)
+        self._theta = _readonly(th)
+        self._omega = _readonly(om)
+        self.objective = objective
+
+    @property
+    def theta(self) -> np.ndarray:
+        """The buffer decays theta_j (a copy)."""
+        return self._theta.copy()
+
+    @property
+    def omega(self) -> np.ndarray:
+        """The output scales omega_j (a copy)."""
+        return self._omega.copy()
+
+    @property
+    def buffers(self) -> int:
+        """d, the number of buffers."""
+        return int(self._theta.size)
+
+    def __repr__(self) -> str:
+        return (f"<BLTStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins, "
+                f"{self.buffers} buffers>")
+
+    def inverse_coefficients(self) -> np.ndarray:
+        """First column of C^-1 by the buffer recurrence, cached. O(n d)."""
+        if self._inverse is None:
+            self._inverse = _readonly(blt_inverse_coefficients(self._theta, self._omega,
+                                                               self._n_bins))
+        return self._inverse
+
+    def noise_coefficients(self) -> np.ndarray:
+        """b = first column of M C^-1 (cumsum of the inverse's column). O(n d)."""
+        return blt_noise_coefficients(self._theta, self._omega, self._n_bins)
+
+    def loss(self, objective: str = "mean") -> float:
+        """:func:`blt_loss` of these parameters at this n (per unit sigma^2)."""
+        return blt_loss(self._theta, self._omega, self._n_bins, objective)
+
+
+def check_blt_options(buffers, objective, theta, omega):
+    """Validate the BLT options shared by :func:`blt` and the streaming BLT counter: the
+    ``objective``, ``buffers`` (None or an int >= 1) and ``theta`` / ``omega`` (both or
+    neither; ``buffers``, if given, equal to their length). Returns the checked (theta, omega)
+    arrays when given, else None (the parameters are to be optimised)."""
+    _check_objective(objective)
+    if buffers is not None:
+        _check_buffers(buffers)
+    if (theta is None) != (omega is None):
+        raise ValueError("give both theta and omega (or neither, to optimise them)")
+    if theta is None:
+        return None
+    th, om = check_blt_parameters(theta, omega)
+    if buffers is not None and buffers != th.size:
+        raise ValueError(f"buffers = {buffers} but theta and omega have {th.size} entries")
+    return th, om
+
+
+def blt(n: int, *, buffers: int | None = None, objective: str = "mean", theta=None,
+        omega=None) -> BLTStrategy:
+    """The n x n BLT strategy with ``buffers`` buffers (default 4).
+
+    With ``theta`` and ``omega`` given (both; 0 < theta_j < 1; ``buffers``, if given, must
+    equal their length) the BLT is built as is; otherwise the parameters minimise the prefix
+    workload's ``objective`` ("mean" or "max" error per unit sigma^2, :func:`blt_loss`) by
+    :func:`optimize_blt` (Dvijotham et al. 2024 optimise "max"; seconds at n = 2^20).
+    Never builds an n x n matrix (coefficients O(n d), errors by the Toeplitz paths)."""
+    n = _check_n(n)
+    given = check_blt_options(buffers, objective, theta, omega)
+    if given is not None:
+        return BLTStrategy(*given, n, objective=None)
+    th, om, _ = optimize_blt(n, _DEFAULT_BUFFERS if buffers is None else buffers, objective)
+    return BLTStrategy(th, om, n, objective=objective)

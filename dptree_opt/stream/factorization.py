@@ -1,0 +1,449 @@
+"""Continual counting with Gaussian factorisation mechanisms: the square root and BLT (issue 16).
+
+Both release y = C x + z over the T steps of the stream, C = T(c) lower-triangular Toeplitz
+(notation of :mod:`dptree_opt.strategies.toeplitz`, c_0 = 1), z ~ N(0, sigma^2 I), and answer
+the running count after step t with row t of B y, B = M C^-1 = T(b) (M the prefix matrix).
+Since B y = M x + B z, the estimate is computed as
+
+    estimate_t = (exact prefix count)_t + (B z)_t,
+
+the same number as the post-processing B y in exact arithmetic; it only involves steps <= t,
+so the counter is causal.
+
+Privacy (event level: one step's count changes by 1, i.e. one record added or removed). That
+changes one input x_j by 1 and y by column j of C, a prefix of (c_0, .., c_(T-1)), so the l2
+sensitivity is sens = sqrt(sum_(k<T) c_k^2) (column 0) and sigma = sens / sqrt(2 rho) gives
+rho-zCDP (Bun & Steinke 2016; MATH.md section 0).
+
+Error. The running count after t steps has variance sigma^2 sum_(k<t) b_k^2 (row t - 1 of
+T(b)), exactly; MATH.md section 9.
+
+* :class:`SqrtEngine` (Henzinger, Upadhyay, Upadhyay, SODA 2023; Fichtenberger et al.
+  ICML 2023): c_k = binom(2k, k) / 4^k, C^2 = M, so B = C and b = c. (B z)_t needs every past
+  draw: O(t) memory and an O(t) numpy dot per step.
+* :class:`BLTEngine` (Dvijotham, McMahan, Pillutla, Steinke, Thakurta, FOCS 2024): C a
+  buffered linear Toeplitz matrix with d buffers (:mod:`dptree_opt.strategies.blt`); C^-1 z
+  streams with d buffers (w_t = z_t - omega . s_t, s <- theta * s + w_t) and B z is the running
+  sum of w: O(d) memory and time per step. Parameters optimised for the horizon by default.
+
+Noise. ``rng=None`` (real use): z from OpenDP's float Gaussian (``make_gaussian`` on float
+vectors; its privacy map at the sensitivity is checked against rho when the engine is made),
+drawn ahead in blocks of at most 4096 (independent of the data). A numpy ``Generator``:
+simulation noise, no privacy guarantee. Caveat (also in ``account()``): the correlated noise
+B z is computed in double precision from the sampled z; the guarantee is that of the
+real-valued mechanism (floating-point effects of the post-processing are not analysed).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+
+import numpy as np
+
+from ..privacy import calibrate, check_budget
+from ..strategies.blt import (
+    _DEFAULT_BUFFERS,
+    blt_coefficients,
+    blt_inverse_coefficients,
+    blt_loss,
+    blt_noise_coefficients,
+    blt_sensitivity_squared,
+    check_blt_options,
+    inverse_spectral_radius,
+    optimize_blt,
+)
+from ..strategies.factorization import sqrt_coefficients
+from ..strategies.toeplitz import series_multiply, toeplitz
+from .base import CounterEngine, StrategyRows
+from .noise import check_rng, gaussian_vector
+
+__all__ = [
+    "MAX_SQRT_HORIZON",
+    "MAX_STRATEGY_STEPS",
+    "BLTEngine",
+    "SqrtEngine",
+    "ToeplitzEngine",
+]
+
+# The square root keeps every past draw (O(T) memory, O(t) per step): horizons up to 2^24.
+MAX_SQRT_HORIZON = 1 << 24
+# BLT: O(d) per step, closed-form sensitivity: stream.Counter's bound.
+MAX_BLT_HORIZON = 1 << 40
+# ``strategy(steps)`` builds a steps x steps matrix: at most this many steps.
+MAX_STRATEGY_STEPS = 8192
+_EXACT = 1 << 53
+_MAX_BLOCK = 4096
+_CHUNK = 1 << 20
+UNIT = "event (one step's count changes by 1)"
+CAVEAT = ("the correlated noise B z (B = M C^-1) is computed in double precision from the "
+          "sampled z (OpenDP's exact sampler when secure); the privacy guarantee is that of "
+          "the real-valued mechanism y = C x + z and its post-processing B y (floating-point "
+          "effects of the post-processing are not analysed)")
+
+
+def _check_count(count) -> int:
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
+        raise ValueError(f"count must be a non-negative integer, got {count!r}")
+    return int(count)
+
+
+def _sampler(secure: bool) -> str:
+    if not secure:
+        return "numpy simulation (Generator.normal; no privacy guarantee)"
+    from importlib.metadata import version
+    return (f"OpenDP {version('opendp')} make_gaussian on vector_domain(atom_domain(T=float, "
+            "nan=False)), l2_distance(T=float): float Gaussian (an exact discrete Gaussian on "
+            "a fine dyadic grid, rounded to double; OS randomness), applied to zeros")
+
+
+class ToeplitzEngine(CounterEngine):
+    """Shared engine for a lower-triangular Toeplitz factorisation counter (module docstring).
+
+    Subclasses give the strategy coefficients c, the noise coefficients b (first column of
+    M C^-1), the squared sensitivity over the horizon, and one step of (B z)_t and of b_t."""
+
+    name = "toeplitz"
+    description = "lower-triangular Toeplitz factorisation"
+    noise = "gaussian"
+    max_horizon = MAX_BLT_HORIZON
+
+    def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None):
+        if noise != "gaussian":
+            raise ValueError(f"mechanism {self.name!r} is Gaussian only (rho-zCDP, l2 "
+                             f"sensitivity): give rho, not epsilon (got noise={noise!r})")
+        if isinstance(horizon, (bool, np.bool_)) or not isinstance(horizon, Integral) \
+                or not 1 <= horizon <= self.max_horizon:
+            raise ValueError(f"horizon must be an integer in [1, {self.max_horizon}] for "
+                             f"mechanism {self.name!r}, got {horizon!r}")
+        self.horizon = int(horizon)
+        self.budget = check_budget(budget, "rho")
+        self._rng = check_rng(rng)
+        self.secure = rng is None
+        self._setup()
+        self.sensitivity = math.sqrt(self._sensitivity_squared())
+        self.sigma, self.sigma2 = calibrate(self.sensitivity, self.budget, "gaussian")
+        if self.secure:  # OpenDP's map at the sensitivity must not exceed rho (nothing drawn)
+            from ..data_release.secure_noise import _opendp
+            odp = _opendp()
+            meas = odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                                       odp.l2_distance(T=float), scale=float(self.sigma))
+            loss = meas.map(float(self.sensitivity))
+            if loss > self.budget * (1 + 1e-9):
+                raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > "
+                                 f"rho = {self.budget!r}")
+        self.t = 0
+        self._prefix = 0
+        self._var_sum = 0.0
+        self._block = np.zeros(0)
+        self._pos = 0
+        self._block_size = 16
+        self.estimate = 0.0
+        self.variance = 0.0
+
+    # ------------------------------------------------------------- subclass hooks
+    def _setup(self) -> None:
+        """Mechanism state (before the sensitivity is computed)."""
+
+    def _sensitivity_squared(self) -> float:
+        raise NotImplementedError
+
+    def coefficients(self, steps: int) -> np.ndarray:
+        """c_0..c_(steps-1), the first column of C."""
+        raise NotImplementedError
+
+    def noise_coefficients(self, steps: int) -> np.ndarray:
+        """b_0..b_(steps-1), the first column of B = M C^-1."""
+        raise NotImplementedError
+
+    def _step(self, z: float) -> tuple[float, float]:
+        """Advance by one draw z_t: return ((B z)_t, b_t) for t = self.t."""
+        raise NotImplementedError
+
+    def _run(self, z: np.ndarray) -> np.ndarray:
+        """B z for a whole stream on a fresh engine, leaving the state as after pushing."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------- noise
+    def _draw(self) -> float:
+        if not self.secure:
+            return float(gaussian_vector(self.sigma, 1, self._rng)[0])
+        if self._pos == self._block.size:  # secure: blocks of 16, 32, .., 4096 draws
+            size = min(self._block_size, self.horizon - self.t)
+            self._block = gaussian_vector(self.sigma, size, None)
+            self._pos = 0
+            self._block_size = min(2 * self._block_size, _MAX_BLOCK)
+        z = float(self._block[self._pos])
+        self._pos += 1
+        return z
+
+    # ------------------------------------------------------------- interface
+    def _check_steps(self, steps, minimum: int = 1) -> int:
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
+                or not minimum <= steps <= self.horizon:
+            raise ValueError(f"steps must be an integer in [{minimum}, horizon = "
+                             f"{self.horizon}], got {steps!r}")
+        return int(steps)
+
+    def push(self, count) -> tuple[float, float]:
+        """Add the next step's exact count; return (private running count, its exact variance
+        sigma^2 sum_(k<t) b_k^2). ValueError for a bad count or beyond the horizon (nothing
+        drawn)."""
+        count = _check_count(count)
+        if self.t >= self.horizon:
+            raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
+        if self._prefix + count >= _EXACT:
+            raise ValueError("the running count would reach 2^53 (not exact in double)")
+        noise, b_t = self._step(self._draw())
+        self.t += 1
+        self._prefix += count
+        self._var_sum += b_t * b_t
+        self.estimate = float(self._prefix) + noise
+        self.variance = self.sigma2 * self._var_sum
+        return self.estimate, self.variance
+
+    def run(self, counts) -> tuple[np.ndarray, np.ndarray]:
+        """A whole stream at once on a fresh engine (vectorised, FFT products): returns the
+        running counts and their variances after steps 1..len(counts); afterwards ``push``
+        continues from step len(counts). With a numpy Generator it equals pushing the counts
+        one by one from the same seed (same draws; rounding aside)."""
+        if self.t:
+            raise ValueError("run() needs a fresh engine (no step pushed yet)")
+        try:
+            x = np.asarray(counts)
+        except (TypeError, ValueError):
+            raise ValueError("counts must be a 1-D array of non-negative integers") from None
+        if x.ndim != 1 or x.size == 0 or x.size > self.horizon:
+            raise ValueError(f"counts must be a 1-D array of 1..{self.horizon} counts, got "
+                             f"shape {x.shape}")
+        if x.dtype == bool or not np.issubdtype(x.dtype, np.integer) or np.any(x < 0):
+            raise ValueError("counts must be non-negative integers")
+        prefix = np.cumsum(x.astype(np.int64))
+        if int(prefix[-1]) >= _EXACT:
+            raise ValueError("the running count would reach 2^53 (not exact in double)")
+        z = gaussian_vector(self.sigma, x.size, self._rng)
+        noise = self._run(z)
+        var = self.step_variances(x.size)
+        self.t = int(x.size)
+        self._prefix = int(prefix[-1])
+        self._var_sum = var[-1] / self.sigma2 if self.sigma2 > 0 else 0.0
+        est = prefix.astype(float) + noise
+        self.estimate, self.variance = float(est[-1]), float(var[-1])
+        return est, var
+
+    def step_variances(self, steps: int | None = None) -> np.ndarray:
+        """Exact variances sigma^2 sum_(k<t) b_k^2 of the running counts after steps
+        1..steps (default: the horizon; 0 gives an empty array), vectorised."""
+        steps = self.horizon if steps is None else self._check_steps(steps, 0)
+        if steps == 0:
+            return np.zeros(0)
+        b = self.noise_coefficients(steps)
+        return self.sigma2 * np.cumsum(b * b)
+
+    def correlate(self, z) -> np.ndarray:
+        """B z = M C^-1 z (the noise of the running counts for draws z), by FFT. Stateless."""
+        z = np.asarray(z, dtype=float)
+        if z.ndim != 1 or not 1 <= z.size <= self.horizon:
+            raise ValueError(f"z must be a 1-D array of 1..{self.horizon} draws")
+        return series_multiply(self.noise_coefficients(z.size), z)
+
+    def strategy(self, steps: int) -> StrategyRows:
+        """The first ``steps`` released rows: T(c) restricted to the first ``steps`` inputs
+        (sparse), noise variance sigma^2 each, row i released at step i + 1. steps <= 8192."""
+        steps = self._check_steps(steps)
+        if steps > MAX_STRATEGY_STEPS:
+            raise ValueError(f"strategy(steps) builds a steps x steps matrix: refused for "
+                             f"{steps} > {MAX_STRATEGY_STEPS}")
+        mat = toeplitz(self.coefficients(steps)).matrix
+        return StrategyRows(mat, np.full(steps, self.sigma2), np.arange(1, steps + 1))
+
+    def account(self) -> dict:
+        """JSON-able privacy account (module docstring)."""
+        return {
+            "mechanism": f"{self.name}: {self.description}",
+            "noise": "gaussian",
+            "rho": self.budget,
+            "budget": {"rho": self.budget},
+            "unit": UNIT,
+            "horizon": self.horizon,
+            "sigma": self.sigma,
+            "l2_sensitivity": self.sensitivity,
+            "sensitivity_formula": "sqrt(sum_(k<T) c_k^2), column 0 of C",
+            "sampler": _sampler(self.secure),
+            "secure": self.secure,
+            "caveat": CAVEAT,
+        }
+
+
+# ======================================================================== square root
+def _sqrt_sum_squares(n: int) -> float:
+    """sum_(k<n) c_k^2 for c_k = binom(2k, k) / 4^k, in chunks (O(n) time, O(2^20) memory)."""
+    if n <= _CHUNK:
+        c = sqrt_coefficients(n)
+        return float(c @ c)
+    total, last = 0.0, 1.0
+    for lo in range(0, n, _CHUNK):
+        hi = min(n, lo + _CHUNK)
+        k = np.arange(max(lo, 1), hi, dtype=float)
+        c = last * np.cumprod((2.0 * k - 1.0) / (2.0 * k))
+        if lo == 0:
+            c = np.concatenate([[1.0], c])
+        total += float(c @ c)
+        last = float(c[-1])
+    return total
+
+
+class SqrtEngine(ToeplitzEngine):
+    """The square-root factorisation counter (module docstring): C = M^(1/2), B = C.
+
+    ``SqrtEngine(horizon, noise="gaussian", budget=rho, rng=None)``. Per step O(t) (a numpy
+    dot over all past draws; the square root has no finite-state recurrence); memory O(t);
+    horizon <= 2^24."""
+
+    name = "sqrt"
+    description = "square-root factorisation (Henzinger, Upadhyay, Upadhyay 2023)"
+    max_horizon = MAX_SQRT_HORIZON
+
+    def _setup(self) -> None:
+        self._z = np.zeros(0)
+        self._c = np.zeros(0)
+
+    def _sensitivity_squared(self) -> float:
+        return _sqrt_sum_squares(self.horizon)
+
+    def coefficients(self, steps: int) -> np.ndarray:
+        return sqrt_coefficients(self._check_steps(steps))
+
+    def noise_coefficients(self, steps: int) -> np.ndarray:
+        return sqrt_coefficients(self._check_steps(steps))
+
+    def _grow(self, size: int) -> None:
+        if size > self._z.size:
+            cap = min(self.horizon, max(size, 2 * self._z.size, 64))
+            z = np.zeros(cap)
+            z[: self.t] = self._z[: self.t]
+            self._z = z
+            self._c = sqrt_coefficients(cap)
+
+    def _step(self, z: float) -> tuple[float, float]:
+        t = self.t
+        self._grow(t + 1)
+        self._z[t] = z
+        # (C z)_t = sum_(k<=t) c_k z_(t-k): one dot over the whole past, O(t)
+        noise = float(self._c[: t + 1] @ self._z[t::-1]) if t else z
+        return noise, float(self._c[t])
+
+    def _run(self, z: np.ndarray) -> np.ndarray:
+        self._grow(z.size)
+        self._z[: z.size] = z
+        return series_multiply(sqrt_coefficients(z.size), z)
+
+    def account(self) -> dict:
+        out = super().account()
+        out["strategy"] = "square root of the prefix matrix, c_k = binom(2k, k) / 4^k"
+        out["memory"] = "O(t): every past draw"
+        return out
+
+
+# ======================================================================== BLT
+class BLTEngine(ToeplitzEngine):
+    """The buffered-linear-Toeplitz counter (module docstring): O(buffers) memory and time
+    per step.
+
+    ``BLTEngine(horizon, noise="gaussian", budget=rho, rng=None, buffers=None,
+    objective="mean", theta=None, omega=None)``: without ``theta``/``omega`` the parameters
+    minimise the prefix ``objective`` ("mean" or "max" per unit sigma^2) for this horizon
+    with ``buffers`` buffers (default 4; :func:`dptree_opt.strategies.blt.optimize_blt`,
+    cached); with them (both, same length, 0 < theta < 1), they are used as given and C^-1
+    must be stable (its poles, the eigenvalues of diag(theta) - 1 omega', inside the unit
+    circle)."""
+
+    name = "blt"
+    description = ("buffered linear Toeplitz (Dvijotham, McMahan, Pillutla, Steinke, "
+                   "Thakurta 2024)")
+
+    def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None, buffers=None,
+                 objective: str = "mean", theta=None, omega=None):
+        given = check_blt_options(buffers, objective, theta, omega)
+        if given is not None:
+            th, om = given
+            radius = inverse_spectral_radius(th, om)
+            if not radius < 1.0:
+                raise ValueError(f"C^-1 is not stable (spectral radius {radius!r} >= 1 of "
+                                 "diag(theta) - 1 omega'): the noise would grow geometrically")
+            self.objective = None
+        else:
+            th = om = None
+            self.objective = objective
+        self._given = (th, om)
+        self._buffers = _DEFAULT_BUFFERS if buffers is None else int(buffers)
+        super().__init__(horizon, noise=noise, budget=budget, rng=rng)
+
+    def _setup(self) -> None:
+        th, om = self._given
+        if th is None:
+            th, om, _ = optimize_blt(self.horizon, self._buffers, self.objective)
+        self.theta, self.omega = th, om
+        self.buffers = int(th.size)
+        d = self.buffers
+        self._s = np.zeros(d)          # noise buffers: C^-1 z state
+        self._r = 0.0                  # running sum of C^-1 z = (B z)_t
+        self._si = np.zeros(d)         # the same recurrence on the impulse e_0: b_t
+        self._ri = 0.0
+
+    def _sensitivity_squared(self) -> float:
+        return blt_sensitivity_squared(self.theta, self.omega, self.horizon)
+
+    def coefficients(self, steps: int) -> np.ndarray:
+        return blt_coefficients(self.theta, self.omega, self._check_steps(steps))
+
+    def noise_coefficients(self, steps: int) -> np.ndarray:
+        return blt_noise_coefficients(self.theta, self.omega, self._check_steps(steps))
+
+    def _step(self, z: float) -> tuple[float, float]:
+        w = z - float(self.omega @ self._s)                 # (C^-1 z)_t
+        self._s = self.theta * self._s + w
+        self._r += w
+        ui = (1.0 if self.t == 0 else 0.0) - float(self.omega @ self._si)
+        self._si = self.theta * self._si + ui
+        self._ri += ui
+        return self._r, self._ri
+
+    def _final_state(self, w: np.ndarray) -> np.ndarray:
+        """s_T = sum_k theta^(T-1-k) w_k per buffer (the state after feeding w), chunked."""
+        n = w.size
+        out = np.zeros(self.buffers)
+        log_th = np.log(self.theta)
+        for lo in range(0, n, _CHUNK):
+            hi = min(n, lo + _CHUNK)
+            p = np.exp(np.outer(n - 1 - np.arange(lo, hi), log_th))
+            out += w[lo:hi] @ p
+        return out
+
+    def _run(self, z: np.ndarray) -> np.ndarray:
+        n = z.size
+        u = blt_inverse_coefficients(self.theta, self.omega, n)
+        w = series_multiply(u, z)                          # C^-1 z
+        self._s = self._final_state(w)
+        self._r = float(w.sum())
+        self._si = self._final_state(u)
+        self._ri = float(u.sum())
+        return np.cumsum(w)
+
+    def account(self) -> dict:
+        out = super().account()
+        out.update({
+            "strategy": "buffered linear Toeplitz: c_0 = 1, c_i = sum_j omega_j "
+                        "theta_j^(i-1)",
+            "buffers": self.buffers,
+            "theta": [float(v) for v in self.theta],
+            "omega": [float(v) for v in self.omega],
+            "objective": self.objective,
+            # sigma^2 ||T(b)||_F^2 / T and sigma^2 ||b||^2 = blt_loss / (2 rho)
+            "mean_step_variance": blt_loss(self.theta, self.omega, self.horizon, "mean")
+            / (2.0 * self.budget),
+            "final_step_variance": blt_loss(self.theta, self.omega, self.horizon, "max")
+            / (2.0 * self.budget),
+            "memory": "O(buffers)",
+        })
+        return out
