@@ -100,6 +100,9 @@ def test_event_column_is_binned_into_steps(tmp_path, capsys):
     (lambda p: p.write_text("1\n2\n"), ["--epsilon", "1", "--lower", "0"], "--lower"),
     (lambda p: p.write_text(""), ["--epsilon", "1"], "empty"),
     (lambda p: p.write_text("9007199254740993\n"), ["--epsilon", "1"], "2\\^53"),
+    (lambda p: p.write_text("1000000000000,5\n"), ["--epsilon", "1"], "one count per line"),
+    (lambda p: p.write_bytes(b"\xef\xbb\xbf1\r\n\r\n2\r\nx\r\n"), ["--epsilon", "1"],
+     "line 4"),
 ])
 def test_bad_input_is_refused_before_any_noise(tmp_path, capsys, opendp_calls, make, argv,
                                                match):

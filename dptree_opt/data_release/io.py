@@ -672,8 +672,8 @@ _NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$|^[+-]?(?:nan
 
 
 def read_counts(path, bins: int | None) -> np.ndarray:
-    """The K bin counts (int64, shape (K,)) from a counts file (``bins`` None: as many as the
-    file gives, K = the number of counts or the largest bin + 1; a stream's steps).
+    """The K bin counts (int64, shape (K,)) from a counts file (``bins`` None: a stream's
+    steps, one count per line, as many as the file gives).
 
     Formats (fields separated by a comma or by whitespace; blank lines ignored; LF / CRLF /
     CR; UTF-8, a byte-order mark skipped): one count per line in bin order (exactly K lines),
@@ -741,9 +741,11 @@ def read_counts(path, bins: int | None) -> np.ndarray:
     if unmatched.any():
         raise ValueError(f"counts file {path}: lines must all hold one count, or all "
                          f"'bin,count' (line {line_no[int(np.argmax(unmatched))]})")
+    if bins is None:   # a stream: its length is the number of lines, never a bin index
+        raise ValueError(f"counts file {path}: a counts stream has one count per line (line "
+                         f"{line_no[0]} looks like 'bin,count')")
     idx = _exact_integers(pa, pc, fields.field("bin"), line_no, path, "bin")
     values = _exact_integers(pa, pc, fields.field("count"), line_no, path, "count")
-    bins = int(idx.max()) + 1 if bins is None else bins
     if idx.max() >= bins:
         n = int(np.argmax(idx >= bins))
         raise ValueError(f"counts file {path}: bin {int(idx[n])} at line {line_no[n]} is not "
