@@ -5,21 +5,19 @@ The O(d^3 log n) closed-form losses against direct summation and against
 series inverse; the optimiser against the published numbers of MATH.md section 7 (jax_privacy's
 max-objective BLT, the optimal factorisation as a lower bound); bad input refused."""
 
+import importlib
 import itertools
 import math
-import sys
-import time
 
 import numpy as np
 import pytest
 import scipy.linalg as sla
 
-import dptree_opt.strategies.blt  # noqa: F401  (the module; ``strategies.blt`` is the function)
 from dptree_opt import Mechanism, expected_error, workloads
 from dptree_opt.strategies import BLTStrategy, ToeplitzStrategy, blt
 from dptree_opt.strategies.toeplitz import series_inverse
 
-B = sys.modules["dptree_opt.strategies.blt"]
+B = importlib.import_module("dptree_opt.strategies.blt")  # ``strategies.blt`` is the function
 
 PARAMS = [
     (np.array([0.99, 0.9, 0.5]), np.array([0.05, 0.15, 0.3])),
@@ -100,7 +98,6 @@ def test_mean_objective_anchor_2_10():
     assert 8.7348 <= best <= 9.692
     assert best < 9.6708
     assert best >= 9.342  # MATH.md: optimal Toeplitz 9.343 (our full L-BFGS: 9.34273)
-    assert best == pytest.approx(9.34749, abs=5e-5)
 
 
 @pytest.mark.parametrize("n, buffers, published", [(1 << 10, 3, 9.692), (1 << 16, 4, 19.803),
@@ -121,7 +118,7 @@ def test_optimiser_small_n_and_shapes():
         assert s.coefficients[0] == 1.0
     th, om, loss = B.optimize_blt(100, 2, "max")
     assert th[0] > th[1] and np.all(om > 0)
-    assert loss == pytest.approx(B.blt_loss(th, om, 100, "max"))
+    assert loss == pytest.approx(_direct(th, om, 100)[4], rel=1e-11)
     s = blt(100, theta=th, omega=om)
     assert s.objective is None and blt(100, buffers=2).objective == "mean"
     t = s.with_total_row()
@@ -165,14 +162,13 @@ def test_bad_starts_refused():
 
 
 @pytest.mark.slow
-def test_runs_at_2_20_in_seconds():
+def test_at_2_20():
+    """n = 2^20: the closed-form loss equals expected_error and beats the square root
+    (MATH.md section 7); the closed form stays finite at n = 2^40. (Timing: benchmarks.)"""
     n = 1 << 20
-    B._optimize_cached.cache_clear()
-    t0 = time.perf_counter()
     s = blt(n, buffers=5, objective="mean")
     mech = Mechanism(s, rho=0.5, noise="gaussian", neighbours="add_remove")
     err = expected_error(workloads.prefix(n), mech) / n
-    assert time.perf_counter() - t0 < 60
     assert s.loss("mean") == pytest.approx(err, rel=1e-9)
     assert err < 28.2753  # beats the square root at 2^20
     assert math.isfinite(B.blt_loss(s.theta, s.omega, 1 << 40))

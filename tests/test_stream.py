@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.stream import Counter
 
 
@@ -92,23 +91,12 @@ def test_privacy_recomputed_from_the_nodes(T, k, noise):
     assert loss == pytest.approx(next(iter(kw.values())), rel=1e-12)
 
 
-def test_secure_counter_uses_opendp_and_integer_noise(monkeypatch):
-    calls = []
-    real = sn._opendp_measurement
-
-    def spy(**kw):
-        calls.append(kw)
-        return real(**kw)
-
-    def boom(*a, **k):
-        raise AssertionError("numpy noise in a secure counter")
-
-    monkeypatch.setattr(sn, "_opendp_measurement", spy)
-    for name in ("laplace", "normal", "random"):
-        monkeypatch.setattr(np.random, name, boom)
+def test_secure_counter_uses_opendp_and_integer_noise(opendp_calls, no_numpy_noise):
     c = Counter(20, epsilon=1.0)
-    assert c.secure and len(calls) == c.levels == 5       # 2^4 <= 20: levels 0..4
+    assert c.secure and opendp_calls.count("built") == c.levels == 5  # 2^4 <= 20: levels 0..4
     ys = [c.update(1) for _ in range(20)]
+    # one draw per node complete within 20 steps: 20 + 10 + 5 + 2 + 1
+    assert opendp_calls.count("drawn") == 38
     assert all(y == round(y) for y in ys)
     # the discrete Laplace variance q / (1 - q)^2 * 2 with q = exp(-eps_l)
     q = math.exp(-0.2)

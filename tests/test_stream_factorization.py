@@ -15,7 +15,8 @@ import scipy.linalg as sla
 
 from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.strategies.blt import blt_loss, optimize_blt
-from dptree_opt.stream import factorization
+from dptree_opt.strategies.factorization import sqrt_coefficients
+from dptree_opt.stream import Counter, factorization
 from dptree_opt.stream.factorization import BLTEngine, SqrtEngine, ToeplitzEngine
 
 THETA = [0.95, 0.6, 0.2]
@@ -207,7 +208,7 @@ def test_secure_path_uses_opendp_only(cls, kw, monkeypatch):
     est, var = _push_all(eng, np.ones(40, dtype=int))
     assert np.all(np.isfinite(est)) and len(calls) >= 2
     assert rngs and all(r is None for r in rngs)
-    assert sum(1 for _ in rngs) <= 3  # blocks of 16, 32, .. draws, not one call per step
+    assert len(rngs) == 2  # 40 steps: blocks of 16 then 32 draws, not one call per step
     assert np.allclose(var, eng.step_variances(40))
     eng2 = cls(100, noise="gaussian", budget=0.5, rng=None, **kw)
     est2, _ = eng2.run(np.ones(50, dtype=int))
@@ -305,24 +306,17 @@ def test_bad_steps_and_counts_refused(cls):
     assert fresh.t == 0
 
 
-def test_through_counter_if_registered():
-    """When stream.Counter dispatches mechanism='sqrt' / 'blt' to these engines, it gives the
-    same numbers as the engines themselves (skipped until the lead's dispatch lands)."""
-    from dptree_opt.stream import Counter
+@pytest.mark.parametrize("mech, cls", [("sqrt", SqrtEngine), ("blt", BLTEngine)])
+def test_through_counter(mech, cls):
+    """stream.Counter(mechanism='sqrt' | 'blt').update gives the engine's numbers."""
     T = 30
     counts = np.random.default_rng(1).integers(0, 5, T)
-    for mech, cls in (("sqrt", SqrtEngine), ("blt", BLTEngine)):
-        try:
-            counter = Counter(T, rho=0.5, mechanism=mech, rng=np.random.default_rng(4))
-        except (ValueError, TypeError) as exc:
-            pytest.skip(f"Counter does not dispatch {mech!r} yet: {exc}")
-        got = []
-        for c in counts:
-            out = counter.push(int(c)) if hasattr(counter, "push") else counter.update(int(c))
-            got.append(out[0] if isinstance(out, tuple) else out)
-        ref, _ = _push_all(cls(T, noise="gaussian", budget=0.5,
-                               rng=np.random.default_rng(4)), counts)
-        np.testing.assert_allclose(got, ref, rtol=1e-12)
+    counter = Counter(T, rho=0.5, mechanism=mech, rng=np.random.default_rng(4))
+    got = [counter.update(int(c)) for c in counts]
+    ref, var = _push_all(cls(T, noise="gaussian", budget=0.5,
+                             rng=np.random.default_rng(4)), counts)
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    assert counter.variance == var[-1]
 
 
 def test_blt_at_2_20():
@@ -343,6 +337,5 @@ def test_blt_at_2_20():
 def test_sqrt_engine_large_horizon_sensitivity():
     T = (1 << 20) + 12345  # crosses the chunked summation
     eng = SqrtEngine(T, budget=0.5, rng=np.random.default_rng(0))
-    from dptree_opt.strategies.factorization import sqrt_coefficients
     c = sqrt_coefficients(T)
     assert eng.sensitivity == pytest.approx(math.sqrt(float(c @ c)), rel=1e-12)

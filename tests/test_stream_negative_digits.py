@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from dptree_opt.data_release import secure_noise as sn
+from dptree_opt.stream import Counter
 from dptree_opt.stream import noise as stream_noise
 from dptree_opt.stream.negative_digits import (
     NegativeDigitsEngine,
@@ -248,28 +248,10 @@ def test_memory_is_a_window_per_level():
         assert worst <= k + 2
 
 
-def test_secure_path_uses_opendp_and_no_numpy_noise(monkeypatch):
-    """No numpy generator can be made or used (numpy's Generator type itself is immutable,
-    so its methods cannot be patched: the module-level samplers and default_rng are), and
-    every noise draw is a call of an OpenDP measurement checked at sensitivity 1."""
-    calls, draws = [], []
-    real = sn._opendp_measurement
-
-    def spy(**kw):
-        calls.append(kw)
-        meas = real(**kw)
-
-        def counted(arg):
-            draws.append(arg)
-            return meas(arg)
-        return counted
-
-    def boom(*a, **k):
-        raise AssertionError("numpy noise in a secure counter")
-
-    monkeypatch.setattr(sn, "_opendp_measurement", spy)
-    for name in ("default_rng", "Generator", "laplace", "normal", "random"):
-        monkeypatch.setattr(np.random, name, boom)
+def test_secure_path_uses_opendp_and_no_numpy_noise(opendp_calls, no_numpy_noise):
+    """No numpy generator can be made or used (conftest), and every noise draw is a call of an
+    OpenDP measurement checked at sensitivity 1."""
+    calls, draws = opendp_calls.built, opendp_calls.drawn
     e = NegativeDigitsEngine(60, noise="laplace", budget=1.0, rng=None, branching=5)
     assert e.secure and len(calls) == e.levels == 3     # (5^3 - 1) / 2 = 62 >= 60
     assert all(c["sensitivity"] == 1.0 for c in calls)
@@ -356,19 +338,23 @@ def test_study_constants_reproduce_the_papers_claims():
     assert mean_variance(T) == pytest.approx(
         (3 * 360 / 76 + 0.5 + 0.5 / T) * 2 * 16, rel=1e-12)
     rows = {r["T"]: r for r in study_constants([10, 16, 20])}
-    assert rows[2**20]["honaker_over_ours"] == pytest.approx(4.153, abs=1e-3)
-    assert rows[2**20]["binary_over_ours"] == pytest.approx(7.689, abs=1e-3)
-    assert rows[2**16]["best_levels"] == 4 and rows[2**16]["levels"] == 5
+    # the baselines at T = 2^20 (21 binary levels, v = 2 * 21^2 per node, eps = 1), by hand:
+    # bit l < 20 of t = 1..2^20 is set for half the steps, bit 20 once; binary: popcount
+    # nodes of variance v; Honaker: a level-l node's from-below variance v 2^l / (2^(l+1) - 1)
+    T, v, unit = 2**20, 2.0 * 21**2, 20.0**3
+    honaker = sum(v * 2**lv / (2 ** (lv + 1) - 1) / 2 for lv in range(20)) \
+        + v * 2**20 / (2**21 - 1) / T
+    assert rows[T]["binary"] * unit == pytest.approx((10 + 1 / T) * v, rel=1e-12)
+    assert rows[T]["honaker"] * unit == pytest.approx(honaker, rel=1e-12)
+    assert 3.5 < rows[T]["honaker_over_ours"] < 4.5          # [APST]: "about 4 times"
+    # (19^5 - 1) / 2 >= 2^16 > (19^4 - 1) / 2: 5 balanced levels; fewer levels do better
+    assert rows[2**16]["levels"] == 5 and rows[2**16]["best_levels"] < 5
     assert rows[2**16]["ours_best"] < rows[2**16]["ours"]
 
 
 def test_through_the_counter_front_end():
-    stream = pytest.importorskip("dptree_opt.stream")
-    try:
-        c = stream.Counter(120, epsilon=1.0, mechanism="negative_digits", branching=19,
-                           rng=np.random.default_rng(9))
-    except ValueError as err:           # the front end does not dispatch to this engine yet
-        pytest.skip(str(err))
+    c = Counter(120, epsilon=1.0, mechanism="negative_digits", branching=19,
+                rng=np.random.default_rng(9))
     e = _engine(120, 19, rng=9)
     x = np.random.default_rng(10).integers(0, 4, 120)
     np.testing.assert_array_equal([c.update(int(v)) for v in x], [e.push(int(v))[0] for v in x])
@@ -378,4 +364,4 @@ def test_through_the_counter_front_end():
     json.dumps(acc)
     assert acc["horizon"] == 120 and acc["branching"] == 19
     with pytest.raises(ValueError, match="branching"):
-        stream.Counter(120, epsilon=1.0, mechanism="negative_digits", branching=18)
+        Counter(120, epsilon=1.0, mechanism="negative_digits", branching=18)

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 
-from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.stream import Counter
 from dptree_opt.stream import noise as stream_noise
 
@@ -164,23 +163,12 @@ def test_unbounded_counter_is_causal_and_runs_long():
     assert ca.variance == pytest.approx(v[299], rel=1e-12)
 
 
-def test_secure_unbounded_counter_uses_opendp_only(monkeypatch):
-    calls = []
-    real = sn._opendp_measurement
-
-    def spy(**kw):
-        calls.append(kw)
-        return real(**kw)
-
-    def boom(*a, **k):
-        raise AssertionError("numpy noise in a secure counter")
-
-    monkeypatch.setattr(sn, "_opendp_measurement", spy)
-    for name in ("default_rng", "laplace", "normal"):   # no numpy generator or draw at all
-        monkeypatch.setattr(np.random, name, boom)
+def test_secure_unbounded_counter_uses_opendp_only(opendp_calls, no_numpy_noise):
     c = Counter(None, rho=0.5, estimator="causal")
     ys = [c.update(1) for _ in range(20)]
-    assert len(ys) == 20 and calls
+    # blocks [0,1) [1,2) [2,4) [4,8) [8,16) complete, [16,32) has 4 steps: tree nodes
+    # 1 + 1 + 3 + 7 + 15 + (4 + 2 + 1) and 5 block totals
+    assert opendp_calls.count("drawn") == 1 + 1 + 3 + 7 + 15 + 7 + 5
     assert all(math.isfinite(y) for y in ys)
     acc = c.account()
     json.dumps(acc)
@@ -277,22 +265,10 @@ def test_tree_blue_ahead_step_variances_equal_monte_carlo():
     assert np.all(np.abs(m2 - exact) <= 4 * se)
 
 
-def test_tree_blue_ahead_secure_uses_opendp_only(monkeypatch):
-    calls = []
-    real = sn._opendp_measurement
-
-    def spy(**kw):
-        calls.append(kw)
-        return real(**kw)
-
-    def boom(*a, **k):
-        raise AssertionError("numpy noise in a secure counter")
-
-    monkeypatch.setattr(sn, "_opendp_measurement", spy)
-    for name in ("default_rng", "laplace", "normal"):
-        monkeypatch.setattr(np.random, name, boom)
+def test_tree_blue_ahead_secure_uses_opendp_only(opendp_calls, no_numpy_noise):
     c = Counter(64, epsilon=1.0, mechanism="tree_blue", branching=4)
-    assert len(calls) == 4                      # one measurement per level of 4^3
+    # one measurement per level of 4^3, each drawn once (a vector of that level's nodes)
+    assert opendp_calls.events == ["built"] * 4 + ["drawn"] * 4
     ys = [c.update(2) for _ in range(64)]
     assert all(math.isfinite(y) for y in ys)
     acc = c.account()

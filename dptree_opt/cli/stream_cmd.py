@@ -10,8 +10,10 @@ the same as JSON (account + steps), ``--plot`` a PNG of the running counts with 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 import sys
 
 import numpy as np
@@ -31,7 +33,7 @@ def register(sub) -> None:
                "1000 --rho 0.5 --mechanism blt\n"
                "  dptree-opt stream logins.csv --column time --lower 0 --upper 86400 "
                "--steps 1440 --epsilon 1 --estimator causal --plot run.png",
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="data file (CSV/TSV/Parquet) with --column")
     p.add_argument("--counts", metavar="FILE", help="a counts stream: one count per line "
                    "('-' = standard input, answered line by line)")
@@ -65,7 +67,6 @@ def _check_output(path, flag, suffixes, sources) -> None:
         return
     if not str(path).lower().endswith(suffixes):
         raise ValueError(f"{flag}: expected a {'/'.join(suffixes)} file name, got {path!r}")
-    import os
     for src in sources:
         if src not in (None, "-") and os.path.exists(src) and os.path.exists(path) \
                 and os.path.samefile(src, path):
@@ -163,7 +164,6 @@ class _Lines:
             print(line, flush=self.flush)
         except BrokenPipeError:
             self.quiet = True
-            import os
             sys.stdout = open(os.devnull, "w")   # no second error at interpreter exit
 
 

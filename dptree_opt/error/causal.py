@@ -69,8 +69,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import workloads
-from ..estimation.causal import (CAUSAL_METHODS, MAX_CAUSAL_DENSE_BINS,
-                                 check_causal_workload, check_tree_prefixes_identified,
+from ..estimation.causal import (MAX_CAUSAL_DENSE_BINS, check_causal_inputs,
+                                 check_tree_prefixes_identified,
                                  dense_causal, from_below_variances, maximal_nodes,
                                  not_identified, query_intervals, tree_widths,
                                  triangular_restriction)
@@ -92,8 +92,9 @@ class _SubtreeNotIdentified(ValueError):
 
 def tree_causal_prefix_variances(branching, level_variances, per_query: bool = True):
     """Causal BLUE variance of every prefix C_t, t = 1..K (shape (K,)), or their sum, on a
-    level-uniform tree (module docstring). O(K) per query, O(h) total; ValueError if some
-    prefix is not identified."""
+    level-uniform tree: Var_t = sum_l d_l(t) F_l, F_l of [HON] eq. (10) (module docstring;
+    MATH.md section 9). O(K) per query, O(h) total; ValueError if some prefix is not
+    identified."""
     ks, _, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     check_tree_prefixes_identified(ks, F)
@@ -129,12 +130,23 @@ def _suffix_table(ks, v, lvl: int) -> np.ndarray:
 
 def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
     """Causal BLUE variance of the ranges [lo, hi) (answered at step hi) on a level-uniform
-    tree: full maximal nodes (F_l) plus the straddled node's suffix (module docstring).
-    O(K) tables, then O(h) per range."""
-    ks, _, v = tree._check_tree(branching, level_variances)
+    tree: full maximal nodes (F_l, [HON] eq. (10)) plus the straddled node's suffix (offline
+    subtree variance, :func:`dptree_opt.error.tree.blue_error`; module docstring). O(K)
+    tables, then O(h) per range. ValueError unless 0 <= lo <= hi <= K (integers, 1-D)."""
+    ks, w, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
-    lo = np.asarray(lo, dtype=np.int64)
-    hi = np.asarray(hi, dtype=np.int64)
+    try:
+        lo_f, hi_f = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("lo and hi must be arrays of integers") from None
+    if lo_f.ndim != 1 or lo_f.shape != hi_f.shape:
+        raise ValueError(f"lo and hi must be 1-D arrays of one shape, got {lo_f.shape} and "
+                         f"{hi_f.shape}")
+    with np.errstate(invalid="ignore"):  # NaN / inf: refused below
+        lo, hi = lo_f.astype(np.int64), hi_f.astype(np.int64)
+    if (np.any(lo != lo_f) or np.any(hi != hi_f) or np.any(lo < 0) or np.any(hi > w[0])
+            or np.any(lo > hi)):
+        raise ValueError(f"ranges [lo, hi) must be integers with 0 <= lo <= hi <= K = {w[0]}")
     out = np.zeros(lo.size)
     tables = {}
     for c0 in range(0, lo.size, _QUERY_CHUNK):
@@ -157,7 +169,8 @@ def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarra
 
 def tree_causal_all_range_total(branching, level_variances) -> float:
     """Sum of the causal variances of all K (K + 1) / 2 ranges on a level-uniform tree, O(h^2)
-    (closed form over the digits, module docstring)."""
+    (closed form over the mixed-radix digits of t with F_l of [HON] eq. (10) and the offline
+    subtree prefix totals of :func:`dptree_opt.error.tree.blue_error`; module docstring)."""
     ks, w, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     check_tree_prefixes_identified(ks, F)  # every level with digits > 0 must be identified
@@ -186,8 +199,10 @@ def tree_causal_all_range_total(branching, level_variances) -> float:
 
 def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
     """Causal variance of every prefix C_t (t = 1..K) on an interval (laminar) strategy:
-    the series sum of 1 / g_v over the maximal complete nodes of [0, t) (module
-    docstring). O(rows). ValueError for the first prefix that is not identified."""
+    the series sum of 1 / g_v over the maximal complete nodes of [0, t), g_v the effective
+    conductances of :func:`dptree_opt.estimation.laminar.laminar_model` (Honaker's
+    from-below pass as series / parallel reduction; module docstring). O(rows). ValueError
+    for the first prefix that is not identified or a strategy that is not laminar."""
     lam = laminar_model(mechanism)
     K = mechanism.n_bins
     hi_v = np.asarray(lam.hi, dtype=np.int64)
@@ -222,16 +237,16 @@ def _offline(workload, mechanism, per_query, method="auto"):
 
 
 def _last_step_ranges(workload, lo=None, hi=None):
-    """The queries answered at step n as a ranges workload (None if there are none), and
-    their mask (None for all_range, which is not listed)."""
+    """The queries answered at step n (hi == n) as a ranges workload, in workload order, or
+    None if there are none (all_range: the n ranges [a, n), not listed)."""
     n = workload.n_bins
     if workload.kind == "all_range":
         a = np.arange(n)
-        return workloads.ranges(n, np.column_stack([a, np.full(n, n - 1)])), None
+        return workloads.ranges(n, np.column_stack([a, np.full(n, n - 1)]))
     last = hi == n
     if not last.any():
-        return None, last
-    return workloads.ranges(n, np.column_stack([lo[last], hi[last] - 1])), last
+        return None
+    return workloads.ranges(n, np.column_stack([lo[last], hi[last] - 1]))
 
 
 def _triangular_error(workload, mechanism, core, per_query, method):
@@ -241,7 +256,7 @@ def _triangular_error(workload, mechanism, core, per_query, method):
     lo = hi = None
     if workload.kind != "all_range" or per_query:
         lo, hi = query_intervals(workload)
-    last_wl, last = _last_step_ranges(workload, lo, hi)
+    last_wl = _last_step_ranges(workload, lo, hi)
     if per_query:
         var = np.array(_offline(workload, core, True, method), dtype=float)
         if last_wl is not None:
@@ -257,7 +272,7 @@ def _triangular_error(workload, mechanism, core, per_query, method):
 def _dense_error(workload, mechanism, per_query, method):
     lo, hi = query_intervals(workload)
     var, _ = dense_causal(mechanism).run(lo, hi)
-    last_wl, last = _last_step_ranges(workload, lo, hi)
+    last_wl = _last_step_ranges(workload, lo, hi)
     if last_wl is not None:
         var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, method)
     return var if per_query else float(var.sum())
@@ -290,12 +305,7 @@ def causal_error(workload, mechanism: Mechanism, per_query: bool = False,
     (n <= MAX_CAUSAL_DENSE_BINS = 4096). ``method="dense"``: the dense filter always (the
     oracle of the structured paths). ValueError if a query is not identified by the rows
     complete at its step, for grid workloads, or above the dense size limit."""
-    if method not in CAUSAL_METHODS:
-        raise ValueError(f"method must be one of {CAUSAL_METHODS}, got {method!r}")
-    check_causal_workload(workload)
-    if workload.n_bins != mechanism.n_bins:
-        raise ValueError(f"workload has {workload.n_bins} bins, mechanism has "
-                         f"{mechanism.n_bins}")
+    check_causal_inputs(workload, mechanism, method)
     n = mechanism.n_bins
     if method == "auto":
         if is_tree_mechanism(mechanism):

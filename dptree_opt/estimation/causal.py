@@ -79,16 +79,16 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from .tree import _check_y
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy, LevelUniformTree
 from ..strategies.toeplitz import ToeplitzStrategy
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
 from .blue import blue
-from .honaker import honaker_recursions
-from .tree import is_tree_mechanism, tree_parameters
+from .honaker import _check_variances, _layout, _level_stats, honaker_recursions
+from .tree import _check_y, is_tree_mechanism, tree_parameters
 
-__all__ = ["causal_blue", "completion_steps", "check_causal_workload", "query_intervals",
+__all__ = ["causal_blue", "completion_steps", "check_causal_workload", "check_causal_inputs",
+           "query_intervals",
            "not_identified", "from_below_variances", "tree_widths", "maximal_nodes",
            "check_tree_prefixes_identified", "triangular_restriction", "restrict_rows",
            "DenseCausal", "dense_causal", "CAUSAL_METHODS", "MAX_CAUSAL_DENSE_BINS"]
@@ -112,15 +112,14 @@ def completion_steps(strategy) -> np.ndarray:
     """e_r = 1 + the last non-zero column of every row (0 for an empty row), int64.
 
     Interval strategies: hi; Toeplitz strategies: i + 1 for core row i (a_0 != 0), n for the
-    totals (no matrix); any other strategy from its sparse matrix (O(nnz))."""
+    totals (no matrix); any other strategy from its sparse matrix (O(nnz)). MATH.md
+    section 9 (rows "whose intervals end at or before t")."""
     if isinstance(strategy, IntervalStrategy):
         return np.asarray(strategy.hi, dtype=np.int64)
     n = strategy.n_bins
-    if isinstance(strategy, ToeplitzStrategy):
-        d = getattr(strategy, "_d", None)
-        if d is None or np.all(np.asarray(d) != 0):
-            return np.concatenate([np.arange(1, n + 1, dtype=np.int64),
-                                   np.full(strategy.n_totals, n, dtype=np.int64)])
+    if isinstance(strategy, ToeplitzStrategy):  # a_0 != 0 and row scales > 0 (validated)
+        return np.concatenate([np.arange(1, n + 1, dtype=np.int64),
+                               np.full(strategy.n_totals, n, dtype=np.int64)])
     a = sp.csr_matrix(strategy.matrix)
     a.eliminate_zeros()
     e = np.zeros(a.shape[0], dtype=np.int64)
@@ -139,6 +138,19 @@ def check_causal_workload(workload) -> None:
             "prefix", "identity", "total", "all_range", "ranges"):
         raise ValueError("the causal estimator is defined for 1-D workloads (bins = time "
                          f"steps); a {workload.kind!r} grid workload has no time order")
+
+
+def check_causal_inputs(workload, mechanism, method: str) -> None:
+    """ValueError unless ``method`` is in CAUSAL_METHODS, ``mechanism`` is a Mechanism and
+    ``workload`` a 1-D interval workload on its bins (the entry points' shared check)."""
+    if method not in CAUSAL_METHODS:
+        raise ValueError(f"method must be one of {CAUSAL_METHODS}, got {method!r}")
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    check_causal_workload(workload)
+    if workload.n_bins != mechanism.n_bins:
+        raise ValueError(f"workload has {workload.n_bins} bins, mechanism has "
+                         f"{mechanism.n_bins}")
 
 
 def query_intervals(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
@@ -166,24 +178,18 @@ def _answers(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def from_below_variances(branching, level_variances) -> np.ndarray:
     """F_l = Var(t^-) of a level-l node (the BLUE of its count from its own subtree), root first.
 
-    F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10)) with
+    F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10), MATH.md
+    section 2; the ``below`` variances of :mod:`dptree_opt.estimation.honaker`) with
     1/inf = 0 (unmeasured level, or a subtree that does not identify its count) and
-    1/0 = inf (public root: F_0 = 0). inf means the node count is not identified. O(h)."""
-    ks = tuple(int(k) for k in branching)
-    v = np.asarray(level_variances, dtype=float)
-    F = np.empty(len(ks) + 1)
-    F[-1] = v[-1]
-    with np.errstate(divide="ignore"):
-        for lvl in range(len(ks) - 1, -1, -1):
-            prec = 1.0 / v[lvl] + 1.0 / (ks[lvl] * F[lvl + 1])
-            F[lvl] = 1.0 / prec
-    return F
+    1/0 = inf (public root: F_0 = 0). inf means the node count is not identified. O(h).
+    ValueError for bad branching or variances."""
+    ks = _layout(branching)[0]
+    return _level_stats(ks, _check_variances(level_variances, len(ks)))[0]
 
 
 def tree_widths(ks) -> np.ndarray:
-    """Node widths w_0 = K, .., w_h = 1 of a level-uniform tree (int64)."""
-    m = np.cumprod((1,) + tuple(ks), dtype=np.int64)
-    return m[-1] // m
+    """Node widths w_0 = K, .., w_h = 1 of a level-uniform tree (int64; [HON] layout)."""
+    return _layout(ks)[2]
 
 
 def maximal_nodes(branching, lo: np.ndarray, hi: np.ndarray):
@@ -227,49 +233,34 @@ def _subtree_leaf_estimates(ks, v, y: np.ndarray, lvl: int) -> np.ndarray:
     """BLUE of every bin from its level-``lvl`` subtree alone (each level-lvl node as the
     root of a level-uniform tree measured with v_lvl.. v_h, no information from above):
     all m_lvl subtrees batched as trials through Honaker's recursions. (trials, K)."""
-    m = np.cumprod((1,) + tuple(ks), dtype=np.int64)
-    off = np.concatenate([[0], np.cumsum(m)])
+    _, m, w, off = _layout(ks)
     T, ml = y.shape[0], int(m[lvl])
     parts = [y[:, off[d]:off[d + 1]].reshape(T, ml, int(m[d] // ml))
              for d in range(lvl, len(ks) + 1)]
     sub = np.concatenate(parts, axis=2).reshape(T * ml, -1)
     est = honaker_recursions(ks[lvl:], v[lvl:], sub)
-    wl = int(m[-1] // ml)
-    return est.efficient[:, -wl:].reshape(T, -1)
+    return est.efficient[:, -int(w[lvl]):].reshape(T, -1)
 
 
 def _tree_answers(mechanism: Mechanism, y: np.ndarray, lo, hi, prefix: bool) -> np.ndarray:
     """Causal tree estimates (trials, q): the maximal nodes' t^- plus, for a straddled node,
     the suffix of its subtree's own BLUE (module docstring). NaN where not identified."""
     ks, v = tree_parameters(mechanism)
-    F = from_below_variances(ks, v)
     est = honaker_recursions(ks, v, y)
-    m = np.cumprod((1,) + tuple(ks), dtype=np.int64)
-    off = np.concatenate([[0], np.cumsum(m)])
-    T = y.shape[0]
-    out = np.zeros((T, lo.size))
-    sub_cs = {}
-    for lvl, g0, g1, gs, straddle, r in maximal_nodes(ks, lo, hi):
-        below = est.below[:, off[lvl]:off[lvl + 1]]
+    _, _, w, off = _layout(ks)
+    F = est.below_var[off[:-1]]  # from_below_variances, one per level
+    out = np.zeros((y.shape[0], lo.size))
+    for lvl, _, g1, gs, straddle, r in maximal_nodes(ks, lo, hi):
         used = g1 > gs
         if used.any():
-            if not np.isfinite(F[lvl]):
-                out[:, used] = np.nan
+            if np.isfinite(F[lvl]):
+                out += _answers(est.below[:, off[lvl]:off[lvl + 1]], gs, g1)
             else:
-                cs = np.zeros((T, below.shape[1] + 1))
-                np.cumsum(below, axis=1, out=cs[:, 1:])
-                out += cs[:, g1] - cs[:, gs]
-        if not prefix and straddle.any():
-            if lvl not in sub_cs:
-                x = _subtree_leaf_estimates(ks, v, y, lvl)
-                c = np.zeros((T, x.shape[1] + 1))
-                np.cumsum(x, axis=1, out=c[:, 1:])
-                sub_cs[lvl] = c
-            c = sub_cs[lvl]
+                out[:, used] = np.nan
+        if not prefix and straddle.any():  # at most one level per query: one pass per level
             s = np.flatnonzero(straddle)
-            wl = int(m[-1] // m[lvl])
-            end = lo[s] - r[s] + wl
-            out[:, s] += c[:, end] - c[:, lo[s]]
+            out[:, s] += _answers(_subtree_leaf_estimates(ks, v, y, lvl), lo[s],
+                                  lo[s] - r[s] + int(w[lvl]))
     return out
 
 
@@ -384,6 +375,8 @@ class DenseCausal:
         return out[starts]
 
     def run(self, lo, hi, y=None):
+        """(causal variances (q,), estimates (trials, q) or None) of the queries [lo, hi)
+        answered before n; NaN for those answered at n (class and module docstrings)."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
         n, e = self.n, self._e
@@ -519,14 +512,8 @@ def causal_blue(mechanism: Mechanism, y, workload: Workload, method: str = "auto
     by Honaker's from-below estimates, O(K h); lower-triangular cores by the offline BLUE of
     the restricted square core; otherwise the dense filter) or "dense" (the filter,
     n <= MAX_CAUSAL_DENSE_BINS). Raises ValueError when a query is not identified causally."""
-    if method not in CAUSAL_METHODS:
-        raise ValueError(f"method must be one of {CAUSAL_METHODS}, got {method!r}")
-    if not isinstance(mechanism, Mechanism):
-        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    check_causal_inputs(workload, mechanism, method)
     lo, hi = query_intervals(workload)
-    if workload.n_bins != mechanism.n_bins:
-        raise ValueError(f"workload has {workload.n_bins} bins, mechanism has "
-                         f"{mechanism.n_bins}")
     y = _check_y(mechanism, y)
     flat = y.reshape(-1, y.shape[-1])
     n = mechanism.n_bins

@@ -65,8 +65,8 @@ from .toeplitz import ToeplitzStrategy
 
 __all__ = ["BLT_OBJECTIVES", "MAX_BLT_BINS", "MAX_BUFFERS", "BLTStrategy", "blt",
            "blt_coefficients", "blt_inverse_coefficients", "blt_loss",
-           "blt_noise_coefficients", "blt_sensitivity_squared", "check_blt_parameters",
-           "inverse_spectral_radius", "optimize_blt"]
+           "blt_noise_coefficients", "blt_sensitivity_squared", "check_blt_options",
+           "check_blt_parameters", "inverse_spectral_radius", "optimize_blt"]
 
 BLT_OBJECTIVES = ("mean", "max")
 # More buffers than this are refused (the optimum gains < 1e-3 per buffer beyond ~6).
@@ -121,10 +121,11 @@ def check_blt_parameters(theta, omega) -> tuple[np.ndarray, np.ndarray]:
 
 
 def inverse_spectral_radius(theta, omega) -> float:
-    """Largest |eigenvalue| of diag(theta) - 1 omega' (the poles of C^-1): C^-1's coefficients
-    decay geometrically iff it is < 1."""
+    """Largest |eigenvalue| of F = diag(theta) - 1 omega', the state matrix of C^-1's buffer
+    recurrence (McMahan et al. 2024, Alg. 3; module docstring): C^-1's coefficients decay
+    geometrically iff it is < 1."""
     th, om = check_blt_parameters(theta, omega)
-    return float(np.max(np.abs(np.linalg.eigvals(np.diag(th) - np.outer(np.ones(th.size), om)))))
+    return float(np.max(np.abs(np.linalg.eigvals(np.eye(th.size) - _inverse_system(th, om)))))
 
 
 # ----------------------------------------------------------------- state-space helpers
@@ -213,7 +214,8 @@ def blt_loss(theta, omega, n: int, objective: str = "mean") -> float:
 
 
 def blt_sensitivity_squared(theta, omega, n: int) -> float:
-    """sum_(k<n) c_k^2, the squared l2 sensitivity of the n x n BLT (column 0), O(d^3 log n)."""
+    """sum_(k<n) c_k^2, the squared l2 sensitivity of the n x n BLT (column 0), by the
+    closed form D^2 + h' S h of the c-system (module docstring), O(d^3 log n)."""
     th, om = check_blt_parameters(theta, omega)
     return float(_losses_from_delta(1.0 - th, om, _check_n(n))[0])
 
@@ -244,38 +246,36 @@ def _impulse_response(E: np.ndarray, g: np.ndarray, h: np.ndarray, D: float, n: 
     return out
 
 
-def blt_coefficients(theta, omega, n: int) -> np.ndarray:
-    """c_0..c_(n-1): c_0 = 1, c_i = sum_j omega_j theta_j^(i-1). O(n d)."""
+def _sequence(theta, omega, n, system: int) -> np.ndarray:
+    """The impulse response of :func:`_systems`' c-system (0) or b-system (1), D = 1."""
     th, om = check_blt_parameters(theta, omega)
-    n = _check_n(n)
-    d = th.size
-    E = np.zeros((d, d))
-    E[np.arange(d), np.arange(d)] = 1.0 - th
-    return _impulse_response(E, np.ones(d), om, 1.0, n)
+    E, g, h = _systems(1.0 - th, om)
+    return _impulse_response(E[system], g[system], h[system], 1.0, _check_n(n))
+
+
+def blt_coefficients(theta, omega, n: int) -> np.ndarray:
+    """c_0..c_(n-1): c_0 = 1, c_i = sum_j omega_j theta_j^(i-1) (Dvijotham et al. 2024; module
+    docstring), by the c-system's recurrence. O(n d)."""
+    return _sequence(theta, omega, n, 0)
 
 
 def _inverse_system(th, om):
-    d = th.size
-    E = np.diag(1.0 - th) + np.outer(np.ones(d), om)
-    return E
+    """E = I - F for C^-1's state matrix F = diag(theta) - 1 omega' (module docstring)."""
+    return np.diag(1.0 - th) + np.outer(np.ones(th.size), om)
 
 
 def blt_inverse_coefficients(theta, omega, n: int) -> np.ndarray:
     """u = 1 / c(z) mod z^n, the first column of C^-1, by the buffer recurrence
-    (u_0 = 1, u_k = -omega' F^(k-1) 1, F = diag(theta) - 1 omega'). O(n d)."""
+    (u_0 = 1, u_k = -omega' F^(k-1) 1, F = diag(theta) - 1 omega'; McMahan et al. 2024,
+    Alg. 3). O(n d)."""
     th, om = check_blt_parameters(theta, omega)
     return _impulse_response(_inverse_system(th, om), np.ones(th.size), -om, 1.0, _check_n(n))
 
 
 def blt_noise_coefficients(theta, omega, n: int) -> np.ndarray:
     """b = cumsum(u), the first column of B = M C^-1 (the noise weights of the running counts),
-    from the (d+1)-state recurrence (module docstring). O(n d)."""
-    th, om = check_blt_parameters(theta, omega)
-    d = th.size
-    E = np.zeros((d + 1, d + 1))
-    E[:d, :d] = _inverse_system(th, om)
-    E[d, :d] = om
-    return _impulse_response(E, np.ones(d + 1), np.append(-om, 1.0), 1.0, _check_n(n))
+    from the b-system's (d+1)-state recurrence (module docstring). O(n d)."""
+    return _sequence(theta, omega, n, 1)
 
 
 # ----------------------------------------------------------------- optimisation

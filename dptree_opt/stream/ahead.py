@@ -142,6 +142,6 @@ class AheadEngine(CounterEngine):
         """Every node of the tree (restricted to the first ``steps`` steps), with its noise
         variance and the step at which it completes (its noise is used before that)."""
         a = self.mechanism.released.matrix.tocsr()
-        last = np.array([a.indices[a.indptr[r]:a.indptr[r + 1]].max()
-                         for r in range(a.shape[0])])
+        a.sort_indices()
+        last = a.indices[a.indptr[1:] - 1]          # every node row is non-empty
         return StrategyRows(a[:, :steps], self.mechanism.variances, last + 1)

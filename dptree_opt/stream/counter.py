@@ -9,7 +9,7 @@ mechanism           what                                                       n
 ==================  =========================================================  ==============
 "binary", "kary"    k-ary tree, covering sums or the causal BLUE               Laplace/Gauss
                     (:mod:`~dptree_opt.stream.tree`; ``estimator=``)
-"negative_digits"   Andersson-Pagh(-Steiner-Torkamani) k-ary tree with         (see module)
+"negative_digits"   Andersson-Pagh-Steiner-Torkamani k-ary tree with            Laplace/Gauss
                     negative digits (:mod:`~dptree_opt.stream.negative_digits`)
 "tree_blue"         a tree's offline BLUE, noise drawn ahead                   Laplace/Gauss
                     (:mod:`~dptree_opt.stream.ahead`)

@@ -44,6 +44,7 @@ import numpy as np
 from ..privacy import calibrate, check_budget
 from ..strategies.blt import (
     _DEFAULT_BUFFERS,
+    MAX_BLT_BINS,
     blt_coefficients,
     blt_inverse_coefficients,
     blt_loss,
@@ -56,7 +57,7 @@ from ..strategies.blt import (
 from ..strategies.factorization import sqrt_coefficients
 from ..strategies.toeplitz import series_multiply, toeplitz
 from .base import CounterEngine, StrategyRows
-from .noise import check_rng, gaussian_vector
+from .noise import check_rng, float_gaussian_measurement, gaussian_vector
 
 __all__ = [
     "MAX_SQRT_HORIZON",
@@ -68,8 +69,8 @@ __all__ = [
 
 # The square root keeps every past draw (O(T) memory, O(t) per step): horizons up to 2^24.
 MAX_SQRT_HORIZON = 1 << 24
-# BLT: O(d) per step, closed-form sensitivity: stream.Counter's bound.
-MAX_BLT_HORIZON = 1 << 40
+# BLT: O(d) per step, closed-form sensitivity: the strategy's bound (= stream.Counter's).
+MAX_BLT_HORIZON = MAX_BLT_BINS
 # ``strategy(steps)`` builds a steps x steps matrix: at most this many steps.
 MAX_STRATEGY_STEPS = 8192
 _EXACT = 1 << 53
@@ -124,11 +125,7 @@ class ToeplitzEngine(CounterEngine):
         self.sensitivity = math.sqrt(self._sensitivity_squared())
         self.sigma, self.sigma2 = calibrate(self.sensitivity, self.budget, "gaussian")
         if self.secure:  # OpenDP's map at the sensitivity must not exceed rho (nothing drawn)
-            from ..data_release.secure_noise import _opendp
-            odp = _opendp()
-            meas = odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
-                                       odp.l2_distance(T=float), scale=float(self.sigma))
-            loss = meas.map(float(self.sensitivity))
+            loss = float_gaussian_measurement(self.sigma).map(float(self.sensitivity))
             if loss > self.budget * (1 + 1e-9):
                 raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > "
                                  f"rho = {self.budget!r}")
@@ -226,7 +223,7 @@ class ToeplitzEngine(CounterEngine):
         var = self.step_variances(x.size)
         self.t = int(x.size)
         self._prefix = int(prefix[-1])
-        self._var_sum = var[-1] / self.sigma2 if self.sigma2 > 0 else 0.0
+        self._var_sum = var[-1] / self.sigma2       # sigma2 > 0: c_0 = 1 and rho < inf
         est = prefix.astype(float) + noise
         self.estimate, self.variance = float(est[-1]), float(var[-1])
         return est, var
@@ -336,7 +333,7 @@ class SqrtEngine(ToeplitzEngine):
     def _run(self, z: np.ndarray) -> np.ndarray:
         self._grow(z.size)
         self._z[: z.size] = z
-        return series_multiply(sqrt_coefficients(z.size), z)
+        return series_multiply(self._c[: z.size], z)
 
     def account(self) -> dict:
         out = super().account()

@@ -102,6 +102,7 @@ import scipy.sparse as sp
 from ..privacy import check_budget, check_noise, split_budget
 from .base import CounterEngine, StrategyRows
 from .noise import GroupNoise, check_rng, group_variances
+from .tree import digit_variances, from_below_variances, tree_levels
 
 __all__ = ["NegativeDigitsEngine", "check_odd_branching", "balanced_levels", "balanced_digits",
            "level_node_counts", "best_levels", "mean_variance", "leading_constant",
@@ -148,14 +149,23 @@ def _check_levels(levels, horizon: int, k: int) -> int:
     return int(levels)
 
 
-def _tops(t: np.ndarray, k: int, levels: int) -> list:
-    """Q_l = round(t / k^l) k^l for l = 0..levels-1, and Q_levels = 0 (int64 arrays)."""
+def _tops(t, k: int, levels: int) -> list:
+    """Q_l = round(t / k^l) k^l for l = 0..levels-1, and Q_levels = 0 (module docstring): int64
+    arrays for an array t, Python integers for an integer t."""
     out = []
     for level in range(levels):                       # over levels, not steps
         w = k**level
         out.append(((t + (w - 1) // 2) // w) * w)
-    out.append(np.zeros_like(t))
+    out.append(0 * t)
     return out
+
+
+def _node_variance_sum(counts: np.ndarray, variances) -> np.ndarray:
+    """sum_l counts[l] v_l over axis 0 (levels); a level no step uses (count 0) never
+    multiplies an infinite variance."""
+    v = np.asarray(variances, dtype=float).reshape((-1,) + (1,) * (counts.ndim - 1))
+    with np.errstate(invalid="ignore"):
+        return np.where(counts > 0, counts * v, 0.0).sum(axis=0)
 
 
 def balanced_digits(t, k: int, levels: int) -> np.ndarray:
@@ -187,7 +197,7 @@ def level_node_counts(t, k: int, levels: int, horizon: int) -> np.ndarray:
 def _terms(t: int, k: int, levels: int, horizon: int) -> list[tuple[int, int, int, int]]:
     """The estimate after t steps as (level, first node, number of nodes, sign) blocks, leaves
     first (Python integers; the scalar twin of :func:`level_node_counts`)."""
-    Q = [((t + (k**level - 1) // 2) // k**level) * k**level for level in range(levels)] + [0]
+    Q = _tops(t, k, levels)
     out = []
     for level in range(levels):
         w = k**level
@@ -236,6 +246,12 @@ class NegativeDigitsEngine(CounterEngine):
         self._floor = [0] * (H - 1)
         self._top_count = 0          # top nodes 0.._top_count-1 drawn
         self._top_sum = 0.0          # and the sum of their noise
+
+    def _check_steps(self, steps) -> int:
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
+                or not 0 <= steps <= self.horizon:
+            raise ValueError(f"steps must be an integer in [0, {self.horizon}], got {steps!r}")
+        return int(steps)
 
     # ---------------------------------------------------------------- noise of the nodes
     def _node(self, level: int, index: int) -> float:
@@ -288,16 +304,9 @@ class NegativeDigitsEngine(CounterEngine):
     def step_variances(self, steps: int) -> np.ndarray:
         """Var y_t = sum_l n_l(t) v_l for t = 1..steps (:func:`level_node_counts`), vectorised
         over steps; a level no step uses never multiplies an infinite variance."""
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or not 0 <= steps <= self.horizon:
-            raise ValueError(f"steps must be an integer in [0, {self.horizon}], got {steps!r}")
-        t = np.arange(1, steps + 1, dtype=np.int64)
+        t = np.arange(1, self._check_steps(steps) + 1, dtype=np.int64)
         counts = level_node_counts(t, self.branching, self.levels, self.horizon)
-        out = np.zeros(steps)
-        for level, v in enumerate(self.level_variances):      # over levels, not steps
-            out += (np.where(counts[level] > 0, np.inf, 0.0) if math.isinf(v)
-                    else counts[level] * v)
-        return out
+        return _node_variance_sum(counts, self.level_variances)
 
     def account(self) -> dict:
         from ..data_release.secure_noise import sampler_description
@@ -331,9 +340,7 @@ class NegativeDigitsEngine(CounterEngine):
         per row; ``first_use`` (the first step whose estimate uses the row, steps + 1 if
         none; may precede ``release_step``, the step at which the node completes, capped at
         T); ``coefficients`` the (steps x rows) matrix L with y_t = L[t] (R x + z)."""
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or not 0 <= steps <= self.horizon:
-            raise ValueError(f"steps must be an integer in [0, {self.horizon}], got {steps!r}")
+        steps = self._check_steps(steps)
         k, H, T = self.branching, self.levels, self.horizon
         order: dict[tuple[int, int], int] = {}
         first_use, coef = [], []
@@ -352,7 +359,7 @@ class NegativeDigitsEngine(CounterEngine):
                     first_use.append(steps + 1)
         nodes = np.array(list(order), dtype=np.int64).reshape(-1, 2)
         level, index = nodes[:, 0], nodes[:, 1]
-        width = np.asarray([k**int(lv) for lv in level], dtype=np.int64)
+        width = np.power(k, level, dtype=np.int64)
         start = np.minimum(index * width, steps)
         end = np.minimum((index + 1) * width, steps)
         lengths = end - start
@@ -386,8 +393,7 @@ def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels=None,
     eps = check_budget(eps, "epsilon")
     H, v = _level_variances(T, k, eps, levels, level_budgets)
     counts = level_node_counts(np.arange(1, T + 1, dtype=np.int64), k, H, T)
-    mean_n = counts.mean(axis=1)
-    return float(sum(n * var for n, var in zip(mean_n, v) if n > 0))
+    return float(_node_variance_sum(counts.mean(axis=1), v))
 
 
 def best_levels(T: int, k: int = 19) -> int:
@@ -407,7 +413,6 @@ def leading_constant(k: int, base: float = 2.0) -> float:
 def _binary_mean_variances(T: int, eps: float) -> tuple[float, float]:
     """(binary mechanism with covering sums, Honaker's causal BLUE): mean exact variance over
     t = 1..T, continuous Laplace, equal split over the tree's L + 1 levels."""
-    from .tree import digit_variances, from_below_variances, tree_levels
     L = tree_levels(T, 2)
     v = np.full(L, 2.0 * (L / eps) ** 2)
     t = np.arange(1, T + 1, dtype=np.int64)

@@ -23,7 +23,8 @@ import numpy as np
 from ..mechanism import discrete_variance
 from ..privacy import calibrate
 
-__all__ = ["GroupNoise", "group_variances", "gaussian_vector", "check_rng"]
+__all__ = ["GroupNoise", "group_variances", "gaussian_vector", "float_gaussian_measurement",
+           "check_rng"]
 
 
 def check_rng(rng):
@@ -86,6 +87,15 @@ class GroupNoise:
         return count + float(z)
 
 
+def float_gaussian_measurement(sigma: float):
+    """OpenDP's float Gaussian measurement of scale ``sigma`` on float vectors (l2 distance):
+    an exact discrete Gaussian on a fine dyadic grid, rounded to double (OpenDP docs)."""
+    from ..data_release.secure_noise import _opendp
+    odp = _opendp()
+    return odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
+                               odp.l2_distance(T=float), scale=float(sigma))
+
+
 def gaussian_vector(sigma: float, size: int, rng=None) -> np.ndarray:
     """``size`` i.i.d. N(0, sigma^2) draws (float64): OpenDP's float Gaussian on zeros when
     ``rng`` is None (secure), else ``rng.normal``. The caller checks the privacy of what the
@@ -95,8 +105,4 @@ def gaussian_vector(sigma: float, size: int, rng=None) -> np.ndarray:
         return np.zeros(0)
     if rng is not None:
         return rng.normal(0.0, sigma, size)
-    from ..data_release.secure_noise import _opendp
-    odp = _opendp()
-    meas = odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
-                               odp.l2_distance(T=float), scale=float(sigma))
-    return np.asarray(meas([0.0] * int(size)), dtype=float)
+    return np.asarray(float_gaussian_measurement(sigma)([0.0] * int(size)), dtype=float)

@@ -46,7 +46,7 @@ from .base import CounterEngine, StrategyRows
 from .noise import GroupNoise
 
 __all__ = ["TreeEngine", "tree_levels", "from_below_variances", "digit_variances",
-           "check_branching", "ESTIMATORS"]
+           "check_branching", "combine", "ESTIMATORS"]
 
 ESTIMATORS = ("covering", "causal")
 
@@ -77,6 +77,18 @@ def digit_variances(t: np.ndarray, k: int, node_variances) -> np.ndarray:
         digits = (t // k**level) % k
         out += np.where(digits > 0, digits * np.where(digits > 0, var, 0.0), 0.0)
     return out
+
+
+def combine(a: float, va: float, b: float, vb: float) -> tuple[float, float]:
+    """The BLUE of one quantity from two independent unbiased estimates a (variance va) and
+    b (vb), and its variance: inverse-variance weights; an exact estimate (variance 0) wins,
+    an absent one (variance inf) drops out (both absent: (a, inf))."""
+    if va == 0 or math.isinf(vb):
+        return a, va
+    if vb == 0 or math.isinf(va):
+        return b, vb
+    v = 1.0 / (1.0 / va + 1.0 / vb)
+    return (a / va + b / vb) * v, v
 
 
 def check_branching(branching, mechanism: str) -> int:
@@ -123,13 +135,9 @@ class TreeEngine(CounterEngine):
         estimate from its noisy count and its k children's estimates (causal BLUE)."""
         if self.estimator == "covering" or level == 0:
             return noisy
-        v, below = self.level_variances[level], self.branching * self.node_variances[level - 1]
-        s = math.fsum(self._kept[level - 1])
-        if math.isinf(below) or v == 0:
-            return noisy
-        if math.isinf(v) or below == 0:
-            return s
-        return (noisy / v + s / below) * self.node_variances[level]
+        below = self.branching * self.node_variances[level - 1]
+        return combine(noisy, self.level_variances[level], math.fsum(self._kept[level - 1]),
+                       below)[0]
 
     def push(self, count: int) -> tuple[float, float]:
         for level in range(self.levels):

@@ -24,14 +24,14 @@ every prefix of an infinite stream.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from .base import CounterEngine, StrategyRows
 from .noise import GroupNoise, group_variances
-from .tree import (TreeEngine, check_branching, digit_variances, from_below_variances,
-                   tree_levels)
+from .tree import (TreeEngine, check_branching, combine, digit_variances,
+                   from_below_variances, tree_levels)
 
 __all__ = ["HybridEngine", "block_bounds"]
 
@@ -58,7 +58,6 @@ class HybridEngine(CounterEngine):
         self.noise, self.budget, self.horizon = noise, budget, None
         self.branching = check_branching(branching, mechanism)
         self.mechanism, self.estimator, self.split = mechanism, estimator, float(split)
-        self._rng = rng
         self.secure = rng is None
         self._totals = GroupNoise(noise, [(1.0 - self.split) * budget], rng)
         self.total_variance = float(self._totals.variances[0])
@@ -72,19 +71,16 @@ class HybridEngine(CounterEngine):
     def _start_block(self) -> None:
         self.block += 1
         start, end = block_bounds(self.block, self.branching)
-        self._end = end
         self._exact = 0
         self._tree = TreeEngine(end - start, **self._tree_kw)
 
     def _block_estimate(self, tree_estimate: float, tree_variance: float) -> tuple[float, float]:
+        """A completed block's estimate: its noisy total (covering), or that combined with the
+        block tree's estimate of the whole block (causal BLUE)."""
         noisy = self._totals.draw(0, self._exact)
-        v = self.total_variance
-        if self.estimator == "covering" or math.isinf(tree_variance) or v == 0:
-            return noisy, v
-        if math.isinf(v) or tree_variance == 0:
-            return tree_estimate, tree_variance
-        var = 1.0 / (1.0 / v + 1.0 / tree_variance)
-        return (noisy / v + tree_estimate / tree_variance) * var, var
+        if self.estimator == "covering":
+            return noisy, self.total_variance
+        return combine(noisy, self.total_variance, tree_estimate, tree_variance)
 
     def push(self, count: int) -> tuple[float, float]:
         est, var = self._tree.push(count)
@@ -119,14 +115,8 @@ class HybridEngine(CounterEngine):
             local = digit_variances(inside - start, k, node_v)
             out[inside - 1] = done + local
             if end <= steps:                                     # block i completes
-                tree_full = float(local[-1])
-                v = self.total_variance
-                if self.estimator == "covering" or math.isinf(tree_full) or v == 0:
-                    block_v = v
-                elif math.isinf(v) or tree_full == 0:
-                    block_v = tree_full
-                else:
-                    block_v = 1.0 / (1.0 / v + 1.0 / tree_full)
+                block_v = (self.total_variance if self.estimator == "covering" else
+                           combine(0.0, self.total_variance, 0.0, float(local[-1]))[1])
                 done += block_v
                 out[end - 1] = done
             i += 1
@@ -151,7 +141,6 @@ class HybridEngine(CounterEngine):
     def strategy(self, steps: int) -> StrategyRows:
         """The rows released within ``steps`` steps: each block's tree nodes and, for each
         completed block, its total (the block tree's nodes are shifted to the block)."""
-        import scipy.sparse as sp
         mats, variances, release = [], [], []
         i, k = 0, self.branching
         while block_bounds(i, k)[0] < steps:
