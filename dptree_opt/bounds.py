@@ -48,6 +48,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .limits import at_budget
 from .privacy import check_noise, resolve_budget, resolve_public
 from .strategies.base import check_neighbours
 from .workloads import Workload
@@ -252,6 +253,7 @@ def error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
     docstring)."""
     noise = check_noise(noise)
     budget = resolve_budget(noise, epsilon, rho)
-    # 2 / b / b, not 2 / b**2: a float power raises OverflowError for b above ~1e154
-    scale = 1.0 / (2.0 * budget) if noise == "gaussian" else 2.0 / budget / budget
-    return scale * svd_bound(workload, n, neighbours=neighbours, public_total=public_total)
+    unit = 0.5 if noise == "gaussian" else 2.0  # at unit budget, restated (limits.at_budget)
+    return at_budget(unit * svd_bound(workload, n, neighbours=neighbours,
+                                      public_total=public_total), noise, budget,
+                     "the error lower bound")

@@ -2,7 +2,9 @@
 
 All return the expected squared l2 error of the K cumulative counts summed over t = 1..K,
 E||C_hat - C||^2, in counts^2 by default. [RTS] normalises the CDF by N (F = C / N):
-pass ``n_records=N`` to divide by N^2 and get the paper's E||F_hat - F||^2.
+pass ``n_records=N`` to divide by N^2 and get the paper's E||F_hat - F||^2. Each is
+evaluated at unit budget and rescaled (``limits.at_budget``), so any budget and N whose
+result is a double work; ValueError otherwise.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 from typing import Sequence
 
 import numpy as np
+
+from .limits import TINY, at_budget
 
 __all__ = [
     "lemma_iii_1",
@@ -34,13 +38,24 @@ def _bins(n_bins) -> int:
     return int(n_bins)
 
 
+def _per_records(value: float, n_records) -> float:
+    """value / N^2, ValueError when a positive value leaves the normal doubles."""
+    n = _positive(n_records, "n_records")
+    out = value / n / n
+    if value > 0 and not (math.isfinite(out) and out >= TINY):
+        raise ValueError(f"n_records = {n:g}: the normalised error (about "
+                         f"1e{round(math.log10(value) - 2 * math.log10(n)):+d}) is beyond "
+                         "double precision; use the error in counts^2 (n_records = 1)")
+    return out
+
+
 def lemma_iii_1(n_bins: int, epsilon: float, n_records: float = 1.0) -> float:
     """Range (threshold) mechanism: C_j + Lap((K-1)/eps) for j < K, C_K = N.
 
     [RTS] Lemma III.1: error 2 (K-1)^3 / (N^2 eps^2)."""
     k = _bins(n_bins)
     eps = _positive(epsilon, "epsilon")
-    return 2.0 * (k - 1) ** 3 / (_positive(n_records, "n_records") ** 2 * eps**2)
+    return _per_records(at_budget(2.0 * (k - 1) ** 3, "laplace", eps), n_records)
 
 
 def lemma_iii_2(n_bins: int, epsilon: float, n_records: float = 1.0) -> float:
@@ -49,7 +64,7 @@ def lemma_iii_2(n_bins: int, epsilon: float, n_records: float = 1.0) -> float:
     [RTS] Lemma III.2: error 4 K (K-1) / (N^2 eps^2)."""
     k = _bins(n_bins)
     eps = _positive(epsilon, "epsilon")
-    return 4.0 * k * (k - 1) / (_positive(n_records, "n_records") ** 2 * eps**2)
+    return _per_records(at_budget(4.0 * k * (k - 1), "laplace", eps), n_records)
 
 
 def covering_error_from_variances(branching: Sequence[int], level_variances: Sequence[float],
@@ -65,7 +80,7 @@ def covering_error_from_variances(branching: Sequence[int], level_variances: Seq
     if np.any(ks < 1) or np.any(v < 0):
         raise ValueError("branching factors must be >= 1 and variances >= 0")
     k = float(np.prod(ks))
-    return 0.5 * k * float(np.sum((ks - 1) * v)) / _positive(n_records, "n_records") ** 2
+    return _per_records(0.5 * k * float(np.sum((ks - 1) * v)), n_records)
 
 
 def theorem_iv_1(branching: Sequence[int], level_epsilons: Sequence[float],
@@ -75,7 +90,9 @@ def theorem_iv_1(branching: Sequence[int], level_epsilons: Sequence[float],
     eps = np.asarray(level_epsilons, dtype=float)
     if np.any(~np.isfinite(eps)) or np.any(eps <= 0):
         raise ValueError(f"level_epsilons must be finite and > 0, got {list(level_epsilons)}")
-    return covering_error_from_variances(branching, 8.0 / eps**2, n_records)
+    top = float(eps.max())  # at budgets eps / top (<= 1), restated at top
+    unit = covering_error_from_variances(branching, 8.0 / (eps / top) ** 2)
+    return _per_records(at_budget(unit, "laplace", top), n_records)
 
 
 def theorem_iv_1_gaussian(branching: Sequence[int], level_rhos: Sequence[float],
@@ -86,4 +103,6 @@ def theorem_iv_1_gaussian(branching: Sequence[int], level_rhos: Sequence[float],
     rho = np.asarray(level_rhos, dtype=float)
     if np.any(~np.isfinite(rho)) or np.any(rho <= 0):
         raise ValueError(f"level_rhos must be finite and > 0, got {list(level_rhos)}")
-    return covering_error_from_variances(branching, 1.0 / rho, n_records)
+    top = float(rho.max())  # at budgets rho / top (<= 1), restated at top
+    unit = covering_error_from_variances(branching, 1.0 / (rho / top))
+    return _per_records(at_budget(unit, "gaussian", top), n_records)

@@ -56,6 +56,7 @@ from .estimation.tree import tree_parameters
 from .estimation.covering import covering_moments
 from .estimation.implicit import is_implicit_mechanism
 from .estimation.toeplitz import is_toeplitz_mechanism
+from .limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory, rescaled
 from .mechanism import Mechanism
 from .privacy import infer_noise, resolve_budget, resolve_public
 from .strategies import IntervalStrategy, LevelUniformTree, implicit_optimum
@@ -64,7 +65,7 @@ from .strategies.base import check_neighbours
 __all__ = ["WORKLOADS", "Setting", "Candidate", "RowSpec", "NotAvailable", "WorkloadError",
            "CompareRow", "Comparison", "ROWS", "register_row", "compare", "row_errors",
            "interval_blue_errors", "OpenDPRun", "run_opendp", "MAX_DENSE_BINS",
-           "MAX_ALL_RANGE_MAX_BINS", "as_dict"]
+           "MAX_ALL_RANGE_MAX_BINS", "as_dict", "check_bins"]
 
 WORKLOADS = ("cdf", "identity", "all_range")
 MAX_DENSE_BINS = 8192          # generic dense GLS (non-interval strategies)
@@ -256,7 +257,22 @@ def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
 
 
 def _candidate_errors(cand: Candidate, which) -> dict:
-    """row_errors for one candidate and the workloads it answers itself."""
+    """row_errors for one candidate and the workloads it answers itself, computed on the
+    normalised mechanism (variances near 1) and rescaled exactly (``Mechanism.normalised``;
+    ValueError when an error is not a double)."""
+    orig = cand.mechanism
+    mech, c = orig.normalised()
+    out = _normalised_errors(replace(cand, mechanism=mech), which)
+    if c == 1.0:
+        return out
+
+    def scale(x):
+        return None if x is None else rescaled(x, c, orig.noise, orig.requested_budget)
+    return {wl: replace(e, mean=scale(e.mean), max=scale(e.max)) for wl, e in out.items()}
+
+
+def _normalised_errors(cand: Candidate, which) -> dict:
+    """_candidate_errors on a normalised candidate."""
     mech, est, K = cand.mechanism, cand.estimator, cand.n_bins
     kp = mech.n_bins
     strat = mech.released
@@ -679,6 +695,23 @@ def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = Non
 
 
 # ------------------------------------------------------------------ compare
+def _opendp_noise_problem(n_bins: int, epsilon: float) -> str:
+    """Why OpenDP's own run would be meaningless at this budget ("" when it is not): its
+    discrete Laplace (scale layers / eps) identically 0 or saturating, by the releases'
+    rule (``privacy.check_noise_scales``)."""
+    from .mechanism import discrete_variance
+    from .privacy import check_noise_scales
+
+    layers = anchors.opendp_layers(n_bins, anchors.choose_branching_factor(n_bins))
+    scale = layers / epsilon
+    try:
+        check_noise_scales([scale], [discrete_variance(scale, "laplace")],
+                           budget_name="epsilon", budget=epsilon, groups=["OpenDP's tree"])
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 def _sort_key(row: CompareRow, which=WORKLOADS):
     """Available rows first, ranked by the mean error of the first requested workload (then
     the next ones); a workload a row does not answer counts as inf."""
@@ -687,12 +720,22 @@ def _sort_key(row: CompareRow, which=WORKLOADS):
             [e.mean if e is not None and e.mean is not None else math.inf for e in means])
 
 
+def check_bins(n_bins: int, what: str) -> None:
+    """ValueError when a comparison over ``n_bins`` bins would exceed MAX_COMPARE_BINS or
+    the memory available (about COMPARE_BYTES_PER_BIN per bin; ``what`` names the size)."""
+    hint = "compare fewer bins, or run dptree-opt error / optimize for one mechanism"
+    check_count(n_bins, MAX_COMPARE_BINS, what, hint)
+    check_memory(n_bins * COMPARE_BYTES_PER_BIN, f"comparing {n_bins} bins", hint)
+
+
 def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
             noise: str | None = None, neighbours: str = "swap", public_total=None,
             workloads=WORKLOADS, rows=None, opendp: bool | int = False,
             opendp_time_limit: float = 5.0, rng=0) -> Comparison:
     """Exact mean and max per-query error of every registered row (or the keys in ``rows``).
 
+    At most MAX_COMPARE_BINS bins (~80 s and ~1.5 GB at 2^20). Errors are computed on the
+    normalised mechanisms and rescaled, so any budget whose errors are doubles works.
     ``opendp``: False, True (up to 2000 trials) or a number of trials: also run OpenDP itself
     (Laplace, add/remove, N private only; needs the ``opendp`` package), stopping after
     ``opendp_time_limit`` seconds. Rows are sorted by the mean error of the first requested
@@ -700,6 +743,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
     K = n_bins
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or K < 2:
         raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
+    check_bins(int(K), f"n_bins = {int(K)}")
     noise = infer_noise(noise, epsilon, rho)
     budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
@@ -740,9 +784,14 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
             notes.append("OpenDP's own run needs Laplace noise, add/remove neighbours and a "
                          "private N (its b-ary tree's setting)")
         else:
-            trials = 2000 if opendp is True else int(opendp)
-            run = run_opendp(K, budget, trials=trials, rng=rng, time_limit=opendp_time_limit,
-                             sampler="opendp" if K <= OPENDP_SAMPLER_MAX_BINS else "numpy")
+            why = _opendp_noise_problem(K, budget)
+            if why:
+                notes.append(f"OpenDP's own run is skipped: {why}")
+            else:
+                trials = 2000 if opendp is True else int(opendp)
+                run = run_opendp(K, budget, trials=trials, rng=rng,
+                                 time_limit=opendp_time_limit,
+                                 sampler="opendp" if K <= OPENDP_SAMPLER_MAX_BINS else "numpy")
     return Comparison(setting, which, tuple(out), bounds, run, tuple(notes))
 
 

@@ -69,6 +69,8 @@ from .error import expected_error
 from .error.kron_product import (TooManyQueries, grid_tree_summary,
                                  is_kron_product_mechanism, kron_product_max, product_form_max)
 from .error.kronecker import is_grid_tree_mechanism
+from .limits import (COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, at_budget, check_count,
+                     check_memory, rescaled)
 from .mechanism import Mechanism
 from .privacy import infer_noise, resolve_budget, resolve_public
 from .strategies.base import check_neighbours
@@ -163,7 +165,19 @@ class GridComparison:
 
 # ------------------------------------------------------------------ exact errors of a mechanism
 def _mechanism_error(mech: Mechanism, w, orders=None) -> tuple[float, float | None, str]:
-    """(total, max or None, note) of the BLUE of ``mech`` on the Kronecker workload ``w``."""
+    """(total, max or None, note) of the BLUE of ``mech`` on the Kronecker workload ``w``,
+    computed on the normalised mechanism and rescaled exactly (``Mechanism.normalised``)."""
+    twin, c = mech.normalised()
+    total, mx, note = _normalised_error(twin, w, orders)
+    if c == 1.0:
+        return total, mx, note
+    total = rescaled(total, c, mech.noise, mech.requested_budget)
+    return total, None if mx is None else rescaled(mx, c, mech.noise,
+                                                   mech.requested_budget), note
+
+
+def _normalised_error(mech: Mechanism, w, orders) -> tuple[float, float | None, str]:
+    """_mechanism_error on a normalised mechanism."""
     if orders is not None or is_grid_tree_mechanism(mech):
         want = max(f.n_queries for f in w.factors) <= MAX_TREE_MAX_QUERIES
         try:
@@ -506,7 +520,7 @@ def uniform_grid_noise(shape, side: int, workload, *, epsilon: float,
         sens = 2.0 if cells > 1 else 0.0
     else:
         sens = 1.0
-    v = 2.0 * (sens / epsilon) ** 2
+    v = 2.0 * sens**2  # at unit eps; restated at ``epsilon`` below (limits.at_budget)
     ts, rs = [], []
     for f, n in zip(workload.factors, shape):
         lo, hi = f.intervals()
@@ -518,7 +532,8 @@ def uniform_grid_noise(shape, side: int, workload, *, epsilon: float,
     if kappa:
         total -= kappa * math.prod(float((r * r).sum()) for r in rs)
     mx = product_form_max(ts, [r * r for r in rs] if kappa else None, kappa)
-    return v * max(total, 0.0), v * max(mx, 0.0)
+    return (at_budget(v * max(total, 0.0), "laplace", epsilon),
+            at_budget(v * max(mx, 0.0), "laplace", epsilon))
 
 
 @_row("ektelo_uniform_grid", "ektelo UniformGrid (noise only)",
@@ -610,8 +625,10 @@ def grid_error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
     conversion): Gaussian bound / (2 rho); Laplace 2 bound / eps^2 (valid but loose)."""
     noise = infer_noise(noise, epsilon, rho)
     budget = resolve_budget(noise, epsilon, rho)
-    scale = 1.0 / (2.0 * budget) if noise == "gaussian" else 2.0 / budget / budget
-    return scale * grid_svd_bound(workload, neighbours=neighbours, public_total=public_total)
+    unit = 0.5 if noise == "gaussian" else 2.0  # at unit budget, restated (limits.at_budget)
+    return at_budget(unit * grid_svd_bound(workload, neighbours=neighbours,
+                                           public_total=public_total), noise, budget,
+                     "the error lower bound")
 
 
 # ------------------------------------------------------------------ the comparison
@@ -621,6 +638,17 @@ def _sort_key(row: CompareRow, which) -> tuple:
     vals = [row.errors[wl].mean for wl in which]
     return ((not row.available, row.estimator != "blue")
             + tuple(math.inf if v is None else v for v in vals))
+
+
+def check_cells(dims, what: str | None = None) -> None:
+    """ValueError when a grid comparison over ``dims`` would exceed MAX_COMPARE_CELLS cells
+    or the memory available (about COMPARE_BYTES_PER_CELL per cell); ``what`` names the
+    grid in the message (default "the grid AxB")."""
+    cells = math.prod(dims)
+    what = (what or "the grid " + "x".join(map(str, dims))) + f" ({cells} cells)"
+    hint = "compare a coarser grid, or run dptree-opt optimize --bins AxB"
+    check_count(cells, MAX_COMPARE_CELLS, what, hint)
+    check_memory(cells * COMPARE_BYTES_PER_CELL, f"comparing {what}", hint)
 
 
 def compare_grid(shape, epsilon: float | None = None, *, rho: float | None = None,
@@ -647,6 +675,7 @@ def compare_grid(shape, epsilon: float | None = None, *, rho: float | None = Non
                              f"{', '.join(GRID_WORKLOADS)}")
     if max(dims) > MAX_GRID_AXIS:
         raise ValueError(f"grid axes above {MAX_GRID_AXIS} cells are refused")
+    check_cells(dims)
     if records is not None and (isinstance(records, bool) or int(records) != records
                                 or records < 1):
         raise ValueError(f"records (N) must be a positive integer, got {records!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from .privacy import (
     resolve_public,
     split_budget,
 )
+from .limits import MECHANISM_BYTES_PER_ROW, TINY, check_memory, out_of_range
 from .strategies import Strategy
 from .strategies.base import check_neighbours
 
@@ -29,6 +31,10 @@ _DGAUSS_EXACT_SIGMA = 4.0
 # Gaussian by rounding a normal above this sigma (its rejection step overflows near 1e154)
 _GEOMETRIC_INVERSION_P = 2.0**-30
 _DGAUSS_ROUNDED_SIGMA = 2.0**30
+# Mechanism.normalised rescales when the largest noise variance is beyond 4^(+-32)
+_NORMAL_HALF_EXPONENT = 32
+# Mechanism.normalised, per mechanism (weak: dropped with the mechanism)
+_NORMALISED: "weakref.WeakKeyDictionary[Mechanism, tuple]" = weakref.WeakKeyDictionary()
 
 
 def discrete_variance(scale: float, noise: str) -> float:
@@ -83,6 +89,48 @@ def discrete_variances(scales, noise: str) -> np.ndarray:
             v[small] = np.array([discrete_variance(x, noise) for x in u])[inv]
     out[pos] = v
     return out
+
+
+def _check_scale(scale: float, sensitivity: float, budget: float, noise: str,
+                 total: float) -> None:
+    """ValueError when a level of the equal split (budget > 0, sensitivity > 0) gets no
+    finite noise scale: the total is so small that D / b (Laplace) or D / sqrt(2 b)
+    (Gaussian) overflows, and the level would pass for an unmeasured one."""
+    if budget > 0 and sensitivity > 0 and not 0 < scale < math.inf:
+        raise out_of_range(noise, total, "the noise scale",
+                           _log10_scale(sensitivity, math.log10(budget), noise))
+
+
+def _recomputed_loss(released: Strategy, weights: np.ndarray, neighbours: str,
+                     noise: str) -> float:
+    """The privacy loss of the scaled strategy diag(weights) A (eps, or rho = D2^2 / 2;
+    ``privacy.loss_from_sensitivity``). The loss is homogeneous (degree 1 for eps, 2 for
+    rho) in the weights, so weights whose squares would leave double range (beyond
+    1e+-150, extreme budgets) are divided by their largest and the loss multiplied back."""
+    top = float(np.max(weights, initial=0.0))
+    if not (top > 1e150 or 0 < top < 1e-150):
+        return loss_from_sensitivity(released.sensitivity(weights, neighbours,
+                                                          norm_of(noise)), noise)
+    loss = loss_from_sensitivity(released.sensitivity(weights / top, neighbours,
+                                                      norm_of(noise)), noise)
+    return loss * top if noise == "laplace" else loss * top * top
+
+
+def _log10_variance(scale: float, noise: str, discrete: bool) -> float:
+    """log10 of the noise variance at ``scale`` without overflow or underflow: 2 s^2 or
+    s^2, and for tiny discrete scales 2 exp(-1/s) (Laplace) or 2 exp(-1/(2 s^2)) (Gaussian),
+    the leading terms of the discrete variances."""
+    lg2, ln10 = math.log10(2.0), math.log(10.0)
+    if discrete and scale < 1.0:
+        return lg2 - (1.0 / scale if noise == "laplace" else 0.5 / scale / scale) / ln10
+    return 2.0 * math.log10(scale) + (lg2 if noise == "laplace" else 0.0)
+
+
+def _log10_scale(sensitivity: float, log10_budget: float, noise: str) -> float:
+    """log10 of D / b (Laplace) or D / sqrt(2 b) (Gaussian), from log10 b (no overflow)."""
+    if noise == "laplace":
+        return math.log10(sensitivity) - log10_budget
+    return math.log10(sensitivity) - 0.5 * (math.log10(2.0) + log10_budget)
 
 
 def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
@@ -241,6 +289,11 @@ class Mechanism:
     mechanism is then recomputed from diag(1/scale) A (MATH.md section 0) and reported as
     ``.epsilon`` / ``.rho``; it never exceeds the request (a ValueError is raised if it
     would). Instances are immutable.
+
+    Limits: the per-row arrays are checked against the memory available before they are
+    built (``limits.check_memory``); a total budget that is subnormal, or so small that the
+    equal split's noise scale overflows, is refused (``limits.out_of_range``). Errors at
+    extreme budgets are computed on :meth:`normalised`.
     """
 
     def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str | None = None,
@@ -254,8 +307,14 @@ class Mechanism:
             raise ValueError(f"discrete must be True or False, got {discrete!r}")
         budget = resolve_budget(noise, epsilon, rho)
         budget_name = "epsilon" if noise == "laplace" else "rho"
+        if budget < TINY:  # subnormal: its noise scale is beyond double precision
+            raise out_of_range(noise, budget, "the noise variance", 2.0 * _log10_scale(
+                1.0, math.log10(budget), noise) + (math.log10(2.0) if noise == "laplace" else 0))
         public = resolve_public(neighbours, public_total)
 
+        rows = strategy.n_rows + 1
+        check_memory(rows * MECHANISM_BYTES_PER_ROW, f"a mechanism on {rows - 1} strategy rows",
+                     "use a strategy with fewer rows (fewer bins)")
         released = strategy
         if public and not np.any(strategy.levels == 0):
             released = strategy.with_total_row()
@@ -286,6 +345,8 @@ class Mechanism:
         level_scale, level_variance, level_sens = {}, {}, {}
         for lvl, b, d in zip(noisy_levels, budgets, sens):
             s, v = calibrate(float(d), float(b), noise)  # d = 0 -> exact (scale 0)
+            if level_budgets is None:  # a given budget this small leaves its level unmeasured
+                _check_scale(s, float(d), float(b), noise, budget)
             if discrete:  # integer noise of the same scale: same guarantee, its own variance
                 v = discrete_variance(s, noise)
             level_scale[int(lvl)], level_variance[int(lvl)], level_sens[int(lvl)] = s, v, float(d)
@@ -296,7 +357,7 @@ class Mechanism:
             lookup[:, lvl] = s, level_variance[lvl], (1.0 / s if 0 < s < np.inf else 0.0)
         scale, variance, weights = (np.take(row, levels) for row in lookup)  # per row, O(rows)
 
-        actual = loss_from_sensitivity(released.sensitivity(weights, neighbours, p), noise)
+        actual = _recomputed_loss(released, weights, neighbours, noise)
         if actual > budget * (1 + 1e-9):
             raise ValueError(f"calibration error: the mechanism's {budget_name} would be "
                              f"{actual!r} > requested {budget!r}")
@@ -360,8 +421,7 @@ class Mechanism:
             variance = discrete_variances(scale, noise)
         weights = np.where((scale > 0) & np.isfinite(scale),
                            1.0 / np.where(scale > 0, scale, 1.0), 0.0)
-        actual = loss_from_sensitivity(released.sensitivity(weights, neighbours,
-                                                            norm_of(noise)), noise)
+        actual = _recomputed_loss(released, weights, neighbours, noise)
         if actual > budget * (1 + 1e-9):
             raise ValueError(f"row_budgets: the scaled strategy's {budget_name} is {actual!r} "
                              f"> the requested {budget!r} (on a tree under add/remove every "
@@ -497,6 +557,56 @@ class Mechanism:
         object.__setattr__(new, "_level_variance", level_variance)
         object.__setattr__(new, "_variances", variances)
         object.__setattr__(new, "_discrete", True)
+        object.__setattr__(new, "_frozen", True)
+        return new
+
+    def normalised(self) -> tuple["Mechanism", float]:
+        """(twin, c): this mechanism with every noise variance divided by c, a power of 4
+        near the largest finite one (the twin's variances are at most 2), and c. When the
+        variances are within 4^+-32 of 1 (every budget in common use), or no row is noisy:
+        the mechanism itself and c = 1 (its caches are shared). The estimators here are
+        linear with weights that depend on the variances' ratios only, so every error is
+        homogeneous of degree 1 in them: error(self) = c error(twin), exactly (c is a power
+        of two). The twin is an analysis device: scales divided by sqrt(c), budgets and
+        guarantee unchanged. ValueError when a noisy row's variance is not a normal double
+        (the budget is too large or too small for double precision). O(rows), cached."""
+        hit = _NORMALISED.get(self, False)
+        if hit is not False:
+            return (self, 1.0) if hit is None else hit
+        s, v = self._scales, self._variances
+        noisy = np.isfinite(s) & (s > 0)
+        vn = v[noisy]
+        bad = ~(np.isfinite(vn) & (vn >= TINY))
+        if np.any(bad):
+            raise out_of_range(self._noise, self._requested, "the noise variance",
+                               _log10_variance(float(s[noisy][bad][0]), self._noise,
+                                               self._discrete))
+        half = math.frexp(float(vn.max()))[1] // 2 if vn.size else 0
+        if abs(half) <= _NORMAL_HALF_EXPONENT:
+            _NORMALISED[self] = None  # (the value must not hold the key: weak cache)
+            return self, 1.0
+        c = math.ldexp(1.0, 2 * half)
+        if float(vn.min()) / c < TINY:
+            raise ValueError("the noise variances span more than double precision "
+                             f"(from {float(vn.min()):.3g} to {float(vn.max()):.3g})")
+        out = _NORMALISED[self] = (self._rescaled(c, math.ldexp(1.0, half)), c)
+        return out
+
+    def _rescaled(self, c: float, root: float) -> "Mechanism":
+        """A copy with variances / c and scales / root (root^2 = c, both powers of two)."""
+        new = object.__new__(Mechanism)
+        for name, value in self.__dict__.items():
+            if name != "_frozen":
+                object.__setattr__(new, name, value)
+        scales, variances = self._scales / root, self._variances / c
+        for arr in (scales, variances):
+            arr.flags.writeable = False
+        object.__setattr__(new, "_scales", scales)
+        object.__setattr__(new, "_variances", variances)
+        object.__setattr__(new, "_level_scale",
+                           {k: x / root for k, x in self._level_scale.items()})
+        object.__setattr__(new, "_level_variance",
+                           {k: x / c for k, x in self._level_variance.items()})
         object.__setattr__(new, "_frozen", True)
         return new
 

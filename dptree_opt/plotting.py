@@ -9,15 +9,23 @@
   noise-only interval (thick bar).
 * :func:`plot_grid_release` -- a :class:`~dptree_opt.data_release.GridRelease`: the heat map
   of its cells (and of the truth, in simulations).
+* :func:`save_figure` -- write a figure to a file atomically, never over an existing file
+  unless asked.
 
-All return the matplotlib Axes (a new figure when ``ax`` is None). Nothing here changes the
-release or needs more privacy budget: it is post-processing of published numbers."""
+The plot functions return the matplotlib Axes (a new figure when ``ax`` is None). Nothing
+here changes the release or needs more privacy budget: it is post-processing of published
+numbers."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["plot_cdf", "plot_release", "plot_grid_release", "guarantee_label"]
+from .files import write_atomic
+
+__all__ = ["plot_cdf", "plot_release", "plot_grid_release", "guarantee_label", "save_figure"]
 
 BANDS = ("pointwise", "simultaneous", None)
 
@@ -177,3 +185,15 @@ def plot_grid_release(release, ax=None, truth=None):
     axes[0].set_title(f"{panels[0][0]}: {budget}, {p['neighbours']}; cell SE "
                       f"{release.cell_standard_error:.3g}", fontsize=9)
     return axes if truth is not None else axes[0]
+
+
+def save_figure(fig, path, *, force: bool = False, **savefig_kwargs) -> Path:
+    """Write the matplotlib figure ``fig`` to ``path`` atomically (``files.write_atomic``: a
+    reader never sees a half-written file, an existing file is replaced only with ``force``,
+    else FileExistsError; permissions as ``open`` would give); returns the Path. The format is
+    the file's suffix (png when it has none) unless ``format=`` is given; other keywords go to
+    ``Figure.savefig`` (e.g. ``dpi``)."""
+    out = Path(os.fspath(path))
+    fmt = savefig_kwargs.pop("format", None) or out.suffix.lstrip(".").lower() or "png"
+    return write_atomic(out, lambda f: fig.savefig(f, format=fmt, **savefig_kwargs),
+                        force=force)

@@ -6,6 +6,9 @@
 * Per-level budgets compose by sum. The loss of a whole mechanism (any strategy, any per-row
   scales s_r) is the sensitivity of diag(1/s) A under the neighbour model:
   eps = ||diag(1/s) A (x - x')||_1 maximised over neighbours; rho = (same with l2)^2 / 2.
+* Budget sanity (:func:`check_noise_scales`): noise that is identically 0 in double precision
+  (an exact release) or so wide that noisy counts leave the exact integers of doubles is
+  refused before anything is drawn, by the releases and the streaming counters alike.
 """
 
 from __future__ import annotations
@@ -15,6 +18,14 @@ import math
 import numpy as np
 
 NOISES = ("laplace", "gaussian")
+# Counts and noisy counts must stay exact integers in float64 (and far from int64 saturation).
+EXACT_LIMIT = 2**53
+# |noise| <= NOISE_TAIL scales except with probability exp(-64) ~ 1.6e-28 per draw (Laplace;
+# far less for the Gaussian): the tail that must stay below EXACT_LIMIT.
+NOISE_TAIL = 64.0
+# Half a unit in the last place of a count of 1: float noise below it vanishes when added to
+# any count >= 1.
+HALF_ULP_OF_ONE = 2.0**-53
 
 
 def check_noise(noise: str) -> str:
@@ -104,6 +115,7 @@ def calibrate(sensitivity: float, budget: float, noise: str) -> tuple[float, flo
     """(scale, variance) of the noise for one level: Laplace b = D/eps, var 2 b^2; Gaussian
     sigma = D2 / sqrt(2 rho), var sigma^2. A zero budget gives infinite noise (the level is
     not measured); zero sensitivity gives zero noise (the rows do not depend on the data)."""
+    sensitivity, budget = float(sensitivity), float(budget)   # Python floats: inf, no warning
     if sensitivity == 0:
         return 0.0, 0.0
     if budget == 0:
@@ -111,7 +123,9 @@ def calibrate(sensitivity: float, budget: float, noise: str) -> tuple[float, flo
     if check_noise(noise) == "laplace":
         b = sensitivity / budget
         return b, 2.0 * b * b
-    sigma = sensitivity / math.sqrt(2.0 * budget)
+    two_rho = 2.0 * budget
+    sigma = (sensitivity / math.sqrt(two_rho) if math.isfinite(two_rho)
+             else sensitivity * math.sqrt(0.5 / budget))      # rho > 2^1023: no overflow to 0
     return sigma, sigma * sigma
 
 
@@ -119,3 +133,68 @@ def loss_from_sensitivity(sensitivity: float, noise: str) -> float:
     """Privacy loss of a release whose scaled sensitivity is ``sensitivity``: eps = D1 for
     Laplace (scales already divided out), rho = D2^2 / 2 for Gaussian."""
     return sensitivity if check_noise(noise) == "laplace" else 0.5 * sensitivity**2
+
+
+def check_noise_scales(scales, variances, *, budget_name: str, budget: float, groups,
+                       group_budgets=None, resolution: float = 0.0,
+                       min_variance: float = 0.0) -> None:
+    """Refuse a budget whose noise is meaningless, before anything is drawn (ValueError naming
+    the budget, the group and what to do). A group is measured when its budget is > 0 (with
+    ``group_budgets``; else when its scale is finite); a measured group of scale 0 is exact
+    (data-independent rows). For every other measured group:
+
+    * identically zero (budget too large): its variance is not > 0 in double precision (integer
+      noise: every draw is 0, the exact counts would be published), or ``NOISE_TAIL`` x scale
+      is below ``resolution`` (float noise: pass ``HALF_ULP_OF_ONE``; then except with
+      probability ~exp(-2048) every draw is below half an ulp of 1 and vanishes when added to
+      any count >= 1); or, for estimators that divide by the variances (inverse-variance
+      weights), its variance is below ``min_variance`` (pass ``sys.float_info.min``);
+    * saturating (budget too small): ``NOISE_TAIL`` x scale >= ``EXACT_LIMIT`` = 2^53 (noisy
+      counts would leave the range where doubles hold every integer; OpenDP's 64-bit integer
+      samplers saturate at 2^63), including an infinite scale from a positive budget.
+
+    With ``group_budgets``, a positive ``budget`` whose every group's share underflows to 0 is
+    refused too (nothing would be measured). ``scales``, ``variances``: one per group (the
+    noise actually added, e.g. the discrete variance for integer noise); ``groups``: their
+    names in messages ("level 0", ...); ``group_budgets``: the budget of each group."""
+    scales = np.asarray(scales, dtype=float).ravel()
+    variances = np.asarray(variances, dtype=float).ravel()
+    if group_budgets is None:
+        measured = np.isfinite(scales)
+    else:
+        shares = np.asarray(group_budgets, dtype=float).ravel()
+        measured = shares > 0
+        if budget > 0 and not np.any(measured):
+            raise ValueError(f"{budget_name} = {budget!r} is too small: its share of every "
+                             f"group ({', '.join(groups)}) underflows to 0 in double "
+                             f"precision, so nothing would be measured. Use a larger "
+                             f"{budget_name}")
+    noisy = measured & (scales > 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = NOISE_TAIL * scales
+    zero = noisy & np.isfinite(scales) & (~(variances > 0) | (tail < resolution)
+                                          | (variances < min_variance))
+    wide = noisy & (tail >= EXACT_LIMIT)
+    for bad, size, fix in ((zero, "large", "smaller"), (wide, "small", "larger")):
+        if not np.any(bad):
+            continue
+        i = int(np.flatnonzero(bad)[0])
+        share = "" if group_budgets is None else f" (its budget {float(shares[i]):.3g})"
+        what = f"the noise of {groups[i]} has scale {scales[i]:.3g}{share}"
+        if size == "large":
+            if not variances[i] > 0:
+                why = ("so small that it is identically 0 in double precision (its variance "
+                       "underflows to 0)")
+            elif variances[i] < min_variance:
+                why = (f"so small that its variance {variances[i]:.3g} is below the smallest "
+                       f"normal double {min_variance:.3g} (the estimates divide by it)")
+            else:
+                why = (f"so small that {NOISE_TAIL:g} scales stay below half an ulp of a count "
+                       "of 1 (it vanishes when added to any count >= 1)")
+            consequence = "the exact counts would be published"
+        else:
+            why = f"so wide that {NOISE_TAIL:g} scales reach 2^53"
+            consequence = ("the noisy counts would leave the range where doubles hold every "
+                           "integer (2^53)")
+        raise ValueError(f"{budget_name} = {budget!r} is too {size}: {what}, {why}; "
+                         f"{consequence}. Use a {fix} {budget_name}")

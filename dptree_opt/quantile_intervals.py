@@ -141,7 +141,7 @@ from .estimation.tree import is_tree_mechanism, tree_parameters
 from .mechanism import Mechanism
 
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",
-           "calibrate_quantile_tests", "quantile_intervals"]
+           "calibrate_quantile_tests", "quantile_intervals", "NORMAL_SIGMA"]
 
 _KEEP_SHARE = 1e-2      # rows with share * max(1, kurtosis / 3) >= this enter exactly
 _MAX_TERMS = 200        # at most this many exact rows per prefix (the rest: normal)
@@ -154,7 +154,7 @@ _MAX_HEAVY = 160        # heavy (few-node) prefixes checked at most
 _N_RANDOM = 32          # random prefixes checked in addition
 _ALL_PREFIXES = 64      # check every prefix up to this K
 _ENDS = 16              # the first and last prefixes are always checked
-_NORMAL_SIGMA = 3.0     # discrete Gaussian with sigma >= this: CF normal to ~1e-19
+NORMAL_SIGMA = 3.0     # discrete Gaussian with sigma >= this: CF normal to ~1e-19
 _CACHE_SIZE = 64
 _CHUNK = 32             # prefixes per weight block
 
@@ -297,7 +297,7 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
 def _level_kurtosis(scale: float, noise: str, discrete: bool) -> float:
     """Excess kurtosis of one row's noise (to rank how non-normal a small term is)."""
     if noise == "gaussian":
-        if not discrete or scale >= _NORMAL_SIGMA:
+        if not discrete or scale >= NORMAL_SIGMA:
             return 0.0
         z = np.arange(-math.ceil(12 * scale) - 2, math.ceil(12 * scale) + 3, dtype=float)
         w = np.exp(-z * z / (2 * scale * scale))
@@ -343,7 +343,7 @@ def _log_cf(u: np.ndarray, scale: float, noise: str, discrete: bool, table=None)
             p = math.exp(-1.0 / scale)
             return -np.log1p((4.0 * p / (1.0 - p) ** 2) * np.sin(u / 2) ** 2)
         return -np.log1p((scale * u) ** 2)
-    if not discrete or scale >= _NORMAL_SIGMA:
+    if not discrete or scale >= NORMAL_SIGMA:
         return -0.5 * (scale * u) ** 2
     pos = np.abs(np.remainder(u + np.pi, 2 * np.pi) - np.pi) * (_TABLE / np.pi)  # even, 2 pi
     i = np.minimum(pos.astype(np.intp), _TABLE - 1)                            # periodic
@@ -507,7 +507,7 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
     noisy = (mechanism.variances > 0) & np.isfinite(mechanism.variances)
     normal = noise == "gaussian" and (not discrete or float(np.min(scales[noisy],
                                                                     initial=np.inf))
-                                      >= _NORMAL_SIGMA)
+                                      >= NORMAL_SIGMA)
     z = float(-ndtri(alpha / 2))
     if normal:
         crit = np.full(q.size, z)
@@ -519,7 +519,7 @@ def _calibrate(mechanism: Mechanism, k: int, q: np.ndarray, level: float) -> Qua
         s, rv = scales[noisy], mechanism.variances[noisy]
         uniq, which = np.unique(s, return_inverse=True)  # one law per level: O(h) kurtoses
         kurt = np.array([_level_kurtosis(float(v), noise, discrete) for v in uniq])[which]
-        tables = ({float(v): _dgauss_table(float(v)) for v in uniq if v < _NORMAL_SIGMA}
+        tables = ({float(v): _dgauss_table(float(v)) for v in uniq if v < NORMAL_SIGMA}
                   if noise == "gaussian" and discrete else None)
         crit = np.empty(q.size)
         done: dict = {}

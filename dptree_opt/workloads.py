@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
+from .limits import WORKLOAD_BYTES_PER_QUERY, check_memory
+
 __all__ = [
     "Workload",
     "KroneckerWorkload",
@@ -62,6 +64,19 @@ def _check_n(n) -> int:
     if n < 1:
         raise ValueError(f"n (number of bins) must be >= 1, got {n}")
     return int(n)
+
+
+def _check_queries(n_queries: int, what: str) -> None:
+    """ValueError before the (lo, hi) arrays of ``n_queries`` queries are allocated when
+    they would not fit (``limits.check_memory``)."""
+    check_memory(n_queries * WORKLOAD_BYTES_PER_QUERY, what, "use fewer bins")
+
+
+def _check_dense(rows: int, cols: int, what: str) -> None:
+    """ValueError before a dense (rows, cols) float64 array is allocated when it would not
+    fit (``limits.check_memory``)."""
+    check_memory(8 * rows * cols, f"{what} ({rows} x {cols} dense)",
+                 "use the structured products (matvec, gram_matvec) or fewer bins")
 
 
 def _double_cumsum(cov: np.ndarray) -> np.ndarray:
@@ -142,6 +157,7 @@ class Workload:
 
     def dense(self) -> np.ndarray:
         """W as a dense (q, n) array: only for small workloads."""
+        _check_dense(self.n_queries, self.n_bins, "the workload matrix")
         lo, hi = self.intervals()
         cols = np.arange(self.n_bins)
         return ((cols >= lo[:, None]) & (cols < hi[:, None])).astype(float)
@@ -181,6 +197,7 @@ class Workload:
     def gram_dense(self) -> np.ndarray:
         """W'W as a dense (n, n) array (closed form where there is one)."""
         n = self.n_bins
+        _check_dense(n, n, "the workload Gram matrix")
         i = np.arange(n)
         mn = np.minimum.outer(i, i)
         mx = np.maximum.outer(i, i)
@@ -438,6 +455,7 @@ def prefix(n) -> Workload:
     if grid is not None:
         return grid
     n = _check_n(n)
+    _check_queries(n, f"the prefix workload over {n} bins")
     return Workload("prefix", n, np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
 
@@ -447,6 +465,7 @@ def identity(n) -> Workload:
     if grid is not None:
         return grid
     n = _check_n(n)
+    _check_queries(n, f"the identity workload over {n} bins")
     return Workload("identity", n, np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +23,11 @@ import matplotlib
 matplotlib.use("Agg")  # scripts only write PNG files
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from dptree_opt.cli._common import output_dir, stdout_closed  # noqa: E402
+from dptree_opt.cli._scripts import script_outputs  # noqa: E402
+from dptree_opt.files import write_text_atomic  # noqa: E402
+from dptree_opt.plotting import save_figure  # noqa: E402
 
 __all__ = ["plt", "style", "caption", "save_png", "write_csv", "write_json", "cli"]
 
@@ -39,12 +46,13 @@ def caption(fig, text: str) -> None:
 
 
 def save_png(fig, out_dir: Path, name: str, bottom: float = 0.14) -> Path:
-    """tight_layout leaving room for the caption; writes out_dir/name.png."""
+    """tight_layout leaving room for the caption; writes out_dir/name.png atomically
+    (replacing a previous one: the command line checks ``--out`` before the run)."""
     fig.tight_layout(rect=(0, bottom, 1, 1))
-    path = Path(out_dir) / f"{name}.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, Path(out_dir) / f"{name}.png", force=True)
+    finally:
+        plt.close(fig)
 
 
 def _jsonable(x):
@@ -60,17 +68,21 @@ def _jsonable(x):
 
 
 def write_json(data, out_dir: Path, name: str) -> Path:
+    """Write out_dir/name.json atomically (NaN and infinities as null)."""
     path = Path(out_dir) / f"{name}.json"
-    path.write_text(json.dumps(_jsonable(data), indent=2))
+    write_text_atomic(path, json.dumps(_jsonable(data), indent=2), force=True)
     return path
 
 
 def write_csv(rows: list[dict], out_dir: Path, name: str) -> Path:
+    """Write the dicts ``rows`` (one column per key of the first) to out_dir/name.csv
+    atomically."""
     path = Path(out_dir) / f"{name}.csv"
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(_jsonable(rows))
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(_jsonable(rows))
+    write_text_atomic(path, text.getvalue(), force=True)
     return path
 
 
@@ -84,12 +96,24 @@ def check(what: str, reproduced: float, expected: float, source: str,
 
 
 def cli(run, name: str) -> None:
-    """``python experiments/NAME.py [--full] [--out DIR]``."""
+    """``python experiments/NAME.py [--full] [--out DIR] [--force]``; ``--out`` is checked
+    first, as ``dptree-opt experiment`` does."""
     ap = argparse.ArgumentParser(description=f"experiment {name}")
     ap.add_argument("--full", action="store_true", help="full mode (default: quick)")
-    ap.add_argument("--out", default="experiments_out", help="output folder")
+    ap.add_argument("--out", default="experiments_out",
+                    help=f"output directory, created if missing (its parent must exist); "
+                         f"refused if it holds {name}.png / .json / .csv, unless --force")
+    ap.add_argument("--force", action="store_true",
+                    help="overwrite the files of a previous run in --out")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = output_dir(args.out, flag="--out", files=script_outputs(name), force=args.force)
+    except ValueError as exc:
+        ap.error(str(exc))
     result = run(out, quick=not args.full)
-    print(json.dumps(_jsonable({k: v for k, v in result.items() if k not in ("rows", "tables")}), indent=2))
+    summary = {k: v for k, v in result.items() if k not in ("rows", "tables")}
+    try:
+        print(json.dumps(_jsonable(summary), indent=2))
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped to head: as `dptree-opt experiment`
+        raise SystemExit(stdout_closed()) from None

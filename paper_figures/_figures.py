@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from numbers import Integral, Real
 from pathlib import Path
@@ -25,8 +26,13 @@ matplotlib.use("Agg")  # no display: scripts only write PNG files
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plt", "style", "caption", "plain_log_ticks", "check", "bound_check", "flag_check", "save_png",
-           "write_json", "summary", "table_axes", "cli", "rel_dev", "to_jsonable"]
+from dptree_opt.cli._common import output_dir, stdout_closed  # noqa: E402
+from dptree_opt.cli._scripts import script_outputs  # noqa: E402
+from dptree_opt.files import write_text_atomic  # noqa: E402
+from dptree_opt.plotting import save_figure  # noqa: E402
+
+__all__ = ["plt", "style", "caption", "plain_log_ticks", "check", "bound_check", "flag_check",
+           "save_png", "write_json", "summary", "table_axes", "cli", "rel_dev", "to_jsonable"]
 
 DPI = 110
 
@@ -137,21 +143,23 @@ def to_jsonable(x):
 
 
 def save_png(fig, out_dir: Path, name: str) -> Path:
-    """Write ``out_dir/name.png`` and close the figure."""
+    """Write ``out_dir/name.png`` atomically (replacing a previous one: the command line
+    checks ``--out`` before the run) and close the figure."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, out_dir / f"{name}.png", force=True)
+    finally:
+        plt.close(fig)
 
 
 def write_json(out_dir: Path, name: str, data: dict) -> Path:
-    """Write ``out_dir/name.json`` (the numbers the figure plots, and its checks)."""
+    """Write ``out_dir/name.json`` (the numbers the figure plots, and its checks)
+    atomically, replacing a previous one."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(to_jsonable(data), indent=1) + "\n")
+    write_text_atomic(path, json.dumps(to_jsonable(data), indent=1) + "\n", force=True)
     return path
 
 
@@ -182,20 +190,36 @@ def table_axes(ax, rows: list[list[str]], col_labels: list[str], *, col_widths=N
 
 # ----------------------------------------------------------------------------- CLI
 def cli(run, doc: str | None = None) -> None:
-    """``python paper_figures/NAME.py [--quick] [--out DIR]``: run and print the checks."""
+    """``python paper_figures/NAME.py [--quick] [--out DIR] [--force]``: run and print the
+    checks. ``--out`` is checked first, as ``dptree-opt figures`` does."""
+    name = Path(run.__code__.co_filename).stem
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--quick", action="store_true",
                         help="fewer Monte Carlo trials / smaller sweeps (seconds)")
-    parser.add_argument("--out", default="figures", help="output folder (default ./figures)")
+    parser.add_argument("--out", default="figures",
+                        help=f"output directory (default ./figures), created if missing (its "
+                             f"parent must exist); refused if it holds {name}.png / .json / "
+                             ".csv, unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite the files of a previous run in --out")
     args = parser.parse_args()
+    try:
+        out = output_dir(args.out, flag="--out", files=script_outputs(name),
+                         force=args.force)
+    except ValueError as exc:
+        parser.error(str(exc))
     t0 = time.perf_counter()
-    res = run(Path(args.out), quick=args.quick)
+    res = run(out, quick=args.quick)
     secs = time.perf_counter() - t0
-    print(f"{res['name']}: {res['title']}")
-    print(f"  wrote {res['png']} and {res['json']} ({secs:.1f} s)")
-    for c in res["checks"]:
-        mark = "ok  " if c["ok"] else "FAIL"
-        print(f"  [{mark}] {c['what']}: reproduced {c['reproduced']}, expected "
-              f"{c['expected']} ({c['source']})")
     bad = sum(not c["ok"] for c in res["checks"])
+    try:
+        print(f"{res['name']}: {res['title']}")
+        print(f"  wrote {res['png']} and {res['json']} ({secs:.1f} s)")
+        for c in res["checks"]:
+            mark = "ok  " if c["ok"] else "FAIL"
+            print(f"  [{mark}] {c['what']}: reproduced {c['reproduced']}, expected "
+                  f"{c['expected']} ({c['source']})")
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped to head: as `dptree-opt figures`
+        raise SystemExit(stdout_closed()) from None
     raise SystemExit(1 if bad else 0)

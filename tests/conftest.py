@@ -1,15 +1,17 @@
-"""Shared fixtures: spies on the secure sampler, traps on numpy noise."""
+"""Shared fixtures: spies on the secure samplers, traps on numpy noise."""
 
 import numpy as np
 import pytest
 
 from dptree_opt.data_release import secure_noise as sn
+from dptree_opt.stream import noise as stream_noise
 
 
 class OpenDPLog:
     """What a spied run did with OpenDP: ``events`` ("built" / "drawn" in order), ``built``
-    (the keyword arguments of every measurement made, after its privacy map was checked),
-    ``drawn`` (the argument of every call of one, i.e. every noise draw)."""
+    (the keyword arguments of every measurement made: integer ones after their privacy map
+    was checked; the float Gaussian of the factorisation counters as ``noise="float_gaussian",
+    scale=sigma``), ``drawn`` (the argument of every call of one, i.e. every noise draw)."""
 
     def __init__(self):
         self.events, self.built, self.drawn = [], [], []
@@ -18,24 +20,42 @@ class OpenDPLog:
         return self.events.count(event)
 
 
+class _Spied:
+    """A measurement whose calls (draws) are logged; anything else (``map``) is passed on."""
+
+    def __init__(self, log, meas):
+        self._log, self._meas = log, meas
+
+    def __call__(self, values):
+        self._log.events.append("drawn")
+        self._log.drawn.append(values)
+        return self._meas(values)
+
+    def __getattr__(self, name):
+        return getattr(self._meas, name)
+
+
 @pytest.fixture
 def opendp_calls(monkeypatch):
-    """An :class:`OpenDPLog` of the OpenDP measurements made and drawn while the test runs."""
+    """An :class:`OpenDPLog` of the OpenDP measurements made and drawn while the test runs:
+    the integer samplers of the releases and the tree counters, and the float Gaussian of the
+    "sqrt" / "blt" counters."""
     log = OpenDPLog()
     real = sn._opendp_measurement
+    real_float = stream_noise.float_gaussian_measurement
 
     def spy(**kw):
         log.events.append("built")
         log.built.append(kw)
-        meas = real(**kw)
+        return _Spied(log, real(**kw))
 
-        def draw(values):
-            log.events.append("drawn")
-            log.drawn.append(values)
-            return meas(values)
-        return draw
+    def spy_float(sigma):
+        log.events.append("built")
+        log.built.append({"noise": "float_gaussian", "scale": sigma})
+        return _Spied(log, real_float(sigma))
 
     monkeypatch.setattr(sn, "_opendp_measurement", spy)
+    monkeypatch.setattr(stream_noise, "float_gaussian_measurement", spy_float)
     return log
 
 

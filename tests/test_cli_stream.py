@@ -25,6 +25,7 @@ def test_counts_file_secure_release_writes_json(tmp_path, capsys, opendp_calls):
     assert rows[0] == "step,estimate,standard_error" and len(rows) == 38
     doc = json.loads(out.read_text())
     assert doc["steps"] == 37 and doc["account"]["horizon"] == 37
+    assert doc["status"] == "complete" and doc["stopped"] is None and not doc["simulation"]
     assert doc["account"]["budget"] == {"epsilon": 1.0}
     assert "OpenDP" in doc["account"]["sampler"] and opendp_calls.count("drawn") == 71
     # 71 = the nodes complete within 37 steps: 37 + 18 + 9 + 4 + 2 + 1 (levels 0..5).
@@ -40,7 +41,7 @@ def test_standard_input_is_answered_line_by_line(monkeypatch, capsys):
     assert main(["stream", "--counts", "-", "--horizon", "8", "--rho", "0.5",
                  "--seed", "1"]) == 0
     out = capsys.readouterr().out
-    assert "NOT private" in out
+    assert out.startswith("# SIMULATION, NOT PRIVATE")
     assert len(_lines(out)) == 1 + 5
 
 
@@ -61,7 +62,7 @@ def test_event_column_is_binned_into_steps(tmp_path, capsys):
                  "--steps", "24", "--epsilon", "1", "--mechanism", "kary", "--branching", "3",
                  "--seed", "0", "--quiet", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["steps"] == 24 and "500 events" in doc["source"]
+    assert doc["steps"] == 24 and "500" not in doc["source"]   # the total is protected
     # every event is counted: the truth 500 is within 6 SE of the final estimate
     # (Chebyshev: P(|error| > 6 SE) < 1/36; with this fixed seed it is deterministic)
     assert abs(doc["estimate"][-1] - 500) <= 6 * doc["standard_error"][-1]

@@ -310,7 +310,7 @@ def test_empty_header_only_and_non_utf8_files(tmp_path):
     with pytest.raises(ValueError, match="not a UTF-8 text"):
         _hist(tmp_path / "latin1.csv")
     (tmp_path / "utf16.csv").write_bytes("value\n1\n".encode("utf-16"))
-    with pytest.raises(ValueError, match="UTF-16 text file; convert it to UTF-8"):
+    with pytest.raises(ValueError, match="UTF-16 text; convert it to UTF-8"):
         _hist(tmp_path / "utf16.csv")
 
 

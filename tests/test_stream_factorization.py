@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
-from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.strategies.blt import blt_loss, optimize_blt
 from dptree_opt.strategies.factorization import sqrt_coefficients
-from dptree_opt.stream import Counter, factorization
+from dptree_opt.stream import Counter
 from dptree_opt.stream.factorization import BLTEngine, SqrtEngine, ToeplitzEngine
 
 THETA = [0.95, 0.6, 0.2]
@@ -181,38 +180,31 @@ def test_run_equals_push(cls, kw):
 
 @pytest.mark.parametrize("cls, kw", [(SqrtEngine, {}),
                                      (BLTEngine, dict(theta=THETA, omega=OMEGA))])
-def test_secure_path_uses_opendp_only(cls, kw, monkeypatch):
-    """rng=None: every draw goes through gaussian_vector(rng=None), i.e. OpenDP; numpy's random
-    entry points are booby-trapped (Generator's methods belong to an immutable C type, so the
-    ways to obtain one or to draw from the legacy global state are trapped instead)."""
+def test_secure_path_uses_opendp_only(cls, kw, monkeypatch, opendp_calls):
+    """rng=None: one OpenDP float Gaussian measurement is built (its privacy map checked)
+    when the engine is made, nothing drawn; every draw is a call of it, ahead in blocks (16,
+    then 32: not one call per step); numpy's random entry points are booby-trapped
+    (Generator's methods belong to an immutable C type, so the ways to obtain one or to draw
+    from the legacy global state are trapped instead)."""
     def refuse(*a, **k):
         raise AssertionError("numpy noise on the secure path")
     for name in ("normal", "laplace", "standard_normal", "random", "default_rng",
                  "RandomState"):
         monkeypatch.setattr(np.random, name, refuse)
-    calls, rngs = [], []
-    real = sn._opendp
-
-    def spy():
-        calls.append(1)
-        return real()
-    monkeypatch.setattr(sn, "_opendp", spy)
-    real_vector = factorization.gaussian_vector
-
-    def spy_vector(sigma, size, rng=None):
-        rngs.append(rng)
-        return real_vector(sigma, size, rng)
-    monkeypatch.setattr(factorization, "gaussian_vector", spy_vector)
     eng = cls(100, noise="gaussian", budget=0.5, rng=None, **kw)
-    assert eng.secure and len(calls) == 1  # the privacy-map check, nothing drawn yet
+    assert eng.secure and opendp_calls.events == ["built"]
+    assert opendp_calls.built == [{"noise": "float_gaussian", "scale": eng.sigma}]
     est, var = _push_all(eng, np.ones(40, dtype=int))
-    assert np.all(np.isfinite(est)) and len(calls) >= 2
-    assert rngs and all(r is None for r in rngs)
-    assert len(rngs) == 2  # 40 steps: blocks of 16 then 32 draws, not one call per step
+    assert np.all(np.isfinite(est))
+    # 40 steps: blocks of 16 then 32 draws, each a vector of zeros
+    assert opendp_calls.events == ["built", "drawn", "drawn"]
+    assert [len(v) for v in opendp_calls.drawn] == [16, 32]
+    assert all(x == 0.0 for v in opendp_calls.drawn for x in v)
     assert np.allclose(var, eng.step_variances(40))
     eng2 = cls(100, noise="gaussian", budget=0.5, rng=None, **kw)
     est2, _ = eng2.run(np.ones(50, dtype=int))
-    assert np.all(np.isfinite(est2)) and all(r is None for r in rngs)
+    assert np.all(np.isfinite(est2))
+    assert opendp_calls.events[3:] == ["built", "drawn"] and len(opendp_calls.drawn[-1]) == 50
     acc = eng.account()
     assert acc["sampler"].startswith("OpenDP") and acc["secure"] is True
 

@@ -1,12 +1,21 @@
-"""Shared pieces of the ``dptree-opt`` subcommands: strategy specs and budget flags."""
+"""Shared pieces of the ``dptree-opt`` subcommands: strategy specs, budget flags and the
+checks of the files and directorys a subcommand writes (:func:`output_file`,
+:func:`output_dir`: run them before any work, so that a bad path never costs a long run)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from .. import strategies
+from ..files import path_lookup_errors, check_output_path, check_writable_path
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a command stopped by it
 
 STRATEGY_HELP = ("histogram | prefix | binary | tree:K (one branching factor, e.g. tree:17) | "
                  "tree:K1,K2,... (per-level branching factors, root first, e.g. tree:4,8,32)")
@@ -71,3 +80,87 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
                         help="swap: N public and invariant (default); add_remove: N private")
     parser.add_argument("--public-total", action="store_true",
                         help="under add_remove, declare N public (N is then not protected)")
+
+
+def output_file(path, *, flag: str, force: bool = False, suffixes: tuple = (),
+                inputs: tuple = ()) -> Path:
+    """The checked path of one file a subcommand will write, checked before any work:
+    ``files.check_output_path`` (a directory, a missing or unwritable parent, one of the
+    ``inputs``, a path the system cannot look up, something that is not a regular file, an
+    existing file unless ``force``: ValueError naming ``flag``), and a name ending in one of
+    ``suffixes`` (when given). Write it afterwards atomically (``plotting.save_figure``,
+    ``files.write_text_atomic``)."""
+    out = check_writable_path(path, flag=flag)
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise ValueError(f"{flag} {str(out)!r}: name a {' / '.join(suffixes)} file")
+    return check_output_path(out, inputs=inputs, force=force, flag=flag)
+
+
+def output_dir(path, *, flag: str, files, force: bool = False) -> Path:
+    """Check, then create, the directory a subcommand writes the files named ``files`` into;
+    run it before any work. Returns the directory's Path.
+
+    A missing directory is created (one level: its parent must exist, so a mistyped path
+    does not grow a tree of directories). Refused (ValueError naming ``flag``): an empty
+    path, a path that exists and is not a directory, a missing parent, a directory (or
+    parent) that is not writable, a name in ``files`` that is a directory or not a regular
+    file, and, unless ``force``, a directory already holding any of ``files`` (they would be
+    overwritten; other files in it are never touched)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{flag}: expected a directory path, got {path!r}")
+    with path_lookup_errors(flag, path):
+        return _output_dir(Path(os.fspath(path)), flag, files, force)
+
+
+def _output_dir(out: Path, flag: str, files, force: bool) -> Path:
+    if not os.path.lexists(out):
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise ValueError(f"{flag}: directory {str(parent)!r} does not exist; create it "
+                             f"first (only the last directory of {flag} is created)")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise ValueError(f"{flag}: cannot create {str(out)!r}: directory {str(parent)!r} "
+                             "is not writable")
+        try:
+            out.mkdir()
+            return out
+        except FileExistsError:  # made meanwhile: checked below like any existing path
+            pass
+        except OSError as exc:
+            raise ValueError(f"{flag}: cannot create {str(out)!r} ({exc.strerror})") from None
+    if not out.is_dir():
+        what = ("is a broken symbolic link" if out.is_symlink() and not out.exists() else
+                "exists and is not a directory")
+        raise ValueError(f"{flag} {str(out)!r} {what}; name a directory (created if "
+                         "missing)")
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}: directory {str(out)!r} is not writable")
+    present = [name for name in files if os.path.lexists(out / name)]
+    for name in present:
+        if not (out / name).is_file():
+            what = "a directory" if (out / name).is_dir() else "not a regular file"
+            raise ValueError(f"{flag}: {str(out / name)!r} is {what}; this run writes a file "
+                             "there (move it away or choose another directory)")
+    if present and not force:
+        shown = ", ".join(present[:6]) + (f" and {len(present) - 6} more" if len(present) > 6
+                                         else "")
+        raise ValueError(f"{flag} {str(out)!r} already holds {len(present)} file"
+                         f"{'s' if len(present) > 1 else ''} this run writes ({shown}); pass "
+                         "--force to overwrite them, or choose another directory")
+    return out
+
+
+def stdout_closed() -> int:
+    """Call on BrokenPipeError (standard output closed early, e.g. ``| head``): what is
+    still buffered, and anything printed later, goes to /dev/null instead of a second error
+    at exit (the Python docs' "Note on SIGPIPE"). Returns the exit status, 141."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return EXIT_BROKEN_PIPE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE

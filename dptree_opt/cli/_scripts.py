@@ -2,7 +2,9 @@
 
 They live next to the package in a clone (DESIGN.md layout) and call only the public API;
 each script is a module with ``run(out_dir: pathlib.Path, quick: bool = True) -> dict`` that
-may import its folder's helper module (``_figures``, ``_experiments``).
+may import its folder's helper module (``_figures``, ``_experiments``). A script writes only
+files named after itself (:func:`script_outputs`), so that a run's outputs can be checked
+before it starts.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from pathlib import Path
 from types import ModuleType
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+OUTPUT_SUFFIXES = (".png", ".json", ".csv")
+
+
+def script_outputs(stem: str) -> list[str]:
+    """The names of the files script ``stem`` may write into its output directory:
+    ``stem.png``, ``stem.json``, ``stem.csv`` (it writes the figure and one of the tables)."""
+    return [f"{stem}{suffix}" for suffix in OUTPUT_SUFFIXES]
 
 
 def script_dir(name: str) -> Path:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
 from .. import compare as cmp
 from ..compare import format_number
-from ._common import add_budget_arguments, budget_kwargs
+from ..plotting import save_figure
+from ._common import FIGURE_SUFFIXES, add_budget_arguments, budget_kwargs, output_file
 
 ORDER = 40  # position in `dptree-opt --help`
 
@@ -78,22 +81,29 @@ def _print_table(res) -> None:
         print("note: " + n)
 
 
-def plot_path(arg: str, n_bins: int) -> Path:
+def plot_path(arg: str, n_bins: int, force: bool = False) -> Path:
     """Where ``--plot ARG`` writes: ARG itself when it names a file (".png" appended when it
     has no suffix, as matplotlib would), ``ARG/compare_K<bins>.png`` when ARG is an existing
-    directory. ValueError when the parent directory does not exist (checked before the
-    comparison runs)."""
+    directory. Checked before the comparison runs (``_common.output_file``): ValueError for
+    a missing or unwritable directory, a suffix other than .png / .pdf / .svg, or an
+    existing file without ``force`` (--force)."""
+    if not arg:
+        raise ValueError("--plot: expected a file name, e.g. compare.png")
     path = Path(arg)
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # a name too long, a symlink loop: output_file says which
+        is_dir = False
+    if arg.endswith(("/", os.sep)) and not is_dir:
+        raise ValueError(f"--plot: directory {arg!r} does not exist")
+    if is_dir:
         path = path / f"compare_K{n_bins}.png"
     elif not path.suffix:
         path = path.with_suffix(".png")
-    if not path.parent.is_dir():
-        raise ValueError(f"--plot: directory {str(path.parent)!r} does not exist")
-    return path
+    return output_file(path, flag="--plot", force=force, suffixes=FIGURE_SUFFIXES)
 
 
-def _plot(res, path: Path) -> None:
+def _plot(res, path: Path, force: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,8 +142,10 @@ def _plot(res, path: Path) -> None:
                  "blue: others)",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, force=force, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def _bins_arg(text: str):
@@ -150,8 +162,9 @@ def _run_grid(args) -> int:
     """The 2-D / d-D mode (--bins AxB): dptree_opt.compare_grid."""
     from .. import compare_grid as cg
 
-    if args.plot:
+    if args.plot is not None:
         raise ValueError("--plot draws the 1-D comparison only")
+    cg.check_cells(args.bins, "--bins " + "x".join(map(str, args.bins)))
     which = tuple(w.strip().replace("-", "_").replace("boxes", "all_range")
                   for w in (args.workloads or "cdf,all_range").split(",") if w.strip())
     t0 = time.perf_counter()
@@ -177,27 +190,34 @@ def run(args) -> int:
         raise ValueError("--n is for grids (UniformGrid's grid-size rule): use --bins AxB")
     if args.bins < 2:
         raise ValueError(f"--bins must be an integer >= 2, got {args.bins}")
+    cmp.check_bins(args.bins, f"--bins {args.bins}")
     which = _parse_workloads(args.workloads)
     budget = budget_kwargs(args)
-    plot = plot_path(args.plot, args.bins) if args.plot else None
+    plot = plot_path(args.plot, args.bins, args.force) if args.plot is not None else None
     t0 = time.perf_counter()
     res = cmp.compare(args.bins, **budget, noise=args.noise, neighbours=args.neighbours,
                       public_total=True if args.public_total else None, workloads=which,
                       opendp=(args.opendp_trials if args.opendp_trials > 0 else False),
                       opendp_time_limit=args.opendp_seconds)
     seconds = time.perf_counter() - t0
+    code = 0
     if plot is not None:
-        _plot(res, plot)
+        try:
+            _plot(res, plot, force=args.force)
+        except OSError as exc:  # the comparison is done: report, and still print it
+            print(f"dptree-opt: error: could not write the plot {str(plot)!r} ({exc})",
+                  file=sys.stderr)
+            code, plot = 1, None
     if args.json:
         out = cmp.as_dict(res)
         out["seconds"] = seconds
         if plot is not None:
             out["plot"] = str(plot)
         print(json.dumps(out, indent=2))
-        return 0
+        return code
     _print_table(res)
     print(f"({seconds:.1f} s)" + (f"; plot written to {plot}" if plot is not None else ""))
-    return 0
+    return code
 
 
 def register(sub) -> None:
@@ -233,7 +253,12 @@ def register(sub) -> None:
     p.add_argument("--n", dest="records", type=int, default=None, metavar="N",
                    help="2-D mode: the number of records N, for UniformGrid's grid-size rule "
                         "(cells of side ~ sqrt(cells * 10 / (N eps)))")
-    p.add_argument("--plot", metavar="FILE.png", help="bar chart (log scale) of mean errors")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="bar chart (log scale) of mean errors, written to FILE.png (or .pdf, "
+                        ".svg; no suffix: .png added; an existing directory: "
+                        "DIR/compare_K<bins>.png). Checked before the comparison runs: its "
+                        "directory must exist, and an existing file needs --force")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--opendp-trials", type=int, default=2000,
                    help="max Monte Carlo trials of OpenDP itself (0: skip)")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
-from ._scripts import list_scripts, load_script
+from ._common import output_dir
+from ._scripts import list_scripts, load_script, script_outputs
 
 ORDER = 50  # position in `dptree-opt --help`
 
@@ -26,8 +26,7 @@ def run(args) -> int:
         raise ValueError("give an experiment NAME (or --list); choose from "
                          + ", ".join(list_scripts("experiments")))
     module = load_script("experiments", args.name)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.out, flag="--out", files=script_outputs(args.name), force=args.force)
     t0 = time.perf_counter()
     result = module.run(out, quick=args.quick)
     print(json.dumps(_summary(result), indent=2, default=str))
@@ -46,5 +45,11 @@ def register(sub) -> None:
     p.add_argument("name", nargs="?", help="experiment name (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments")
     p.add_argument("--quick", action="store_true", help="quick mode (smaller sweeps)")
-    p.add_argument("--out", default="experiments_out", help="output folder")
+    p.add_argument("--out", default="experiments_out", metavar="DIR",
+                   help="output directory (default: ./experiments_out), created if missing "
+                        "(its parent must exist); checked before the run: one already holding "
+                        "NAME.png, NAME.json or NAME.csv is refused unless --force. Other files "
+                        "in it are never touched")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the files of a previous run of NAME in --out")
     p.set_defaults(func=run)

@@ -1,10 +1,14 @@
-"""`dptree-opt figures`: regenerate every paper figure (and the two beyond-the-papers studies).
+"""`dptree-opt figures`: regenerate every paper figure (and the beyond-the-papers studies).
 
-Runs each script of ``paper_figures/`` (and ``experiments/k_sweep.py``,
-``experiments/laplace_vs_gaussian.py`` when present), each ``run(out_dir, quick) -> dict``
-writing ``<name>.png`` and ``<name>.json``, with a progress bar on stderr, then prints a
+Runs each script of ``paper_figures/`` (and the ``EXPERIMENT_ITEMS`` of ``experiments/`` when
+present), each ``run(out_dir, quick) -> dict`` writing ``<name>.png`` and ``<name>.json``
+(or ``.csv``), with a progress bar on stderr, then prints a
 summary table: item, file, checks passed / total, worst relative deviation, seconds. The
 summaries are also written to ``<out>/figures_summary.json``.
+
+``--out`` is checked before anything runs (``_common.output_dir``): it is created when
+missing (its parent must exist), and a directory already holding a file this run writes is
+refused unless ``--force``; every file is written atomically.
 
 Exit status: 0 when every item ran and every check passed, 1 otherwise (the table says which),
 2 for bad input (an unknown ``--only`` name).
@@ -20,7 +24,9 @@ import traceback
 from pathlib import Path
 
 from .._progress import Progress
-from ._scripts import list_scripts, load_script, script_dir
+from ..files import write_text_atomic
+from ._common import output_dir
+from ._scripts import list_scripts, load_script, script_dir, script_outputs
 
 ORDER = 30  # position in `dptree-opt --help`
 
@@ -29,6 +35,7 @@ EXPERIMENTS = "experiments"
 # the beyond-the-papers items of issue 6, written as experiments with the same run() contract
 EXPERIMENT_ITEMS = ("k_sweep", "laplace_vs_gaussian", "frontier", "grid_study",
                     "stream_study")
+SUMMARY = "figures_summary.json"
 
 
 def _experiment_available(stem: str) -> bool:
@@ -126,7 +133,6 @@ def _print_table(rows, total_seconds: float, out_dir: Path) -> None:
 
 def run(args) -> int:
     """Run the selected scripts, print the summary table; see the module docstring."""
-    out_dir = Path(args.out)
     items, missing = _items()
     if args.list:
         for folder, stem in items:
@@ -135,10 +141,11 @@ def run(args) -> int:
             print(_note(stem))
         return 0
     chosen = _select(items, args.only, missing)
+    files = [name for _, stem in chosen for name in script_outputs(stem)] + [SUMMARY]
+    out_dir = output_dir(args.out, flag="--out", files=files, force=args.force)
     if not args.only:
         for stem in missing:
             print(_note(stem))
-    out_dir.mkdir(parents=True, exist_ok=True)
     mode = "quick" if args.quick else "full"
     bar = Progress(len(chosen), f"figures ({mode})", enabled=not args.no_progress)
     rows, summaries = [], []
@@ -163,11 +170,16 @@ def run(args) -> int:
         bar.update(1)
     bar.close()
     total_seconds = time.perf_counter() - t_all
-    (out_dir / "figures_summary.json").write_text(json.dumps(
-        {"mode": mode, "seconds": total_seconds, "items": summaries}, indent=1, default=str)
-        + "\n")
-    _print_table(rows, total_seconds, out_dir)
     bad = any(r["error"] or r["passed"] < r["total"] for r in rows)
+    try:
+        write_text_atomic(out_dir / SUMMARY, json.dumps(
+            {"mode": mode, "seconds": total_seconds, "items": summaries}, indent=1,
+            default=str) + "\n", force=args.force)
+    except OSError as exc:  # the figures are made: report it, and still print the table
+        print(f"dptree-opt: error: could not write {str(out_dir / SUMMARY)!r} ({exc})",
+              file=sys.stderr)
+        bad = True
+    _print_table(rows, total_seconds, out_dir)
     return 1 if bad else 0
 
 
@@ -177,15 +189,23 @@ def register(sub) -> None:
         "figures", help="regenerate the paper figures ([HON], [RTS], [SU]) with their checks",
         description="Run every script of paper_figures/ (one per reproduced figure or table of "
                     "[HON] Honaker 2015, [RTS] Rameshwar-Tandon-Sharma 2024, [SU] Smith-Ullman "
-                    "lecture 7) and the beyond-the-papers studies experiments/k_sweep.py and "
-                    "experiments/laplace_vs_gaussian.py when present. Each writes NAME.png and "
-                    "NAME.json into --out; a summary table of the checks against the papers' "
-                    "and MATH.md's numbers follows. Exit 1 if a script fails or a check fails.",
+                    "lecture 7) and the beyond-the-papers studies of experiments/ ("
+                    f"{', '.join(EXPERIMENT_ITEMS)}) when present. Each writes NAME.png and "
+                    "NAME.json (or .csv) into --out; a summary table of the checks against the "
+                    "papers' and MATH.md's numbers follows. Exit 1 if a script fails or a "
+                    "check fails.",
         epilog="example: dptree-opt figures --quick --out figures --only hon_figure4 rts_psi")
     p.add_argument("--quick", action="store_true",
                    help="fewer Monte Carlo trials and smaller sweeps (about a minute in total); "
                         "default: the published trial counts (e.g. 10,000 trees for [HON] Fig. 4)")
-    p.add_argument("--out", default="figures", help="output folder (default: ./figures)")
+    p.add_argument("--out", default="figures", metavar="DIR",
+                   help="output directory (default: ./figures), created if missing (its parent "
+                        "must exist); checked before anything runs: a directory already "
+                        "holding a file this run writes (NAME.png / .json / .csv of a selected "
+                        "item, figures_summary.json) is refused unless --force. Other files in "
+                        "it are never touched")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the files of a previous run in --out")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="run only these items (script names, e.g. hon_figure4 rts_psi k_sweep)")
     p.add_argument("--list", action="store_true", help="list the items and exit")

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from .. import optimize
+from ..limits import MAX_SEARCH_BINS, check_count
 from ._common import add_budget_arguments, budget_kwargs
 from .compare_cmd import _bins_arg
 
@@ -31,6 +33,8 @@ def _run_grid(args, budget) -> int:
     if args.budgets == "node" or args.estimator != "blue":
         raise ValueError("a grid (--bins AxB) is optimised for the BLUE with --budgets equal "
                          "or optimal")
+    if args.top < 1:
+        raise ValueError(f"--top must be >= 1 for a grid (--bins AxB), got {args.top}")
     family = args.family or "both"
     t0 = time.perf_counter()
     res = optimize.best_grid_hierarchy(
@@ -76,8 +80,14 @@ def run(args) -> int:
         return _run_grid(args, budget)
     if args.family is not None:
         raise ValueError("--family is for a grid (--bins AxB)")
-    if args.bins < 1:
-        raise ValueError(f"--bins must be >= 1, got {args.bins}")
+    if args.bins < 2:
+        raise ValueError(f"--bins must be >= 2 (one bin needs no tree), got {args.bins}")
+    check_count(args.bins, MAX_SEARCH_BINS, f"--bins {args.bins}",
+                "the search takes minutes beyond it; use fewer bins")
+    if not (math.isfinite(args.max_padding) and args.max_padding >= 1):
+        raise ValueError(f"--max-padding must be a finite number >= 1, got {args.max_padding}")
+    if args.top < 0:
+        raise ValueError(f"--top must be >= 0, got {args.top}")
     if args.budgets == "node":
         return _run_node(args, budget)
     t0 = time.perf_counter()
@@ -203,7 +213,9 @@ def register(sub) -> None:
     opt.add_argument("--no-padding", action="store_true",
                      help="only trees with exactly K leaves (default: also padded K' <= "
                           "max-padding * K)")
-    opt.add_argument("--max-padding", type=float, default=2.0)
+    opt.add_argument("--max-padding", type=float, default=2.0,
+                     help="largest padded K' / K (default 2; larger values find nothing more: "
+                          "every tree over K' >= 2K has a better one over K' < 2K)")
     opt.add_argument("--family", choices=("kron", "quadtree", "both"), default=None,
                      help="a grid: Kronecker trees, quadtrees or both (default)")
     opt.add_argument("--top", type=int, default=10, help="runners-up to list")

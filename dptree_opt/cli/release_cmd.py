@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..data_release import DEFAULT_QUANTILES, release_file
-from ..data_release.output import check_output_path
+from ..files import check_output_path
 
 ORDER = 60  # position in `dptree-opt --help`
 _DEFAULT_QUANTILES = ",".join(f"{q:g}" for q in DEFAULT_QUANTILES)
@@ -65,49 +65,67 @@ def _grid_run(args, out) -> int:
         neighbours=args.neighbours, out_of_range=args.out_of_range,
         consistency=None if args.consistency == "none" else args.consistency,
         budgets=args.budgets, workload=args.workload, delimiter=args.delimiter)
-    print(f"private {len(columns)}-D release of columns {', '.join(map(repr, columns))} of "
-          f"{args.file}")
-    return _finish(args, out, result)
+    header = (f"private {len(columns)}-D release of columns "
+              f"{', '.join(map(repr, columns))} of {args.file}")
+    return _finish(args, out, result, header)
 
 
-def _finish(args, out, result) -> int:
-    """Print the summary and notes, write the JSON and the plot; the exit status."""
+def _finish(args, out, result, header: str) -> int:
+    """Write the JSON (``--out``) and the plot FIRST, then print the header, summary and
+    notes; the exit status. The release is made (the budget is spent): nothing here may
+    lose it, so the files are written before anything goes to standard output (which may be
+    a pipe closed early), and a failure to write is reported, not raised."""
+    code = 0 if result.complete else 1
+    json_error = plot_error = None
+    if out is not None:
+        try:
+            result.to_json(out, force=args.force,
+                           include_measurements=args.include_measurements)
+        except (OSError, ValueError) as exc:  # the release is made: never lose it
+            json_error, code = f"{exc}", 1
+    if args.plot:
+        try:
+            _plot(result, args.plot)
+        except Exception as exc:  # noqa: BLE001 - the release is made: report, keep going
+            plot_error, code = f"{type(exc).__name__}: {exc}", 1
     if result.total_public:
         print("WARNING: swap neighbours: N is released exactly and is not protected",
               file=sys.stderr)
-    print(result.summary())
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
-    code = 0 if result.complete else 1
+    if json_error is not None:
+        print(f"dptree-opt: error: could not write {str(out)!r} ({json_error}); the release "
+              "follows on stdout", file=sys.stderr)
+    if plot_error is not None:
+        print(f"dptree-opt: error: could not write the plot {args.plot!r} ({plot_error})",
+              file=sys.stderr)
+    print(header)
+    print(result.summary())
     if out is not None:
-        kw = {"include_measurements": args.include_measurements}
-        try:
-            result.to_json(out, force=args.force, **kw)
+        if json_error is None:
             print(f"written: {out}")
-        except OSError as exc:  # the release is made: never lose it
-            print(f"dptree-opt: error: could not write {str(out)!r} ({exc}); the release "
-                  "follows on stdout", file=sys.stderr)
+        else:
             print(result.to_json(include_measurements=True))
-            code = 1
-    if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            ax = result.plot()
-            fig = (ax[0] if isinstance(ax, list) else ax).figure
-            fig.tight_layout()
-            fig.savefig(args.plot, dpi=110)
-            plt.close(fig)
-            print(f"plot: {args.plot}")
-        except (OSError, ValueError) as exc:  # the release is made: report, keep going
-            print(f"dptree-opt: error: could not write the plot {args.plot!r} ({exc})",
-                  file=sys.stderr)
-            code = 1
+    if args.plot and plot_error is None:
+        print(f"plot: {args.plot}")
     if args.describe:
         print()
         print(result.description)
     return code
+
+
+def _plot(result, path) -> None:
+    """Draw the release (CDF or heat map) into ``path`` (png, pdf or svg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ax = result.plot()
+    fig = (ax[0] if isinstance(ax, list) else ax).figure
+    try:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def run(args) -> int:
@@ -148,8 +166,7 @@ def run(args) -> int:
         budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter)
     source = (f"column {args.column!r} of {args.file}" if args.file is not None
               else f"counts file {args.counts}")
-    print(f"private release of {source}")
-    return _finish(args, out, result)
+    return _finish(args, out, result, f"private release of {source}")
 
 
 def register(sub) -> None:

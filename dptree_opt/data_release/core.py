@@ -28,7 +28,9 @@ Pipeline (DESIGN.md: select a strategy, measure, infer):
    interval of the estimate; both contain the estimate.
 
 Validation first, nothing after the noise. Every argument, the bins (edges strictly
-increasing), the output of the design, the memory the tree needs, the noise scales (not so
+increasing; at most ``MAX_BINS`` = 2^20), the input file and its header (before the design),
+the output of the design, the memory the tree and the quantile tests' calibration need (the
+least any tree needs before the design, the designed tree's after), the noise scales (not so
 small that the noise is identically 0, not so large that answers + noise leave the exact
 integer range of doubles), the quantile tests' calibration, the exact total of the counts
 (< 2^53) are checked BEFORE ``secure_measure`` draws the noise. After it, post-processing
@@ -53,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from dataclasses import dataclass
 from numbers import Integral
@@ -64,14 +65,16 @@ from .. import optimize, strategies
 from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
-from ..privacy import check_budget
+from ..limits import check_memory
+from ..privacy import EXACT_LIMIT, NOISE_TAIL, check_budget
 from ..queries import (cdf_standard_errors, check_level, check_probabilities,
                        quantiles as _quantiles)
-from ..quantile_intervals import (QuantileCalibration, calibrate_quantile_tests,
+from ..quantile_intervals import (NORMAL_SIGMA, QuantileCalibration, calibrate_quantile_tests,
                                   check_quantile_intervals, quantile_intervals)
 from ..strategies.base import check_neighbours
 from .binning import BinSpec, check_out_of_range
-from .io import check_chunk_bytes, histogram_from_file, histogram_from_values, read_counts
+from .io import (check_chunk_bytes, check_columns, check_input_path, histogram_from_file,
+                 histogram_from_values, read_counts)
 from .result import Release
 from .secure_noise import sampler_description, secure_measure
 from .grid import is_grid_bins, release_grid, release_grid_file
@@ -80,15 +83,22 @@ __all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_BINS", "MAX_LEAV
            "EXACT_LIMIT", "NOISE_TAIL"]
 
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-MAX_BINS = 1 << 24  # K above this is refused (the secure sampler alone takes ~6 min at 2^24)
-MAX_LEAVES = 1 << 25  # a tree with more leaves than this is refused (memory)
-# Peak memory of a release per tree leaf (measured: ~210 bytes at 2^20 leaves, tree [16]*5,
-# benchmarks/bench_release.py), with a margin for the design search and the quantile tests.
+# K above this is refused. Measured with counts (2 shared cores, 23 GiB): the default
+# release at K = 2^20 (optimal tree of 1.77M leaves, 3.54M nodes) peaks at 8.8 GiB and takes
+# ~4 min (design and the quantile tests' calibration ~3.5 min, secure noise 15 s); at 2^24 the
+# same design (28M leaves) would need ~140 GiB.
+MAX_BINS = 1 << 20
+MAX_LEAVES = 1 << 21  # a tree with more leaves than this is refused (2 MAX_BINS: padding)
+# Peak memory: BYTES_PER_LEAF per tree leaf (measured ~360 bytes above the interpreter's own,
+# binary tree of 2^18 leaves, discrete Gaussian noise normal enough for the calibration's
+# shortcut; a margin for the design search), plus the quantile tests' calibration when the
+# noise law is not normal: the weights of every checked prefix on every row, then again on
+# the noisy rows, 8 bytes each. Prefixes checked (quantile_intervals): every one up to
+# K = 64, else between 65 (the ends and the random ones) and 225 (also up to 160 few-node
+# ones; 211 at K = 2^20). The estimate for the default release at 2^20 is 9.9 GiB (measured
+# peak 8.8).
 BYTES_PER_LEAF = 512
-EXACT_LIMIT = 2**53  # counts and noisy answers must stay exact integers in float64
-# Answers + noise must stay below EXACT_LIMIT: |noise| <= NOISE_TAIL scales except with
-# probability exp(-64) ~ 1.6e-28 per node (Laplace; far less for the Gaussian).
-NOISE_TAIL = 64.0
+CALIBRATION_PREFIXES = (65, 225)
 
 
 # ------------------------------------------------------------------ argument checks
@@ -116,41 +126,46 @@ def _check_level(level) -> float:
 
 
 def _check_bins(bins) -> int:
-    """K: an integer in [1, MAX_BINS] whose tree fits in memory (checked before the O(K)
-    edges are built)."""
+    """K: an integer in [1, MAX_BINS] (checked before the O(K) edges are built)."""
     if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral) or bins < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
     if bins > MAX_BINS:
-        raise ValueError(f"bins = {bins} is above the limit {MAX_BINS} (2^24): a release over "
-                         "that many bins needs gigabytes and many minutes; use fewer bins")
-    _check_memory(int(bins), "bins")
+        raise ValueError(f"bins = {bins} is above the limit {MAX_BINS} (2^20): the default "
+                         "release over 2^20 bins already needs ~9 GiB of memory and minutes; "
+                         "use fewer bins")
     return int(bins)
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available to this process (Linux MemAvailable; else physical)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+def _memory_need(leaves: int, rows: int, noisy_rows: int, prefixes: int) -> int:
+    """Estimated peak bytes of a release over a tree of ``leaves`` leaves and ``rows`` nodes
+    (``noisy_rows`` measured with noise), ``prefixes`` calibrated on the noise law (0 when it
+    is normal): the model above ``BYTES_PER_LEAF``."""
+    return leaves * BYTES_PER_LEAF + 8 * prefixes * (rows + noisy_rows)
 
 
-def _check_memory(leaves: int, what: str) -> None:
-    """Refuse a tree whose estimated peak memory (BYTES_PER_LEAF per leaf) exceeds half the
+def _check_memory(need: int, what: str) -> None:
+    """Refuse a release whose estimated peak memory (``_memory_need``) exceeds half the
     available memory."""
-    need = leaves * BYTES_PER_LEAF
-    avail = _available_memory()
-    if avail is not None and need > avail // 2:
-        raise ValueError(f"{what}: a release over {leaves} leaves needs about "
-                         f"{need / 2**30:.1f} GiB of memory; only {avail / 2**30:.1f} GiB is "
-                         "available. Use fewer bins")
+    check_memory(need, f"{what}: the release (the tree and the quantile tests' calibration)",
+                 "use fewer bins")
+
+
+def _calibrated_prefixes(bins: int, most: bool) -> int:
+    """How many prefixes the quantile tests' calibration checks: all K + 1 up to K = 64,
+    else at least / at most CALIBRATION_PREFIXES."""
+    return bins + 1 if bins <= 64 else CALIBRATION_PREFIXES[1 if most else 0]
+
+
+def _check_plan_memory(mech: Mechanism, bins: int) -> None:
+    """The memory check with the designed tree (before the calibration allocates): its
+    nodes, its noisy nodes and whether the calibration needs the noise law's weights (not
+    for Gaussian noise whose every scale is >= the calibration's normal threshold)."""
+    var = np.asarray(mech.variances)
+    noisy = (var > 0) & np.isfinite(var)
+    scales = np.asarray(mech.scales)[noisy]
+    normal = mech.noise == "gaussian" and float(np.min(scales, initial=np.inf)) >= NORMAL_SIGMA
+    _check_memory(_memory_need(mech.n_bins, var.size, int(noisy.sum()),
+                               0 if normal else _calibrated_prefixes(bins, True)), "tree")
 
 
 def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
@@ -174,7 +189,6 @@ def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
     if leaves > MAX_LEAVES:
         raise ValueError(f"tree: branching {ks} has {leaves} leaves (> {MAX_LEAVES}); use "
                          "factors whose product is close to bins")
-    _check_memory(leaves, "tree")
     return tuple(int(k) for k in ks)
 
 
@@ -250,37 +264,32 @@ class _Plan:
 
 
 def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> None:
-    """Refuse budgets whose noise is meaningless: identically 0 in double precision (the
-    release would publish exact counts), or so wide that answers + noise leave the exact
-    integer range of doubles (|noise| <= NOISE_TAIL scales must stay below 2^53)."""
-    for lvl, scale in mech.level_scales.items():
-        if scale == 0 or math.isinf(scale):
-            continue  # exact or unmeasured level
-        if not mech.level_variances[lvl] > 0:
-            raise ValueError(f"{budget_name} = {budget!r} is too large: the discrete noise of "
-                             f"level {lvl} (scale {scale:.3g}) is identically 0, so the release "
-                             "would publish exact counts")
-        if NOISE_TAIL * scale >= EXACT_LIMIT:
-            raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale "
-                             f"{scale:.3g} of level {lvl} makes the noisy counts exceed 2^53 "
-                             "(no longer exact integers in double precision)")
+    """Refuse budgets whose noise is meaningless (:func:`dptree_opt.privacy.check_noise_scales`):
+    a level whose discrete noise is identically 0 in double precision (the release would
+    publish exact counts), or so wide that answers + noise leave the exact integer range of
+    doubles (NOISE_TAIL scales reach 2^53)."""
+    from ..privacy import check_noise_scales
+    levels = sorted(mech.level_scales)
+    check_noise_scales([mech.level_scales[lvl] for lvl in levels],
+                       [mech.level_variances[lvl] for lvl in levels],
+                       budget_name=budget_name, budget=budget,
+                       groups=[f"level {lvl}" for lvl in levels])
 
 
 def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
     """Refuse hopeless budgets before any design search (whose error formulas divide by the
     budget squared): every noisy level has sensitivity >= 1 and at most the whole budget, so
-    its scale is at least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian)."""
+    its scale is at least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian), with the continuous
+    variance least^2; :func:`dptree_opt.privacy.check_noise_scales` on that best case (a
+    variance underflowing to 0 means the design search cannot tell noisy from exact rows;
+    after the design, any level whose discrete noise is identically 0 is refused by
+    :func:`_check_noise_scales`)."""
+    from ..privacy import check_noise_scales
     least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
-    if NOISE_TAIL * least >= EXACT_LIMIT:
-        raise ValueError(f"{budget_name} = {budget!r} is too small: the noise scale (>= "
-                         f"{least:.3g}) makes the noisy counts exceed 2^53")
-    if least * least == 0.0:
-        # the whole budget on one level gives a noise variance below the smallest double:
-        # the design search cannot tell noisy from exact rows (after it, any level whose
-        # discrete noise is identically 0 is refused by _check_noise_scales)
-        raise ValueError(f"{budget_name} = {budget!r} is too large: the noise variances "
-                         "underflow to 0 in double precision, so the release would publish "
-                         "exact counts")
+    # least is 0 when 2 rho overflows: variance 0, refused (the true scale goes in the message)
+    check_noise_scales([least or math.sqrt(0.5 / budget)], [least * least],
+                       budget_name=budget_name, budget=budget, group_budgets=[budget],
+                       groups=["a level given the whole budget"])
 
 
 def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
@@ -299,16 +308,20 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
     _check_budgets(budgets)
     qs, level = _check_quantiles(quantiles), _check_level(interval_level)
     _check_tiny_budget(noise, budget_name, budget)
+    # the least any tree needs (K leaves, K + 1 nodes, the leaves noisy; Laplace noise is
+    # never normal, so its calibration always holds the weights)
+    _check_memory(_memory_need(bins, bins + 1, bins, _calibrated_prefixes(bins, False)
+                               if noise == "laplace" else 0), "bins")
     if before_design is not None:
         before_design()
     branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
                                              neighbours, budgets)
     padded = math.prod(branching)
-    _check_memory(padded, "tree")
     mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
                      noise=noise, neighbours=neighbours,
                      level_budgets=None if level_budgets is None else list(level_budgets),
                      discrete=True)
+    _check_plan_memory(mech, spec.bins)
     _check_noise_scales(mech, budget_name, budget)
     edges = spec.bin_edges
     check_quantile_intervals(mech, edges, qs, level, total_public=mech.public_total)
@@ -600,8 +613,10 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
     """``release`` of one column of a CSV/TSV/Parquet file read in bounded memory (blocks of
     ``chunk_bytes``), or of a counts file (``counts_file``: one count per bin, or
     ``bin,count`` lines). With ``columns`` (one per axis) and per-axis ``lower``, ``upper``,
-    ``bins``: a grid release of those columns (``grid.release_grid_file``). Other parameters
-    as for :func:`release`."""
+    ``bins``: a grid release of those columns (``grid.release_grid_file``). ``path`` and
+    ``counts_file`` are paths (str or os.PathLike; a bytes path or an open file object is a
+    ValueError); the file, its header and the column are checked before the tree design.
+    Other parameters as for :func:`release`."""
     if columns is not None or is_grid_bins(bins):
         if column is not None or counts_file is not None:
             raise ValueError("a grid release reads columns=[...] of a data file (not column= "
@@ -626,20 +641,22 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
     if chunk_bytes is not None:
         chunk_bytes = check_chunk_bytes(chunk_bytes)
 
-    def inputs_exist():
-        for name, f in (("file", path), ("counts file", counts_file)):
-            if f is not None and not os.path.isfile(os.fspath(f)):
-                raise ValueError(f"{name} not found: {os.fspath(f)!r}")
+    kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
+    if delimiter is not None:
+        kw["delimiter"] = delimiter
+
+    def inputs_ready():  # the file and its header, before the (slow) design
+        if counts_file is not None:
+            check_input_path(counts_file, "counts file")
+        else:
+            check_columns(path, (column,), **kw)
 
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-                 consistency, budgets, interval_level, before_design=inputs_exist)
+                 consistency, budgets, interval_level, before_design=inputs_ready)
     t0 = time.perf_counter()
     if counts_file is not None:
         hist = read_counts(counts_file, plan.spec.bins)
     else:
-        kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
-        if delimiter is not None:
-            kw["delimiter"] = delimiter
         hist, _ = histogram_from_file(path, column, plan.spec, out_of_range=out_of_range, **kw)
     timings["read_and_bin"] = time.perf_counter() - t0
     return _release_histogram(hist, plan, timings)

@@ -12,7 +12,10 @@ nothing after the noise):
    exact error of the design workload over the real cells (all boxes, or the d-D CDF) found
    by ``optimize.best_grid_hierarchy(family="kron")`` (every product of per-axis trees,
    padded like the 1-D search: an axis of n_i bins may get K_i' >= n_i leaves, the extra
-   cells public zeros) and, for optimal budgets, a few extra products (``_grid_design``).
+   cells public zeros) and, for optimal budgets, a few extra products (``_grid_design``);
+   it searches axes of up to ``MAX_DESIGN_AXIS_BINS`` = 4096 bins. A given tree is one list
+   of branching factors >= 2 per axis (a factor 1 would repeat a level: whole level tuples
+   measured twice, which the Helmert-Haar BLUE does not take; refused).
    ``budgets="optimal"``: a budget per level tuple (``optimize.optimal_grid_budgets``;
    Laplace: a local search) or "equal".
 3. **Secure noise**: ``secure_noise.secure_measure`` (OpenDP's discrete Laplace / Gaussian per
@@ -28,13 +31,18 @@ nothing after the noise):
 
 Padding works as in 1-D: the padded cells are public zeros (no record can fall there), the
 BLUE treats them as unknown (unbiased, SEs exact), only the real cells are published.
+
+Before the noise, besides the arguments and the data: the sizes by arithmetic (at most
+2^24 cells, and at least prod(n_i + 1) rows for any hierarchy, so at most 2^24 rows), the
+columns and the file's header before the design, and the post-processing itself, run once
+on all-zero answers (public): what depends on the hierarchy alone cannot fail after the
+noise.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from dataclasses import dataclass
 from numbers import Integral
@@ -46,20 +54,26 @@ from ..consistency import project_histogram
 from ..error.kronecker import axis_interval_weights, kron_box_variances
 from ..error.tree import haar_workload_weights
 from ..estimation.kronecker import kron_tree_blue, level_tuple_lambdas
+from ..limits import check_memory
 from ..mechanism import Mechanism
 from ..strategies.base import check_neighbours
 from .binning import BinSpec, check_out_of_range
 from .grid_result import GridRelease
-from .io import check_chunk_bytes, grid_histogram_from_file, grid_histogram_from_values
+from .io import (check_chunk_bytes, check_columns, grid_histogram_from_file,
+                 grid_histogram_from_values)
 from .secure_noise import sampler_description, secure_measure
 
 __all__ = ["release_grid", "release_grid_file", "is_grid_bins", "MAX_GRID_CELLS",
-           "MAX_GRID_ROWS", "GRID_WORKLOADS"]
+           "MAX_GRID_ROWS", "MAX_DESIGN_AXIS_BINS", "GRID_WORKLOADS"]
 
 MAX_GRID_CELLS = 1 << 24
 # OpenDP draws ~9 us (discrete Laplace) to ~17 us (discrete Gaussian) per row on this
-# machine (1 core): 2^24 rows take 2.5-5 minutes. A binary x binary product has ~4 rows/cell.
+# machine (1 core): 2^24 rows take 2.5-5 minutes. A binary x binary product has ~4 rows/cell;
+# the fewest rows any hierarchy has is prod(n_i + 1) (a root over the cells on every axis).
 MAX_GRID_ROWS = 1 << 24
+# tree="optimal" searches every (padded) tree of every axis: 560 737 trees at 4096 bins,
+# within optimize.grid.MAX_AXIS_CHAINS; longer axes need their trees given.
+MAX_DESIGN_AXIS_BINS = 1 << 12
 BYTES_PER_ROW = 256  # peak memory per strategy row, with a margin (measured ~120 at 2^20)
 GRID_WORKLOADS = ("all_range", "prefix")
 
@@ -101,6 +115,12 @@ def _check_grid(lower, upper, bins) -> tuple[BinSpec, ...]:
     if cells > MAX_GRID_CELLS:
         raise ValueError(f"bins={list(bins)!r}: {cells} cells, above the limit "
                          f"{MAX_GRID_CELLS} (2^24); use fewer bins")
+    rows = math.prod(int(k) + 1 for k in bins)
+    if rows > MAX_GRID_ROWS:
+        raise ValueError(f"bins={list(bins)!r}: every hierarchy over this grid has at least "
+                         f"{rows} rows (a root over the bins of every axis: the product of "
+                         f"bins + 1), above the limit {MAX_GRID_ROWS} (2^24 rows: minutes of "
+                         "secure noise); use fewer bins")
     d = len(bins)
     lo, up = _axis_values(lower, "lower", d), _axis_values(upper, "upper", d)
     specs = []
@@ -131,8 +151,14 @@ def _check_grid_tree(tree, specs) -> tuple | None:
     for i, (ks, spec) in enumerate(zip(per_axis, specs)):
         if not ks or any(isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral)
                          or k < 1 for k in ks):
-            raise ValueError(f"tree, axis {i}: branching factors must be integers >= 1, got "
+            raise ValueError(f"tree, axis {i}: branching factors must be integers >= 2, got "
                              f"{ks!r}")
+        if any(k == 1 for k in ks):
+            # a factor 1 repeats its parent's level: in a Kronecker product those rows
+            # duplicate whole level tuples, which the Helmert-Haar BLUE does not take
+            raise ValueError(f"tree, axis {i}: branching {ks} has a factor 1 (a level that "
+                             "repeats the level above it, measuring the same boxes twice); a "
+                             "grid hierarchy needs factors >= 2: drop the 1s")
         if math.prod(int(k) for k in ks) < spec.bins:
             raise ValueError(f"tree, axis {i}: branching {ks} has {math.prod(ks)} leaves, "
                              f"fewer than bins = {spec.bins}")
@@ -156,16 +182,13 @@ def _tree_rows(branchings) -> int:
 
 
 def _check_rows(branchings) -> None:
-    from .core import _available_memory
     rows = _tree_rows(branchings)
     if rows > MAX_GRID_ROWS:
         raise ValueError(f"the hierarchy {[list(k) for k in branchings]} has {rows} rows "
                          f"(> {MAX_GRID_ROWS}): the secure sampler would take many minutes; "
                          "use fewer bins")
-    avail = _available_memory()
-    if avail is not None and rows * BYTES_PER_ROW > avail // 2:
-        raise ValueError(f"the hierarchy needs about {rows * BYTES_PER_ROW / 2**30:.1f} GiB "
-                         f"of memory; only {avail / 2**30:.1f} GiB is available")
+    check_memory(rows * BYTES_PER_ROW, f"a release over the hierarchy's {rows} rows",
+                 "use fewer bins")
 
 
 # ------------------------------------------------------------------ design
@@ -324,6 +347,13 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
         raise ValueError(f"workload must be one of {GRID_WORKLOADS} (what the design "
                          f"minimises: all boxes, or the d-D CDF), got {workload!r}")
     given = _check_grid_tree(tree, specs)
+    if given is None:
+        for i, s in enumerate(specs):
+            if s.bins > MAX_DESIGN_AXIS_BINS:
+                raise ValueError(f"bins: axis {i} has {s.bins} bins; tree='optimal' searches "
+                                 f"the trees of axes of up to {MAX_DESIGN_AXIS_BINS} bins. "
+                                 "Give one list of branching factors per axis (tree=[[..], "
+                                 "[..]], --tree 'k1,k2;k3,k4') or use fewer bins")
     _check_budgets(budgets)
     _check_tiny_budget(noise, budget_name, budget)
     if given is not None:
@@ -340,9 +370,23 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                      discrete=True, **{budget_name: budget})
     _check_noise_scales(mech, budget_name, budget)
     level_tuple_lambdas(mech)          # identifiable (every cell estimable) or ValueError
-    return _GridPlan(specs=specs, noise=noise, budget_name=budget_name, budget=budget,
+    plan = _GridPlan(specs=specs, noise=noise, budget_name=budget_name, budget=budget,
                      branchings=tuple(branchings), note=note, mechanism=mech,
                      consistency=consistency, out_of_range=out_of_range, workload=workload)
+    _dry_run(plan)
+    return plan
+
+
+def _dry_run(plan: _GridPlan) -> None:
+    """Run the post-processing once on all-zero answers (public, data-independent) before
+    any noise: whatever in it depends on the hierarchy alone fails here, with nothing
+    drawn, rather than after the noise."""
+    try:
+        _estimate(plan, np.zeros(plan.mechanism.released.n_rows), {})
+    except Exception as exc:  # noqa: BLE001 - any failure here is a refusal, not a crash
+        raise ValueError(f"the hierarchy {[list(k) for k in plan.branchings]} cannot be "
+                         f"estimated ({type(exc).__name__}: {exc}); no noise was drawn. This "
+                         "is a bug: please report it") from exc
 
 
 # ------------------------------------------------------------------ account
@@ -457,6 +501,29 @@ def _total_estimate(plan: _GridPlan, y: np.ndarray, raw_padded: np.ndarray):
     return max(0, int(np.rint(value))), False
 
 
+def _estimate(plan: _GridPlan, y: np.ndarray, timings: dict):
+    """Post-processing of the noisy answers y (rows,): (raw BLUE cells, consistent cells or
+    None, N, whether N is public, notes); the real cells only, shape ``plan.shape``."""
+    t2 = time.perf_counter()
+    raw_padded = kron_tree_blue(plan.mechanism, y)
+    raw = raw_padded.reshape(plan.padded_shape)[tuple(slice(0, n) for n in plan.shape)]
+    total, public = _total_estimate(plan, y, raw_padded)
+    notes = []
+    t3 = time.perf_counter()
+    if plan.consistency is None:
+        consistent = None
+    elif total == 0:
+        consistent = np.zeros(plan.shape, dtype=np.int64)
+        notes.append("N = 0 (released exactly): the consistent cells are all zero" if public
+                     else "the estimated total N_hat rounds to <= 0: the consistent cells are "
+                          "all zero")
+    else:
+        consistent = project_histogram(raw.ravel(), total=total, metric="l2",
+                                       integer=True).reshape(plan.shape)
+    timings.update(estimation=t3 - t2, consistency=time.perf_counter() - t3)
+    return raw, consistent, total, public, notes
+
+
 def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> GridRelease:
     """Measure the validated cell counts with secure noise, then post-process (never raises
     after the noise is drawn)."""
@@ -474,22 +541,7 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
     timings.update(prepare=t1 - t0, noise=time.perf_counter() - t1)
     # ---- the privacy budget is spent: from here on nothing may raise
     try:
-        t2 = time.perf_counter()
-        raw_padded = kron_tree_blue(plan.mechanism, y)
-        raw = raw_padded.reshape(plan.padded_shape)[tuple(slice(0, n) for n in plan.shape)]
-        total, public = _total_estimate(plan, y, raw_padded)
-        notes = []
-        t3 = time.perf_counter()
-        if plan.consistency is None:
-            consistent = None
-        elif total == 0:
-            consistent = np.zeros(plan.shape, dtype=np.int64)
-            notes.append("the estimated total N_hat rounds to <= 0: the consistent cells are "
-                         "all zero")
-        else:
-            consistent = project_histogram(raw.ravel(), total=total, metric="l2",
-                                           integer=True).reshape(plan.shape)
-        timings.update(estimation=t3 - t2, consistency=time.perf_counter() - t3)
+        raw, consistent, total, public, notes = _estimate(plan, y, timings)
         return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(raw),
                            consistent=None if consistent is None else _readonly(consistent),
                            consistency=plan.consistency, total=total, total_public=public,
@@ -576,27 +628,28 @@ def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=No
                       interval_level: float = 0.95, workload: str = "all_range",
                       delimiter=None, chunk_bytes: int | None = None) -> GridRelease:
     """:func:`release_grid` of d columns of a CSV/TSV/Parquet file, read together in bounded
-    memory (``io.read_columns``); the columns name the axes."""
+    memory (``io.read_columns``); the columns name the axes. ``path``: str or os.PathLike (a
+    bytes path or an open file object is a ValueError); the number of columns, the file and
+    its header are checked before the hierarchy design."""
     from .io import _check_column_names
     timings: dict = {}
     columns = _check_column_names(columns)
     if chunk_bytes is not None:
         chunk_bytes = check_chunk_bytes(chunk_bytes)
-
-    def file_exists():
-        if not os.path.isfile(os.fspath(path)):
-            raise ValueError(f"file not found: {os.fspath(path)!r}")
-
-    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
-                      quantiles, consistency, budgets, interval_level, workload,
-                      before_design=file_exists)
-    if len(columns) != len(plan.specs):
-        raise ValueError(f"columns: {len(plan.specs)} axes need {len(plan.specs)} columns, got "
-                         f"{list(columns)!r}")
-    t0 = time.perf_counter()
     kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
     if delimiter is not None:
         kw["delimiter"] = delimiter
+
+    def inputs_ready():  # bins is a validated sequence here; before the (slow) design
+        d = len(bins)
+        if len(columns) != d:
+            raise ValueError(f"columns: {d} axes need {d} columns, got {list(columns)!r}")
+        check_columns(path, columns, **kw)
+
+    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
+                      quantiles, consistency, budgets, interval_level, workload,
+                      before_design=inputs_ready)
+    t0 = time.perf_counter()
     hist, _ = grid_histogram_from_file(path, columns, plan.specs, out_of_range=out_of_range,
                                        **kw)
     timings["read_and_bin"] = time.perf_counter() - t0

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..error.kronecker import kron_box_variances
 from ..mechanism import Mechanism
-from .output import write_text_atomic
+from ..files import check_writable_path, write_text_atomic
 from .result import BIN_RULE, _floats
 
 __all__ = ["GridRelease", "BoxCount", "GRID_FORMAT"]
@@ -210,8 +210,11 @@ class GridRelease:
 
     def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
                 **kwargs) -> str:
-        """The release as JSON text; written atomically to ``path`` when given (never over an
-        existing file unless ``force``). Returns the text."""
+        """The release as JSON text; written atomically to ``path`` when given, as
+        :meth:`Release.to_json` writes (never over an existing file unless ``force``; a bad
+        path is a ValueError before anything is done). Returns the text."""
+        if path is not None:  # a bad path is refused before any work (ValueError)
+            check_writable_path(path)
         text = json.dumps(self.to_dict(**kwargs), indent=indent)
         if path is not None:
             write_text_atomic(path, text + "\n", force=force)

@@ -52,8 +52,11 @@
 * Counts files (``read_counts``): the K bin counts produced elsewhere (a distributed engine),
   parsed exactly as integers (no float round trip).
 
-Every failure is a ValueError naming the file, the column and the first offending row; no
-traceback from inside pyarrow or numpy escapes.
+Files are named by a path, ``str`` or ``os.PathLike`` (``check_input_path``): a bytes path or
+an open file object is refused with a ValueError (the suffix of the name says the format and
+the compression, and every message names the file). Every failure is a ValueError naming the
+file, the column and the first offending row; no traceback from inside pyarrow or numpy
+escapes.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ from .binning import BinSpec, GridHistogramAccumulator, HistogramAccumulator
 __all__ = ["read_csv_column", "read_parquet_column", "read_column", "histogram_from_file",
            "histogram_from_values", "read_csv_columns", "read_parquet_columns", "read_columns",
            "grid_histogram_from_file", "grid_histogram_from_values", "read_counts",
-           "DEFAULT_CHUNK_BYTES"]
+           "check_input_path", "check_columns", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 1 << 24  # 16 MiB of text per block: also the longest line accepted
 _MAX_CHUNK_BYTES = (1 << 30) - 1  # a block plus a carried-over line fits Arrow's int32 sizes
@@ -82,15 +85,43 @@ _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 _UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _utf8_start(raw: bytes, where: str) -> int:
+    """Where the text of ``raw`` (the first bytes of a file or stream) starts: after a UTF-8
+    byte-order mark, if any; ValueError (naming ``where``) for a UTF-16 / UTF-32 text."""
+    for bom, name in _WIDE_BOMS:
+        if raw.startswith(bom):
+            raise ValueError(f"{where}: {name} text; convert it to UTF-8")
+    return len(_UTF8_BOM) if raw.startswith(_UTF8_BOM) else 0
 _LINE_END = re.compile(rb"[\r\n]")
 _TEXT_BYTE = re.compile(rb"[^\r\n]")
 
 
-def _check_file(path) -> str:
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"file not found: {path!r}")
-    return path
+def check_input_path(path, name: str = "file") -> str:
+    """The path of an existing regular file as a str. Accepted: ``str`` and ``os.PathLike``
+    (``pathlib.Path``); refused with a ValueError naming ``name``: bytes paths and open file
+    objects (a reader needs the file's name: its suffix says CSV, TSV, Parquet or which
+    compression, and every message names it), empty paths, directories, missing files."""
+    if hasattr(path, "read"):
+        raise ValueError(f"{name}: give the path of the file (str or os.PathLike), not an open "
+                         f"file object ({type(path).__name__}): it is opened by name")
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    if isinstance(text, (bytes, bytearray)):
+        raise ValueError(f"{name}: give the path as str or os.PathLike, not bytes ({text!r}; "
+                         "os.fsdecode converts it)")
+    if not isinstance(text, str):
+        raise ValueError(f"{name}: expected the path of a file (str or os.PathLike), got "
+                         f"{type(path).__name__} {path!r}")
+    if not text:
+        raise ValueError(f"{name}: the path is empty")
+    if os.path.isdir(text):
+        raise ValueError(f"{name} {text!r} is a directory, not a file")
+    if not os.path.exists(text):
+        raise ValueError(f"{name} not found: {text!r}")
+    if not os.path.isfile(text):
+        raise ValueError(f"{name} {text!r} is not a regular file")
+    return text
 
 
 def check_chunk_bytes(chunk_bytes) -> int:
@@ -156,10 +187,7 @@ def _split_header(pa, stream, path: str, limit: int) -> tuple[bytes, bytes]:
         if start is None:
             if len(buf) < 4 and piece:
                 continue
-            for bom, name in _WIDE_BOMS:
-                if buf.startswith(bom):
-                    raise ValueError(f"{path}: a {name} text file; convert it to UTF-8")
-            skip = len(_UTF8_BOM) if buf.startswith(_UTF8_BOM) else 0
+            skip = _utf8_start(buf, str(path))
             m = _TEXT_BYTE.search(buf, skip)
             if m is not None:
                 start = scanned = m.start()
@@ -234,7 +262,7 @@ def read_csv_columns(path, columns, *, delimiter=None, chunk_bytes: int = DEFAUL
     """Yield (values float64 (n, len(columns)), data rows before this block) for several
     CSV/TSV columns read together (same rules as :func:`read_csv_column`; a bad cell names
     its own column). ``columns``: distinct names of the header."""
-    path = _check_file(path)
+    path = check_input_path(path)
     chunk = check_chunk_bytes(chunk_bytes)
     delim = _delimiter(path, delimiter)
     columns = _check_column_names(columns)
@@ -379,7 +407,7 @@ def read_parquet_columns(path, columns, *, batch_rows: int = 1 << 20
                          ) -> Iterator[tuple[np.ndarray, int]]:
     """Yield (values float64 (n, len(columns)), data rows before this batch) for several
     Parquet columns read together (rules of :func:`read_parquet_column` per column)."""
-    path = _check_file(path)
+    path = check_input_path(path)
     columns = _check_column_names(columns)
     if (isinstance(batch_rows, (bool, np.bool_)) or not isinstance(batch_rows, Integral)
             or batch_rows < 1):
@@ -450,7 +478,8 @@ def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]
 def read_columns(path, columns, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
     """Blocks (values float64 (n, len(columns)), data rows before) of several columns of a
     CSV/TSV or Parquet file, read together (options as for :func:`read_column`)."""
-    parquet = os.fspath(path).lower().endswith((".parquet", ".pq"))
+    path = check_input_path(path)
+    parquet = path.lower().endswith((".parquet", ".pq"))
     allowed = {"chunk_bytes", "batch_rows"} if parquet else {"chunk_bytes", "delimiter"}
     extra = sorted(set(kwargs) - allowed - {"delimiter"})
     if extra:
@@ -466,6 +495,13 @@ def read_columns(path, columns, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
     return read_csv_columns(path, columns, **kwargs)
 
 
+def check_columns(path, columns, **kwargs) -> None:
+    """Check that the file can be read and its header (CSV) or schema (Parquet) has
+    ``columns``, reading nothing but the header: the cheap checks of :func:`read_columns`
+    (same options), run before anything slow. ValueError as :func:`read_columns`."""
+    read_columns(path, columns, **kwargs).close()
+
+
 def histogram_from_file(path, column: str, spec: BinSpec, *, out_of_range: str = "error",
                         **kwargs) -> tuple[np.ndarray, int]:
     """(histogram int64 (K,), rows read) of one file column, block by block (bounded memory).
@@ -474,8 +510,9 @@ def histogram_from_file(path, column: str, spec: BinSpec, *, out_of_range: str =
     values raise ValueError naming the column, counting the offending rows and naming the
     first; a cell that does not parse raises at once (``read_csv_column``); no rows ->
     ValueError. ``kwargs``: ``delimiter``, ``chunk_bytes`` (CSV), ``batch_rows`` (Parquet)."""
+    path = check_input_path(path)
     acc = HistogramAccumulator(spec, out_of_range=out_of_range,
-                               name=f"{os.fspath(path)}: column {column!r}")
+                               name=f"{path}: column {column!r}")
     for values, offset in read_column(path, column, **kwargs):
         acc.add(values, offset)
     if acc.rows == 0:
@@ -493,7 +530,7 @@ def grid_histogram_from_file(path, columns, specs, *, out_of_range: str = "error
     if len(specs) != len(columns):
         raise ValueError(f"{len(columns)} columns need {len(columns)} bin specifications, got "
                          f"{len(specs)}")
-    where = os.fspath(path)
+    where = path = check_input_path(path)
     acc = GridHistogramAccumulator(specs, out_of_range=out_of_range,
                                    names=[f"{where}: column {c!r}" for c in columns])
     for values, offset in read_columns(path, columns, **kwargs):
@@ -687,18 +724,14 @@ def read_counts(path, bins: int | None) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    path = _check_file(path)
+    path = check_input_path(path, "counts file")
     if bins is not None and (isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral)
                              or bins < 1):
         raise ValueError(f"bins must be an integer >= 1 (or None: as many as given), got "
                          f"{bins!r}")
     with open(path, "rb") as f:
         raw = f.read()
-    for bom, enc in _WIDE_BOMS:
-        if raw.startswith(bom):
-            raise ValueError(f"counts file {path}: a {enc} text file; convert it to UTF-8")
-    if raw.startswith(_UTF8_BOM):
-        raw = raw[len(_UTF8_BOM):]
+    raw = raw[_utf8_start(raw, f"counts file {path}"):]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -801,14 +834,44 @@ def _check_total(counts: np.ndarray, path: str) -> None:
                          "(too large to handle exactly)")
 
 
-def count_lines(lines, source: str = "<stdin>") -> Iterator[tuple[int, int]]:
-    """A counts stream read line by line (e.g. standard input): yields (line number, count)
-    for each non-blank line, one non-negative integer < 2^53 per line (``3``, ``"3"``,
-    ``3.0``); a first line ``count`` is a header; a UTF-8 byte-order mark is skipped. A bad
-    line raises ValueError naming ``source`` and the line (the steps before it stand)."""
+MAX_COUNT_LINE = 1024  # characters (bytes) of one line of a counts stream: longer is refused
+
+
+def count_lines(lines, source: str = "standard input") -> Iterator[tuple[int, int]]:
+    """A counts stream read line by line (a file or standard input): yields (line number,
+    count) for each non-blank line, one non-negative integer < 2^53 per line (``3``, ``"3"``,
+    ``3.0``); a first line ``count`` is a header; blank lines are skipped.
+
+    ``lines``: an iterable of lines, ``str`` or UTF-8 ``bytes`` (a text or binary file
+    object); a UTF-8 byte-order mark is skipped, a UTF-16/32 one refused. Each line is checked
+    as it is read, so a bad line raises ValueError naming ``source`` and the line (the steps
+    before it stand): a line longer than ``MAX_COUNT_LINE`` characters (refused before it is
+    parsed, so a 20-million-digit line costs nothing; a count below 2^53 has 16 digits), a
+    line that is not UTF-8, not a number, not a non-negative integer, a count >= 2^53, or a
+    running total reaching 2^53 (exact in double below it). Messages quote at most 40
+    characters of a bad line and never the running total. O(1) memory and time per line."""
     pattern = re.compile(_INTEGER)
-    first = True
-    for line_no, line in enumerate(lines, start=1):
+    first, total, line_no = True, 0, 0
+    it = iter(lines)
+    while True:
+        try:
+            line = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:  # a text stream that is not UTF-8
+            raise ValueError(f"{source}: line {line_no + 1} is not UTF-8 text") from None
+        line_no += 1
+        if len(line) > MAX_COUNT_LINE and len(line) - _line_end_length(line) > MAX_COUNT_LINE:
+            raise ValueError(f"{source}: line {line_no} is longer than {MAX_COUNT_LINE} "
+                             "characters; a counts stream holds one count per line (a count "
+                             "below 2^53 has at most 16 digits)")
+        if isinstance(line, (bytes, bytearray)):
+            if line_no == 1:
+                line = line[_utf8_start(line, source):]
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{source}: line {line_no} is not UTF-8 text") from None
         text = line.lstrip("\ufeff").strip() if line_no == 1 else line.strip()
         if not text:
             continue
@@ -818,10 +881,29 @@ def count_lines(lines, source: str = "<stdin>") -> Iterator[tuple[int, int]]:
         first = False
         cell = text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
         if not pattern.match(cell):
-            raise ValueError(f"counts stream {source}: line {line_no}: {text!r} is not a "
-                             "non-negative integer (one count per line)")
-        value = int(Decimal(cell))
+            what = ("must be a non-negative integer" if re.match(_NUMBER, cell, re.IGNORECASE)
+                    else "is not a number")
+            raise ValueError(f"{source}: line {line_no}: {_quote(text)} {what} (one count per "
+                             "line)")
+        digits = cell.lstrip("+").split(".")[0].lstrip("0") or "0"
+        value = int(digits) if len(digits) <= 16 else _EXACT  # 2^53 has 16 digits
         if value >= _EXACT:
-            raise ValueError(f"counts stream {source}: line {line_no}: {value} >= 2^53 (too "
+            raise ValueError(f"{source}: line {line_no}: the count is >= 2^53 = {_EXACT} (too "
                              "large to handle exactly)")
+        total += value
+        if total >= _EXACT:
+            raise ValueError(f"{source}: line {line_no}: the running count reaches 2^53 = "
+                             f"{_EXACT} (too large to handle exactly)")
         yield line_no, value
+
+
+def _line_end_length(line) -> int:
+    """Length of the line end (CRLF, LF, CR or none) at the end of a str / bytes line."""
+    if line[-2:] in ("\r\n", b"\r\n"):
+        return 2
+    return 1 if line[-1:] in ("\n", "\r", b"\n", b"\r") else 0
+
+
+def _quote(text: str) -> str:
+    """``repr`` of at most the first 40 characters of ``text`` (an error message's quote)."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")

@@ -12,7 +12,7 @@ import numpy as np
 from ..mechanism import Mechanism
 from ..pipeline import PrivateCDF
 from .binning import BinSpec
-from .output import write_text_atomic
+from ..files import check_writable_path, write_text_atomic
 
 __all__ = ["Release", "FORMAT"]
 
@@ -186,8 +186,12 @@ class Release:
                 **kwargs) -> str:
         """The release as JSON text (``to_dict`` keywords pass through); written to ``path``
         when given: atomically (a temporary file in the same directory, then a rename), never
-        over an existing file unless ``force`` (``output.write_text_atomic``). Returns the
-        text."""
+        over an existing file unless ``force`` (FileExistsError), with the permissions
+        ``open`` would give (``output.write_text_atomic``). A path that is not a str /
+        os.PathLike, is a directory, or lies in a missing or read-only directory raises
+        ValueError before anything is done. Returns the text."""
+        if path is not None:  # a bad path is refused before any work (ValueError)
+            check_writable_path(path)
         text = json.dumps(self.to_dict(**kwargs), indent=indent)
         if path is not None:
             write_text_atomic(path, text + "\n", force=force)

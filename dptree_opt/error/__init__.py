@@ -51,6 +51,7 @@ from ..estimation.implicit import implicit_parameters, is_implicit_mechanism
 from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                                    covering_moments, covering_variances)
 from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from ..limits import MAX_MONTE_CARLO_TRIALS, check_count, rescaled
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import KroneckerWorkload, Workload
 from . import tree
@@ -101,10 +102,22 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
     ([RTS] App. B; level-uniform trees) or "causal" (each query from the rows complete at
     its step; ValueError if one is not identified then). ``method="dense"`` bypasses the
     structured tree formulas (tree, Toeplitz) for checking them against the dense covariance
-    (for "causal": the dense causal filter)."""
+    (for "causal": the dense causal filter).
+
+    Computed on ``mechanism.normalised()`` (variances near 1) and rescaled exactly, so any
+    budget whose errors are doubles works; ValueError when the variances or the errors
+    leave the normal doubles (``dptree_opt.limits``)."""
     _check(workload, mechanism, estimator)
     if method not in ERROR_METHODS:
         raise ValueError(f"method must be one of {ERROR_METHODS}, got {method!r}")
+    twin, c = mechanism.normalised()
+    res = _expected_error(workload, twin, estimator, per_query, method)
+    return res if c == 1.0 else rescaled(res, c, mechanism.noise, mechanism.requested_budget)
+
+
+def _expected_error(workload: Workload, mechanism: Mechanism, estimator: str,
+                    per_query: bool, method: str):
+    """expected_error on a checked (normalised) mechanism."""
     if estimator == "causal":
         return causal_error(workload, mechanism, per_query=per_query, method=method)
     structured = method == "auto"
@@ -230,17 +243,22 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
     Each trial draws fresh simulation noise for every released row, estimates, and scores
     the workload answers; trials are vectorised in chunks. ``histogram`` defaults to
     Poisson(10) counts drawn from ``rng`` (the error of these unbiased linear estimators does
-    not depend on the data). Returns the mean and its standard error (sample sd / sqrt)."""
+    not depend on the data). Returns the mean and its standard error (sample sd / sqrt).
+    At most MAX_MONTE_CARLO_TRIALS trials; memory O(chunk), not O(trials)."""
     _check(workload, mechanism, estimator)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
         raise ValueError(f"trials must be an integer >= 2, got {trials!r}")
+    check_count(int(trials), MAX_MONTE_CARLO_TRIALS, f"trials = {int(trials)}",
+                "the standard error falls as 1 / sqrt(trials) (10^6 trials: 0.1 % of the "
+                "error); expected_error gives the exact value")
+    mechanism.normalised()  # ValueError when the noise variances are not doubles
     rng = as_generator(rng)
     h = (rng.poisson(10.0, mechanism.n_bins) if histogram is None
          else check_histogram(histogram, mechanism.n_bins))
     truth = workload.matvec(h.astype(float))
     exact_answers = mechanism.released.apply(h)
     chunk = max(1, min(int(trials), _MC_CHUNK_FLOATS // max(exact_answers.size, 1)))
-    errors = np.empty(int(trials))
+    total, shift, sq = 0.0, None, 0.0  # sums of the errors and of their squared deviations
     bar = Progress(int(trials), "monte carlo", enabled=progress)
     done = 0
     while done < trials:
@@ -256,9 +274,15 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
             answers = causal_blue(mechanism, y, workload)  # (size, q)
         else:
             answers = workload.matvec(blue(mechanism, y).T).T  # (size, q)
-        errors[done:done + size] = np.sum((answers - truth) ** 2, axis=1)
+        err = np.sum((answers - truth) ** 2, axis=1)
+        if shift is None:  # deviations from the first chunk's mean: no cancellation
+            shift = float(err.mean())
+        total += float(err.sum())
+        sq += float(np.sum((err - shift) ** 2))
         done += size
         bar.update(size)
     bar.close()
-    return MonteCarloResult(float(errors.mean()), float(errors.std(ddof=1) / np.sqrt(trials)),
-                            int(trials))
+    n = int(trials)
+    mean = total / n
+    var = max(sq - n * (mean - shift) ** 2, 0.0) / (n - 1)
+    return MonteCarloResult(float(mean), float(np.sqrt(var / n)), n)

@@ -76,6 +76,7 @@ from ..estimation.causal import (MAX_CAUSAL_DENSE_BINS, check_causal_inputs,
                                  triangular_restriction)
 from ..estimation.laminar import MAX_DEPTH, is_laminar_mechanism, laminar_model
 from ..estimation.tree import is_tree_mechanism, tree_parameters
+from ..limits import check_memory
 from ..mechanism import Mechanism
 from . import tree
 
@@ -103,6 +104,8 @@ def tree_causal_prefix_variances(branching, level_variances, per_query: bool = T
     if not per_query:
         return float(F[0] + 0.5 * K * sum((k - 1) * F[lvl] for lvl, k in
                                           enumerate(ks, start=1) if k >= 2))
+    check_memory(24 * K, f"the causal variances of {K} prefixes", "use fewer bins, or "
+                 "per_query=False (their sum in O(h))")
     acc = np.zeros(K)
     for lvl in range(len(ks), 0, -1):  # acc[:W] = sum of the levels >= lvl as a function of t mod W
         k = ks[lvl - 1]

@@ -24,6 +24,7 @@ from ..estimation.blue import blue_covariance
 from ..estimation.haar import haar_model, is_haar_mechanism
 from ..estimation.laminar import (is_laminar_mechanism, laminar_model, point_moments,
                                   point_sum_variance, range_variances, star_moments)
+from ..limits import rescaled
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
 
@@ -48,7 +49,8 @@ def _laminar_system(mech: Mechanism):
     lo, hi = np.asarray(strat.lo), np.asarray(strat.hi)
     exact = var == 0
     if np.any(exact & ~((lo == 0) & (hi == kp))):
-        raise ValueError("interval_blue_errors: only the total may be released exactly")
+        raise ValueError("only the total may be released exactly: a row other than the "
+                         "total has noise variance 0")
     known_total = bool(np.any(exact))
     index = np.full(kp + 1, -1, dtype=np.int64)
     free = np.arange(1, kp + (0 if known_total else 1))
@@ -137,10 +139,24 @@ def interval_blue_errors(mechanism: Mechanism, n_bins: int | None = None,
     K' <= MAX_LAMINAR_DENSE_BINS, else None), the all-range total (``"all_range_total"``)
     = (K + 1) tr Z_K - 1'Z_K 1 over the first K points (one L D L' solve) and the all-range
     per-query maximum (``"all_range_max"``, dense inverse, K' <= MAX_LAMINAR_DENSE_BINS
-    only, else None)."""
+    only, else None). Computed on ``mechanism.normalised()`` and rescaled (any budget whose
+    errors are doubles; ValueError otherwise)."""
     strat = mechanism.released
     if not isinstance(strat, IntervalStrategy):
-        raise ValueError("interval_blue_errors needs an interval (laminar) strategy")
+        raise ValueError("the interval-strategy errors need an interval (laminar) strategy, "
+                         f"got {strat.name!r}")
+    twin, c = mechanism.normalised()
+    res = _interval_blue_errors(twin, n_bins, all_range)
+    if c == 1.0:
+        return res
+    return {key: None if val is None else rescaled(val, c, mechanism.noise,
+                                                   mechanism.requested_budget)
+            for key, val in res.items()}
+
+
+def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict:
+    """interval_blue_errors on a normalised mechanism."""
+    strat = mechanism.released
     kp = strat.n_bins
     K = kp if n_bins is None else int(n_bins)
     if is_laminar_mechanism(mechanism):

@@ -201,8 +201,8 @@ def _moments(mechanism: Mechanism, workload: KroneckerWorkload, per_query: bool)
     """(noise, per-axis moments, kappa) after the checks; identical axes computed once."""
     noise = kron_product_noise(mechanism)
     if noise is None:
-        raise ValueError("kron_product_error needs a Kronecker strategy whose noisy rows all "
-                         "have one variance (exact rows only all-ones totals)")
+        raise ValueError("the Kronecker-product error formula needs a Kronecker strategy whose "
+                         "noisy rows all have one variance (exact rows only all-ones totals)")
     strat = mechanism.released
     if (not isinstance(workload, KroneckerWorkload)
             or workload.grid_shape != strat.grid_shape
@@ -408,7 +408,7 @@ def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=
     distinct rows of u_1 against the contracted other axes (None when ``want_max`` is False).
     ValueError when the workload needs an unmeasured subspace."""
     if not is_grid_tree_mechanism(mechanism):
-        raise ValueError("grid_tree_summary needs a Kronecker product of complete trees or a "
+        raise ValueError("the grid-tree errors need a Kronecker product of complete trees or a "
                          "quadtree with budgets per level (tuple)")
     trees = grid_trees(mechanism.released)
     if (not isinstance(workload, KroneckerWorkload) or len(workload.factors) != len(trees)

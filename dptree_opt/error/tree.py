@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..limits import check_memory
+
 if TYPE_CHECKING:
     from ..mechanism import Mechanism
 
@@ -463,6 +465,8 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
 
     if K > _MAX_PER_QUERY_K:
         raise ValueError(f"per_query output needs K <= {_MAX_PER_QUERY_K} bins, got K = {K}")
+    check_memory(24 * K, f"the per-query variances of {K} bins", "use fewer bins, or "
+                 "per_query=False (their sum in O(h))")
     if workload == "identity":
         var = mu[0] / K + sum(mu[j] * (ks[j - 1] - 1) / widths[j - 1] for j in active)
         return np.full(K, var)

@@ -24,10 +24,13 @@ Sources: [HON] Honaker, "Efficient Use of Differentially Private Binary Trees", 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
+
+from ..limits import check_memory
 
 __all__ = ["TreeEstimates", "honaker_recursions", "refined_recursion", "refined_error"]
 
@@ -378,6 +381,9 @@ def refined_error(branching, level_variances, per_query=False):
     """
     ks = _layout(branching)[0]
     v = _check_variances(level_variances, len(ks))
+    K = math.prod(ks)
+    check_memory(96 * K, f"the refined estimator's variances over {K} bins (one pass over "
+                 "every node)", "use fewer bins")
     vb = _level_stats(ks, v)[0]
     var = np.append(_refined_variances(ks, v, vb)[1], vb[0])
     return var if per_query else float(var.sum())

@@ -84,7 +84,7 @@ from ..error.tree import (
     haar_workload_weights,
 )
 from .levels import level_variances, resolve_public
-from .result import TreeDesign, error_unit
+from .result import TreeDesign, at_total_budget, error_unit
 
 __all__ = [
     "BlueBudgetProblem",
@@ -640,12 +640,15 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
                                   public_total=public_total, workload=workload,
                                   n_queries=n_queries, measure_root=measure_root)
     _check_feasible(problem)
-    unit = error_unit(problem.n_bins, total, noise)
+    # E(c b) = E(b) / c^power: solved and scored at unit total budget, then restated at
+    # the total (at_total_budget; the split does not depend on it; no overflow or
+    # underflow of total^power at extreme budgets)
+    unit = error_unit(problem.n_bins, 1.0, noise)
+    name = "epsilon" if noise == "laplace" else "rho"
 
     def design(b, method, alternatives=()):
         if problem.fundable.any():  # else nothing depends on the data and nothing is spent
-            b = split_budget(total, len(problem.noisy_levels), b,
-                             name="epsilon" if noise == "laplace" else "rho")
+            b = split_budget(1.0, len(problem.noisy_levels), b, name=name)
         err = problem.blue_error(b)
         return TreeDesign(n_bins=problem.n_bins, branching=problem.branching,
                           budgets=tuple(float(x) for x in b), error=err,
@@ -653,23 +656,20 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
                           neighbours=problem.neighbours, public_total=problem.public_total,
                           method=method, alternatives=alternatives)
 
-    eq = equal_budgets(problem, total)
+    eq = equal_budgets(problem, 1.0)
     equal = design(eq, "equal split")
-    if problem.fundable.sum() <= 1 or _trivial(problem, total) is not None:
-        return design(eq, "nothing to optimise (at most one fundable level or zero error)",
-                      (equal,))
-    # E(c b) = E(b) / c^power: solve at unit budget and scale (the split does not depend on
-    # the total; no overflow or underflow of total^power at extreme budgets)
+    if problem.fundable.sum() <= 1 or _trivial(problem, 1.0) is not None:
+        return at_total_budget(design(
+            eq, "nothing to optimise (at most one fundable level or zero error)", (equal,)),
+            total)
     if noise == "gaussian":
         b, _ = gaussian_optimal_budgets(problem, 1.0)
-        b = np.asarray(b, dtype=float) * total
         method = "PAVA on the Haar eigenvalues (exact convex optimum)"
     else:
         b, info = _laplace_multistart(problem, 1.0, starts, seed)
-        b = np.asarray(b, dtype=float) * total
         method = (f"multistart active-set Newton ({info['starts']} starts; best from "
                   f"{info['best_from']})")
-    best = design(b, method, (equal,))
+    best = design(np.asarray(b, dtype=float), method, (equal,))
     if best.error > equal.error:  # rounding only: the equal split is one of the candidates
-        return design(eq, "equal split (no improvement found)", (equal,))
-    return best
+        best = design(eq, "equal split (no improvement found)", (equal,))
+    return at_total_budget(best, total)

@@ -49,7 +49,7 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -58,6 +58,7 @@ from ..error import expected_error
 from ..error.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
                                is_grid_tree_mechanism)
 from ..estimation.kronecker import grid_trees, level_tuple_of
+from ..limits import MAX_GRID_LEVEL_TUPLES, at_budget, check_count
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget, resolve_public
 from ..strategies import KroneckerStrategy, QuadtreeStrategy
@@ -128,13 +129,14 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     s = 2 if noise == "laplace" else 1
     coef = width * np.where(sens > 0, (0.5 if s == 2 else 2.0) / np.maximum(sens, 1e-300)**2,
                             0.0)
-    err, b, e0, calls = _minimise_budgets(dims, idx, coef, Q, total, s,
-                                          starts if noise == "laplace" else 0, seed)
-    best = (err, b)
-    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, level_budgets=best[1], **kw)
+    # at unit total budget, restated at ``total`` (homogeneity, dptree_opt.limits)
+    _, b, e0, calls = _minimise_budgets(dims, idx, coef, Q, 1.0, s,
+                                        starts if noise == "laplace" else 0, seed)
+    b = b * total
+    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, level_budgets=b, **kw)
     err = float(expected_error(workload, mech))
     q = workload.n_queries
-    return GridBudgets(mech, best[1], err, err / q, float(e0) / q, calls)
+    return GridBudgets(mech, b, err, err / q, at_budget(float(e0), noise, total) / q, calls)
 
 
 def _minimise_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None):
@@ -223,8 +225,14 @@ _MAX_FINEST = 64                 # products of finest chains optimised (ordering
 
 
 def _divisors(w: int) -> list[int]:
-    small = [k for k in range(1, int(w**0.5) + 1) if w % k == 0]
-    return sorted(set(small + [w // k for k in small]))
+    """The divisors of w >= 1, ascending, built from its prime factorisation
+    (``finest_refinement``: trial division up to sqrt(w)); only the divisors are held."""
+    from .search import finest_refinement
+    divs = [1]
+    primes = finest_refinement((w,))
+    for p in sorted(set(primes)):
+        divs = [d * p**i for d in divs for i in range(primes.count(p) + 1)]
+    return sorted(divs)
 
 
 @lru_cache(maxsize=None)
@@ -234,6 +242,30 @@ def _factorisations(w: int) -> tuple:
         return ((),)
     return tuple((k,) + rest for k in _divisors(w) if k >= 2
                  for rest in _factorisations(w // k))
+
+
+@lru_cache(maxsize=None)
+def _n_factorisations(w: int) -> int:
+    """H(w), the number of ordered factorisations of w into factors >= 2 (H(1) = 1), by
+    the recursion H(w) = sum of H(d) over the divisors d < w (Kalmar 1931), without
+    listing them: the size of ``_factorisations(w)``."""
+    if w == 1:
+        return 1
+    return sum(_n_factorisations(d) for d in _divisors(w)[:-1])
+
+
+def _padded_chain_count(n: int, limit: int) -> int:
+    """The number of padded trees of an axis of n bins, sum of H(w_1) over w_1 < n
+    (``_axis_groups``), or limit + 1 as soon as it exceeds ``limit`` (every H >= 1, so
+    n - 1 > limit decides at once): counted, never listed."""
+    if n - 1 > limit:
+        return limit + 1
+    total = 0
+    for w1 in range(1, n):
+        total += _n_factorisations(w1)
+        if total > limit:
+            return limit + 1
+    return total
 
 
 def _s2(m: int) -> int:
@@ -294,13 +326,18 @@ def _axis_groups(n: int, kind: str, padding: bool, heights) -> dict:
     ``padding`` every subtree chain (k_2..k_h) of width w_1 < n under the smallest top
     factor k_1 = ceil(n / w_1) (K' = k_1 w_1 < 2n; ``optimize.level_uniform``'s rule), the
     workload restricted to the first n bins. ``heights``: None (all) or a set of h."""
-    if padding:
-        count = sum(len(_factorisations(w1)) for w1 in range(1, n))
-        if count > MAX_AXIS_CHAINS:
-            raise ValueError(f"an axis of {n} bins has {count} padded trees > "
-                             f"{MAX_AXIS_CHAINS}: use allow_padding=False or a fixed height")
+    if padding:   # counted before any tree is listed (an axis of 2^23 bins: 7.5 GB)
+        if _padded_chain_count(n, MAX_AXIS_CHAINS) > MAX_AXIS_CHAINS:
+            raise ValueError(f"an axis of {n} bins has more than {MAX_AXIS_CHAINS} padded "
+                             "trees to search: search the exact trees only "
+                             "(allow_padding=False; dptree-opt optimize --no-padding) or use "
+                             "fewer bins")
         chains = [(-(-n // w1),) + sub for w1 in range(1, n) for sub in _factorisations(w1)]
     else:
+        count = _n_factorisations(n)
+        if count > MAX_AXIS_CHAINS:
+            raise ValueError(f"an axis of {n} bins has {count} trees (ordered factorisations) "
+                             f"to search, more than {MAX_AXIS_CHAINS}: use fewer bins")
         chains = list(_factorisations(n))
     by_h: dict = {}
     for c in chains:
@@ -666,12 +703,12 @@ def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=N
     dims, kinds = _resolve_grid(shape, workload)
     st = _setting(dims, kinds, epsilon, rho, noise, neighbours, public_total)
     m1, m2 = zip(*[_box_moments(k, n) for k, n in zip(kinds, dims)])
-    v = st.equal_variance(1)
+    v = st.unit  # at unit budget, restated at the total (homogeneity, dptree_opt.limits)
     cells = math.prod(dims)
     err = v * math.prod(m1)
     if st.public:
         err -= v * (math.prod(m2) / cells)
-    return float(err)
+    return at_budget(float(err), st.noise, st.total)
 
 
 def _finest(chain) -> tuple:
@@ -765,9 +802,41 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
 
     Returns
     -------
-    GridSearch (``.best``, ``.ranked``, ``.flat_mean``, ``.candidates``, ``.method``).
+    GridSearch (``.best``, ``.ranked``, ``.flat_mean``, ``.candidates``, ``.method``). The
+    search runs at unit total budget and is restated at the given one (exact: the errors
+    are homogeneous in the budget, ``dptree_opt.limits``).
     """
+    noise = infer_noise(noise, epsilon, rho)
+    total = resolve_budget(noise, epsilon, rho)
+    dims, kinds = _resolve_grid(shape, workload)
+    # a Kronecker tree has one budget per level tuple, prod_i (h_i + 1) of them; the tallest
+    # axis tree has Omega(n_i) levels (padded: at most floor(log2(2 n_i - 1)))
+    padded = isinstance(allow_padding, (bool, np.bool_)) and bool(allow_padding)
+    tallest = [((2 * n - 1).bit_length() - 1) if padded else len(_finest((n,))) for n in dims]
+    check_count(math.prod(h + 1 for h in tallest), MAX_GRID_LEVEL_TUPLES,
+                f"the number of budget levels of the tallest Kronecker tree over {dims}",
+                "use fewer or coarser axes (each axis of n cells adds up to log2(n) + 1 "
+                "levels per level of the others)")
+    q = math.prod(_axis_queries(k, n) for k, n in zip(kinds, dims))
+    res = _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budgets,
+                               family, height, allow_padding, top, pool, exhaustive, starts,
+                               seed)
+
+    def scaled(d: GridDesign) -> GridDesign:
+        err = at_budget(d.error, noise, total)
+        return replace(d, budgets=tuple(float(b) * total for b in d.budgets), error=err,
+                       mean=err / q, equal_mean=at_budget(d.equal_mean, noise, total),
+                       total_budget=total)
+    return replace(res, ranked=tuple(scaled(d) for d in res.ranked),
+                   flat_mean=at_budget(res.flat_mean, noise, total))
+
+
+def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budgets, family,
+                         height, allow_padding, top, pool, exhaustive, starts,
+                         seed) -> GridSearch:
+    """best_grid_hierarchy at unit total budget."""
     t0 = time.perf_counter()
+    epsilon, rho = (1.0, None) if noise == "laplace" else (None, 1.0)
     dims, kinds = _resolve_grid(shape, workload)
     d = len(dims)
     st = _setting(dims, kinds, epsilon, rho, noise, neighbours, public_total)

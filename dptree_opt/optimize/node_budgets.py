@@ -44,10 +44,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..limits import at_budget, check_memory
 from ..privacy import check_noise, infer_noise, resolve_budget
 from ..strategies.base import check_neighbours
 
 __all__ = ["tree_cdf_error", "NodeBudgets", "optimal_node_budgets", "path_budgets"]
+
+NODE_BUDGETS_BYTES_PER_BIN = 640  # memory estimate: ~500 bytes per bin measured at 2^20
 
 
 def _check_branching(branching) -> tuple[int, ...]:
@@ -269,9 +272,14 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
 
     from .blue_budgets import optimal_blue_budgets
     ks = _check_branching(branching)
+    K = math.prod(ks)
+    check_memory(NODE_BUDGETS_BYTES_PER_BIN * K, f"budgets per node on a tree over {K} bins",
+                 "use fewer bins")
     noise = check_noise(infer_noise(noise, epsilon, rho))
     neighbours = check_neighbours(neighbours)
-    total = resolve_budget(noise, epsilon, rho)
+    requested = resolve_budget(noise, epsilon, rho)
+    total = 1.0  # solved at unit budget, restated at ``requested`` (exact: the errors
+    # are homogeneous in the budget and the best split does not depend on it)
     if isinstance(maxiter, bool) or not (isinstance(maxiter, (int, np.integer))
                                          and maxiter >= 0):
         raise ValueError(f"maxiter must be an integer >= 0, got {maxiter!r}")
@@ -336,5 +344,6 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     if not err < e_level:
         b, err = b_level, e_level
     n = int(starts[h + 1] - starts[h])
-    return NodeBudgets(ks, noise, neighbours, float(total), b, float(err), float(err) / n,
-                       float(e_level) / n, int(res.nit), calls[0])
+    err, e_level = (at_budget(float(e), noise, requested) for e in (err, e_level))
+    return NodeBudgets(ks, noise, neighbours, float(requested), b * requested, err, err / n,
+                       e_level / n, int(res.nit), calls[0])

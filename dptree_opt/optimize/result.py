@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..limits import TINY, at_budget, out_of_range
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,23 @@ class TreeDesign:
         return Mechanism(strat, noise=self.noise, neighbours=self.neighbours,
                          public_total=self.public_total, level_budgets=list(self.budgets),
                          **budget)
+
+
+def at_total_budget(design: TreeDesign, budget: float) -> TreeDesign:
+    """A design computed at unit total budget restated at total ``budget`` (its
+    alternatives too): budgets x budget, error / budget^2 (Laplace) or / budget (Gaussian),
+    ``normalised_error`` unchanged. Exact: the errors are homogeneous in the budget and the
+    best trees and budget fractions do not depend on it (``dptree_opt.limits``); ValueError
+    when the error or a budget leaves the normal doubles."""
+    b = np.asarray(design.budgets, dtype=float)
+    scaled = b * budget
+    small = (b > 0) & (scaled < TINY)
+    if np.any(small):
+        raise out_of_range(design.noise, budget, "a level's budget",
+                           math.log10(float(b[small][0])) + math.log10(budget), large=False)
+    return replace(design, budgets=tuple(float(x) for x in scaled),
+                   error=at_budget(design.error, design.noise, budget),
+                   alternatives=tuple(at_total_budget(a, budget) for a in design.alternatives))
 
 
 def error_unit(n_bins: int, total_budget: float, noise: str) -> float:

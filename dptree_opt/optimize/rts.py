@@ -24,7 +24,7 @@ import scipy.special
 
 from ..privacy import check_budget
 from .levels import check_branching, level_variances, unit_variances
-from .result import TreeDesign, error_unit
+from .result import TreeDesign, at_total_budget, error_unit
 
 __all__ = ["budgets", "branching", "joint", "degenerate_optimum", "optimal_branching_factor",
            "psi", "optimal_height", "budgets_closed_form", "branching_closed_form"]
@@ -100,7 +100,8 @@ def budgets(branching, epsilon, estimator: str = "covering") -> TreeDesign:
     if not ks or all(k == 1 for k in ks):
         raise ValueError(f"branching must have a factor >= 2 (a tree with bins to split), got "
                          f"{branching!r}")
-    eps = check_budget(epsilon, "epsilon")
+    total = check_budget(epsilon, "epsilon")
+    eps = 1.0  # solved at unit budget, restated at the total (at_total_budget: exact)
     used = [i for i, k in enumerate(ks) if k > 1]
     c = np.array([ks[i] - 1.0 for i in used])
     share = np.zeros(len(ks))
@@ -114,10 +115,11 @@ def budgets(branching, epsilon, estimator: str = "covering") -> TreeDesign:
         share /= share.sum()
     eps_l = tuple(float(x) for x in eps * share)
     err = _covering_error(ks, eps_l)
-    return TreeDesign(n_bins=math.prod(ks), branching=ks, budgets=eps_l, error=err,
-                      normalised_error=err / error_unit(math.prod(ks), eps, "laplace"),
-                      estimator="covering", noise="laplace", neighbours="swap",
-                      public_total=True, method="cvxpy (O1), CLARABEL")
+    return at_total_budget(TreeDesign(
+        n_bins=math.prod(ks), branching=ks, budgets=eps_l, error=err,
+        normalised_error=err / error_unit(math.prod(ks), eps, "laplace"),
+        estimator="covering", noise="laplace", neighbours="swap", public_total=True,
+        method="cvxpy (O1), CLARABEL"), total)
 
 
 # --------------------------------------------------------------------------- (O2)
@@ -167,13 +169,16 @@ def branching(n_bins, budgets) -> TreeDesign:
         x = np.maximum(xv.value, 0.0)
         x *= math.log(K) / x.sum()
     ks = tuple(float(math.exp(t)) for t in x)
-    eps = float(e.sum())
-    err = _relaxed_error(ks, e)
-    return TreeDesign(n_bins=K, branching=ks, budgets=tuple(float(t) for t in e), error=err,
-                      normalised_error=err / error_unit(K, eps, "laplace"),
-                      estimator="covering", noise="laplace", neighbours="swap",
-                      public_total=True, method="cvxpy (O2, x_l = ln k_l), CLARABEL; relaxed "
-                      "real branching factors")
+    total = float(e.sum())  # at unit total, restated at it (at_total_budget: exact)
+    if not math.isfinite(total):
+        raise ValueError(f"budgets must sum to a finite number, got {list(e)}")
+    unit = e / total
+    err = _relaxed_error(ks, unit)
+    return at_total_budget(TreeDesign(
+        n_bins=K, branching=ks, budgets=tuple(float(t) for t in unit), error=err,
+        normalised_error=err / error_unit(K, 1.0, "laplace"), estimator="covering",
+        noise="laplace", neighbours="swap", public_total=True,
+        method="cvxpy (O2, x_l = ln k_l), CLARABEL; relaxed real branching factors"), total)
 
 
 # --------------------------------------------------------------------------- Thm IV.3
@@ -207,7 +212,8 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
     import cvxpy as cp
 
     K = _check_bins(n_bins)
-    eps = check_budget(epsilon, "epsilon")
+    total = check_budget(epsilon, "epsilon")
+    eps = 1.0  # solved at unit budget, restated at the total (at_total_budget: exact)
     if isinstance(height, (bool, np.bool_)) or not isinstance(height, Integral) or height < 1:
         raise ValueError(f"height must be an integer >= 1, got {height!r}")
     if (isinstance(min_branching, (bool, np.bool_)) or not isinstance(min_branching, Real)
@@ -244,20 +250,21 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
             if step < tol:
                 break
         else:
-            raise RuntimeError(f"joint: the convex-concave procedure did not converge in "
-                               f"{max_iter} iterations")
+            raise RuntimeError(f"the convex-concave procedure of the joint (branching, "
+                               f"budgets) problem did not converge in {max_iter} iterations "
+                               "(raise max_iter)")
         xs = np.maximum(xs, lo)
         xs *= L / xs.sum()
         ss = np.maximum(ss, 0.0) / ss.sum()
     ks = tuple(float(math.exp(t)) for t in xs)
     eps_l = tuple(float(eps * t) for t in ss)
     err = _relaxed_error(ks, eps_l)
-    return TreeDesign(n_bins=K, branching=ks, budgets=eps_l, error=err,
-                      normalised_error=err / error_unit(K, eps, "laplace"),
-                      estimator="covering", noise="laplace", neighbours="swap",
-                      public_total=True,
-                      method=f"cvxpy (convex-concave procedure, {iters} DCP solves), CLARABEL; "
-                      f"relaxed, k_l >= {min_branching:g}")
+    return at_total_budget(TreeDesign(
+        n_bins=K, branching=ks, budgets=eps_l, error=err,
+        normalised_error=err / error_unit(K, eps, "laplace"), estimator="covering",
+        noise="laplace", neighbours="swap", public_total=True,
+        method=f"cvxpy (convex-concave procedure, {iters} DCP solves), CLARABEL; "
+        f"relaxed, k_l >= {min_branching:g}"), total)
 
 
 def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
@@ -279,7 +286,8 @@ def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
     48 / eps^2 vs 128 / eps^2 and normalised errors 3 vs 8 (MATH.md section 4).
     """
     K = _check_bins(n_bins)
-    eps = check_budget(epsilon, "epsilon")
+    total = check_budget(epsilon, "epsilon")
+    eps = 1.0  # at unit budget, restated at the total (at_total_budget: exact)
     if isinstance(height, (bool, np.bool_)) or not isinstance(height, Integral) or height < 2:
         raise ValueError(f"height must be an integer >= 2, got {height!r}")
     if K < 2:
@@ -304,7 +312,7 @@ def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
         k1 = np.asarray(k1, dtype=float)
         return (np.cbrt(k1 - 1.0) + np.cbrt(K / k1 - 1.0)) ** 3
 
-    return degenerate, balanced, curve
+    return at_total_budget(degenerate, total), at_total_budget(balanced, total), curve
 
 
 # --------------------------------------------------------------------------- Lemma IV.3
@@ -367,10 +375,11 @@ def optimal_height(n_bins, epsilon: float = 1.0, *, method: str = "exact",
     from .search import level_uniform
 
     search_kwargs.setdefault("top", 0)
+    # the budget scales every error alike: search at unit budget (any epsilon works)
     if search_kwargs.get("noise", "laplace") == "gaussian":
-        best = level_uniform(K, rho=epsilon, budgets="equal", allow_padding=allow_padding,
+        best = level_uniform(K, rho=1.0, budgets="equal", allow_padding=allow_padding,
                              **search_kwargs)
     else:
-        best = level_uniform(K, epsilon, budgets="equal", allow_padding=allow_padding,
+        best = level_uniform(K, 1.0, budgets="equal", allow_padding=allow_padding,
                              **search_kwargs)
     return best.height

@@ -83,12 +83,14 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ..privacy import check_noise, infer_noise, resolve_budget
+from ..privacy import check_budget, check_noise, infer_noise, resolve_budget
 from ..strategies.base import check_neighbours
 from ..error.tree import (_block_gram, all_range_level_weight, all_range_parent_energy,
                           haar_workload_weights)
 from .levels import level_variances, noisy_levels, resolve_public, unit_variances
-from .result import TreeDesign, error_unit
+from ..limits import (MAX_SEARCH_BINS, SEARCH_BYTES_PER_BIN, at_budget, check_count,
+                      check_memory)
+from .result import TreeDesign, at_total_budget, error_unit
 
 __all__ = ["level_uniform", "design_error", "covering_level_sums", "blue_level_sums",
            "refined_prefix_error",
@@ -391,24 +393,35 @@ def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "cove
     """Exact error (counts^2) of the first ``n_bins`` prefixes of a (possibly padded) tree,
     as scored by :func:`level_uniform` (fast structured formulas; see the module docstring).
 
-    ``budgets``: one per noisy level; default the equal split of ``total_budget``."""
+    ``budgets``: one per noisy level; default the equal split of ``total_budget``. Scored
+    at unit total budget and restated (``limits.at_budget``: exact; ValueError when the
+    error is not a double)."""
     ks = tuple(int(k) for k in branching)
-    s = _Setting(int(n_bins), float(total_budget), check_noise(noise),
-                 check_neighbours(neighbours), resolve_public(neighbours, public_total),
-                 estimator, "equal")
+    noise = check_noise(noise)
+    if budgets is None:
+        total = check_budget(total_budget, "total_budget")
+        b = None
+    else:
+        b = np.asarray(tuple(float(x) for x in budgets), dtype=float)
+        total = float(b.sum()) if np.all(np.isfinite(b)) and b.sum() > 0 else 1.0
+        b = tuple(b / total)
+    s = _Setting(int(n_bins), 1.0, noise, check_neighbours(neighbours),
+                 resolve_public(neighbours, public_total), estimator, "equal")
     h = len(ks)
-    b = s.equal_budgets(h) if budgets is None else tuple(float(x) for x in budgets)
+    b = s.equal_budgets(h) if b is None else b
     v = level_variances(ks, b, noise=noise, neighbours=neighbours, public_total=public_total)
     if estimator == "covering":
         F = covering_level_sums(ks, s.K)
-        return float(sum(v[l] * F[l] for l in range(h + 1) if F[l]))
-    if estimator == "refined":
-        return refined_prefix_error(ks, v, s.K)
-    if estimator == "blue":
+        err = float(sum(v[l] * F[l] for l in range(h + 1) if F[l]))
+    elif estimator == "refined":
+        err = refined_prefix_error(ks, v, s.K)
+    elif estimator == "blue":
         from ..error.tree import blue_haar_variances
         mu = blue_haar_variances(ks, v)
-        return float(np.dot(mu, blue_level_sums(ks, s.K)))
-    raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        err = float(np.dot(mu, blue_level_sums(ks, s.K)))
+    else:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    return at_budget(err, noise, total)
 
 
 # --------------------------------------------------------------------------- integers
@@ -538,7 +551,7 @@ class _Engine:
         self.leaves = 0
         self.scored = 0
         K = s.K
-        hmax = max(1, int(math.floor(math.log2(max_padding * K)))) if allow_padding else \
+        hmax = max(1, _max_padded(K, max_padding).bit_length() - 1) if allow_padding else \
             max(1, self.div.omega(K)) if K > 1 else 1
         if max_height is not None:
             hmax = min(hmax, max_height)
@@ -1116,7 +1129,9 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
         raise ValueError("identity / custom-range workloads are searched with budgets='equal' "
                          "only so far")
     t0 = time.perf_counter()
-    top_kp = int(math.floor(max_padding * K)) if allow_padding else K
+    # each K' adds at least one tree: beyond K + MAX_WORKLOAD_SEARCH_TREES the limit is hit
+    top_kp = (int(math.floor(min(max_padding * K, K + MAX_WORKLOAD_SEARCH_TREES + 1)))
+              if allow_padding else K)
     shapes = []
     for kp in range(K, top_kp + 1):
         for ks in _ordered_factorisations(kp, max_height):
@@ -1189,7 +1204,9 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     noise, neighbours, public_total : as for ``Mechanism`` (swap: N public; noise defaults
         to Gaussian when only ``rho`` is given).
     allow_padding : also consider trees over K' in (K, max_padding K] (the extra bins empty);
-        the reported error is that of the first K prefixes.
+        the reported error is that of the first K prefixes. A ``max_padding`` above 2 finds
+        nothing more: every tree over K' >= 2K has a better one over K' < 2K (the smallest
+        padding of its subtree, module docstring item 1).
     budgets : "equal" (the equal split over the noisy levels) or "optimal" (per tree:
         Thm IV.2(a) generalised for the covering estimator, numerical for the others; see the
         module docstring for what is exhaustive).
@@ -1220,6 +1237,10 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     TreeDesign: the best tree (``branching`` may multiply to a padded K'), its budgets (one
     per noisy level), its exact error (counts^2) and ``normalised_error = error / c``;
     ``alternatives`` = the next ``top`` trees, ranked. ``method`` records the search.
+
+    Limits: n_bins <= ``limits.MAX_SEARCH_BINS`` (2^26: about a minute); the search runs at
+    unit budget and is restated at the given one (``result.at_total_budget``: exact), so a
+    budget is refused only when the errors are not doubles.
     """
     K = _check_int(n_bins, "n_bins", 2)
     noise = infer_noise(noise, epsilon, rho)
@@ -1244,11 +1265,14 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
                              f"least 2^{height} bins")
     top = _check_int(top, "top", 0)
     pool = _check_int(pool, "pool", 1)
+    check_count(K, MAX_SEARCH_BINS, f"n_bins = {K}",
+                "the search takes minutes beyond it; use fewer bins")
+    check_memory(K * SEARCH_BYTES_PER_BIN, f"the tree search over {K} bins", "use fewer bins")
     workload = _resolve_workload(workload, K)
     if not isinstance(workload, str):  # identity / custom ranges: exhaustive enumeration
-        return _workload_search(K, budget, noise, neighbours, public, estimator, budgets,
-                                workload, bool(allow_padding), float(max_padding), max_height,
-                                height, top)
+        return at_total_budget(_workload_search(
+            K, 1.0, noise, neighbours, public, estimator, budgets, workload,
+            bool(allow_padding), float(max_padding), max_height, height, top), budget)
     if workload == "all_range" and estimator != "blue":
         raise ValueError("workload='all_range' is searched for estimator='blue' only (the "
                          f"covering and refined searches are for the CDF), got {estimator!r}")
@@ -1258,7 +1282,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
         raise ValueError(f"height={height} exceeds max_height={max_height}")
 
     t0 = time.perf_counter()
-    s = _Setting(K, budget, noise, neighbours, public, estimator, budgets, workload)
+    # searched at unit budget, then restated at ``budget`` (at_total_budget: exact)
+    s = _Setting(K, 1.0, noise, neighbours, public, estimator, budgets, workload)
     numerical = budgets == "optimal" and estimator != "covering"
     search_s = replace(s, budgets="equal") if numerical else s
     search_s.__post_init__()
@@ -1322,14 +1347,13 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "covering"
     out.sort(key=lambda d: (d.error, d.height, d.branching))
     out = out[: top + 1]
     if numerical:  # the pool is not exhaustive: certify against every mechanism instead
-        how += "; " + _bound_certificate(s, out[0].error)
+        how += "; " + _bound_certificate(s, out[0].error, budget)
     secs = time.perf_counter() - t0
     if workload != "prefix":
         how = f"workload {workload}: {how}"
     method = f"{how}; {secs:.3g} s"
-    best = replace(out[0], method=method, alternatives=tuple(
-        replace(d, method=how) for d in out[1:]))
-    return best
+    return at_total_budget(replace(out[0], method=method, alternatives=tuple(
+        replace(d, method=how) for d in out[1:])), budget)
 
 
 def _refined_optimal_budgets(s: _Setting, ks: tuple) -> tuple[float, tuple]:
@@ -1380,10 +1404,11 @@ def finest_refinement(ks) -> tuple:
     return tuple(out)
 
 
-def _bound_certificate(s: _Setting, error: float) -> str:
+def _bound_certificate(s: _Setting, error: float, budget: float) -> str:
     """'certified within X of any mechanism': the SVD lower bound on the error of every
-    mechanism (tree or not) for the workload at this budget (``bounds.error_lower_bound``;
-    exactly what the best tree can at most lose against the best tree, and more)."""
+    mechanism (tree or not) for the workload (``bounds.error_lower_bound``; exactly what
+    the best tree can at most lose against the best tree, and more), from the setting's
+    budget and ``error`` at it, the bound stated at the total ``budget``."""
     from .. import bounds, workloads
 
     wl = workloads.prefix(s.K) if s.workload == "prefix" else workloads.all_range(s.K)
@@ -1398,20 +1423,33 @@ def _bound_certificate(s: _Setting, error: float) -> str:
         dual = gaussian_optimal_implicit(wl, tol=1e-2, max_iter=40, time_limit=5.0)
         if dual.lower_bound / (2.0 * s.budget) > lb:
             lb, kind = dual.lower_bound / (2.0 * s.budget), "dual of the Gaussian optimum"
-    return (f"certified: no mechanism has error below {lb:.6g} ({kind}), so this tree is "
+    try:
+        shown = f"{at_budget(lb, s.noise, budget):.6g}"  # lb at unit budget (s)
+    except ValueError:  # the bound alone is not a double at this budget
+        shown = f"{lb:.6g} at {'epsilon' if s.noise == 'laplace' else 'rho'} = {s.budget:g}"
+    return (f"certified: no mechanism has error below {shown} ({kind}), so this tree is "
             f"within a factor {error / lb:.4g} of the best tree")
+
+
+def _max_padded(K: int, max_padding: float) -> int:
+    """The largest padded K' the searches consider: floor(min(max_padding, 2) K). Larger
+    paddings cannot help: a tree over K' >= 2K has top factor k_1 > ceil(K / w_1), so the
+    same subtree under the smallest top factor (K' < 2K) is at least as good (module
+    docstring, item 1); this also keeps K' an exact integer for any finite max_padding."""
+    return int(math.floor(min(float(max_padding), 2.0) * K))
 
 
 def _smooth_finest_trees(K: int, max_pad: float):
     """Both orders (2s first, 3s first) of the prime factors of every K' = 2^a 3^b in
-    [K, max_pad K]."""
+    [K, max_pad K] (max_pad above 2: as 2, ``_max_padded``)."""
     out = []
+    top = _max_padded(K, max_pad)
     b, p3 = 0, 1
-    while p3 <= max_pad * K:
+    while p3 <= top:
         a, kp = 0, p3
         while kp < K:
             a, kp = a + 1, kp * 2
-        while kp <= max_pad * K:
+        while kp <= top:
             out += [(2,) * a + (3,) * b, (3,) * b + (2,) * a]
             a, kp = a + 1, kp * 2
         b, p3 = b + 1, p3 * 3
@@ -1444,7 +1482,7 @@ def _all_finest_trees(s: _Setting, eng) -> list | None:
     """All finest trees (prime factors in every distinct order) of every K' the search may
     use ([K, max_padding K] with padding, else K) whose height is allowed; None when there
     are more than MAX_EXHAUSTIVE_FINEST_TREES."""
-    hi = int(math.floor(eng.max_pad * s.K)) if eng.pad else s.K
+    hi = _max_padded(s.K, eng.max_pad) if eng.pad else s.K
     out, total = [], 0
     for kp in range(max(s.K, 2), hi + 1):
         f = eng.div._factor(kp)

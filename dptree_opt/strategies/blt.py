@@ -60,6 +60,7 @@ from numbers import Integral
 import numpy as np
 from scipy.optimize import minimize
 
+from ..limits import check_memory
 from .base import _readonly
 from .toeplitz import ToeplitzStrategy
 
@@ -225,6 +226,9 @@ def _impulse_response(E: np.ndarray, g: np.ndarray, h: np.ndarray, D: float, n: 
     """s_0 = D, s_k = h' F^(k-1) g (k = 1..n-1), F = I - E (real, one system), O(n m) work:
     n = L x K blocks, rows h' F^j (j < L) times block starts F^(iL) g (i < K), both built by
     doubling with the powers in I - E form."""
+    check_memory(24 * n, f"the coefficient array of a BLT strategy over {n} bins",
+                 "use fewer bins; the BLT's errors and sensitivities need no coefficients "
+                 "(closed forms in log n)")
     out = np.empty(n)
     out[0] = D
     m = n - 1

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_memory
 from .base import check_neighbours
 from .toeplitz import ToeplitzStrategy, toeplitz_swap_sensitivity
 
@@ -50,6 +51,8 @@ def _check_bins(n) -> int:
 def sqrt_coefficients(n: int) -> np.ndarray:
     """c_0..c_{n-1} with c_k = C(2k, k) / 4^k (recurrence c_k = c_{k-1} (2k - 1) / (2k)), O(n)."""
     n = _check_bins(n)
+    check_memory(24 * n, f"the square-root factorisation over {n} bins (its coefficients)",
+                 "use fewer bins")
     k = np.arange(1, n, dtype=float)
     return np.concatenate([[1.0], np.cumprod((2.0 * k - 1.0) / (2.0 * k))])
 

@@ -39,6 +39,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from ..limits import check_memory
 from .base import Strategy, _readonly, check_neighbours, check_norm
 
 __all__ = ["haar", "haar_matrix", "haar_sensitivity", "HaarStrategy", "MAX_MATRIX_BINS"]
@@ -92,7 +93,8 @@ class HaarStrategy(Strategy):
     def __init__(self, n: int, *, n_totals: int = 0, name: str = "haar"):
         n = _check_bins(n)
         if n & (n - 1):
-            raise ValueError(f"HaarStrategy: n must be a power of two, got {n}")
+            raise ValueError(f"the structured Haar strategy needs n a power of two, got {n} "
+                             "(strategies.haar(n) builds the matrix for other n)")
         self._n_bins = n
         self._n_totals = int(n_totals)
         self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
@@ -196,7 +198,11 @@ def haar(n: int) -> Strategy:
     noisy total row costs no budget and the public total is appended by ``Mechanism``."""
     n = _check_bins(n)
     if n & (n - 1) == 0:
+        check_memory(32 * n, f"the Haar strategy over {n} bins", "use fewer bins")
         return HaarStrategy(n)
+    nnz = n * ((n - 1).bit_length() + 1)  # at most one nonzero per level in each column
+    check_memory(24 * nnz, f"the Haar matrix over {n} bins ({nnz} nonzeros; n is not a "
+                 "power of two)", "use fewer bins, or a power of two (no matrix)")
     a = haar_matrix(n)
     return Strategy(a, np.ones(a.shape[0], dtype=np.int32), name="haar")
 
@@ -207,7 +213,7 @@ def haar_sensitivity(n: int, neighbours: str, norm: int) -> float:
     add/remove: l1 = L + 1, l2 = sqrt(L + 1); swap: l1 = 2 L, l2 = sqrt(2 L + 2) (n >= 2)."""
     n = _check_bins(n)
     if n & (n - 1):
-        raise ValueError(f"haar_sensitivity: n must be a power of two, got {n}")
+        raise ValueError(f"the Haar sensitivity's closed form needs n a power of two, got {n}")
     check_neighbours(neighbours)
     p = check_norm(norm)
     L = n.bit_length() - 1

@@ -38,6 +38,7 @@ from scipy.linalg import lapack
 import scipy.sparse as sp
 
 from .._progress import Progress
+from ..limits import check_memory
 from ..workloads import Workload
 from .base import Strategy, _readonly
 from .optimized import dual_start
@@ -49,6 +50,7 @@ __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
 _TRUNCATION = 30.0   # u-units beyond the spectrum on each side (relative tail ~ e^-30)
 _STEP = 0.3          # trapezoid step in u (discretisation error ~ exp(-pi^2 / step))
 FAST = (0.45, 22.0)  # (step, truncation) of the primal evaluations: ~120 nodes, ~1e-9 relative
+IMPLICIT_BYTES_PER_BIN = 256  # memory estimate: O(n) vectors, a few tens of them
 
 
 def rule_for(accuracy: float) -> tuple[float, float]:
@@ -237,6 +239,8 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
             isinstance(primal_every, bool) or not isinstance(primal_every, (int, np.integer))
             or primal_every < 1):
         raise ValueError(f"primal_every must be None or an integer >= 1, got {primal_every!r}")
+    check_memory(IMPLICIT_BYTES_PER_BIN * workload.n_bins,
+                 f"the implicit Gaussian optimum over {workload.n_bins} bins", "use fewer bins")
     t0 = time.perf_counter()
     ga, gb, gdiag = _gram_inverse(workload)
     n = workload.n_bins

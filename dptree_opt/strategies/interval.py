@@ -23,6 +23,8 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from ..limits import (INTERVAL_BYTES_PER_BIN, INTERVAL_BYTES_PER_ROW, TREE_BYTES_PER_ROW,
+                      check_memory)
 from .base import Strategy, _readonly, check_neighbours, check_norm
 
 
@@ -88,7 +90,13 @@ class IntervalStrategy(Strategy):
 
     @cached_property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR, built on first use from the ranges."""
+        """A as CSR, built on first use from the ranges (size checked first: one nonzero
+        per bin of every row, e.g. n (n + 1) / 2 for the prefix sums)."""
+        nnz = int(np.sum(self.hi - self.lo, dtype=np.int64))
+        check_memory(16 * nnz + 8 * self.n_rows, f"the explicit matrix of {self.name!r} "
+                     f"({self.n_rows} rows, {nnz} nonzeros)",
+                     "use the structured paths (apply, sensitivity, the estimators), which "
+                     "need no matrix, or fewer bins")
         return interval_matrix(self.lo, self.hi, self.n_bins)
 
     def total_row_mask(self) -> np.ndarray:
@@ -158,6 +166,22 @@ class PrefixSums(IntervalStrategy):
         return s if p == 1 else float(np.sqrt(s))
 
 
+def tree_level_sensitivity(branching, level: int, neighbours: str, norm: int) -> float:
+    """One level's sensitivity at unit scale in the level-uniform tree with ``branching``
+    (k_1..k_h), O(h), no tree built (``LevelUniformTree.level_sensitivity``; MATH.md
+    section 1): add/remove 1 (every leaf lies under one node of the level); swap 2^(1/p)
+    below the first level that splits, else 0 (two leaves differ on two nodes of the level
+    exactly when they are split above it)."""
+    check_neighbours(neighbours)
+    p = check_norm(norm)
+    if not 0 <= level <= len(branching):
+        return 0.0
+    if neighbours == "add_remove":
+        return 1.0
+    split = [lvl for lvl, k in enumerate(branching) if k >= 2]
+    return 2.0 ** (1.0 / p) if split and level > split[0] else 0.0
+
+
 class LevelUniformTree(IntervalStrategy):
     """The level-uniform tree of [RTS] Sec. IV: branching (k_1..k_h), prod k_l = n.
 
@@ -171,6 +195,12 @@ class LevelUniformTree(IntervalStrategy):
         self._n_bins = int(n_bins)
         self.branching = tuple(int(k) for k in branching)
         self.height = len(self.branching)
+        rows, size = 1, 1  # exact integers, before any array
+        for k in self.branching:
+            size *= k
+            rows += size
+        check_memory(rows * TREE_BYTES_PER_ROW, f"a level-uniform tree over {n_bins} bins "
+                     f"({rows} rows)", "use fewer bins")
         self.level_sizes = np.concatenate([[1], np.cumprod(self.branching, dtype=np.int64)])
         self.level_widths = self._n_bins // self.level_sizes
         self.level_offsets = np.concatenate([[0], np.cumsum(self.level_sizes)])
@@ -187,6 +217,8 @@ class LevelUniformTree(IntervalStrategy):
 
     def _node_index(self) -> tuple[np.ndarray, np.ndarray]:
         """(index within level, width) of every row."""
+        check_memory(24 * self.n_rows, f"the node ranges of a tree with {self.n_rows} rows",
+                     "use fewer bins")
         idx = np.arange(self.n_rows, dtype=np.int64) - np.repeat(
             self.level_offsets[:-1], self.level_sizes)
         return idx, np.repeat(self.level_widths, self.level_sizes)
@@ -204,7 +236,7 @@ class LevelUniformTree(IntervalStrategy):
     @cached_property
     def parent(self) -> np.ndarray:
         idx, _ = self._node_index()
-        k = np.repeat(np.concatenate([[1], self.branching]), self.level_sizes)
+        k = np.repeat(np.array((1,) + self.branching, dtype=np.int64), self.level_sizes)
         lvl = self.levels.astype(np.int64)
         off = self.level_offsets[np.maximum(lvl - 1, 0)]
         return _readonly(np.where(lvl == 0, -1, off + idx // k))
@@ -228,14 +260,7 @@ class LevelUniformTree(IntervalStrategy):
         """One level at unit scale, O(1): every leaf lies under exactly one node of the level
         (add/remove: 1); a swap changes two nodes of the level by 1 if the level lies below
         the first split, else none (2^(1/p) or 0)."""
-        check_neighbours(neighbours)
-        p = check_norm(norm)
-        if not 0 <= level <= self.height:
-            return 0.0
-        if neighbours == "add_remove":
-            return 1.0
-        split = [lvl for lvl, k in enumerate(self.branching) if k >= 2]
-        return 2.0 ** (1.0 / p) if split and level > split[0] else 0.0
+        return tree_level_sensitivity(self.branching, level, neighbours, norm)
 
     def sensitivity(self, weights, neighbours: str, norm: int) -> float:
         """Exact loss; closed form when weights are constant per level (MATH.md section 1):
@@ -258,6 +283,13 @@ class LevelUniformTree(IntervalStrategy):
 
 
 # ------------------------------------------------------------------ constructors
+def _check_interval_size(rows: int, n: int, what: str) -> None:
+    """ValueError before an interval strategy of ``rows`` rows over ``n`` bins is built when
+    its arrays would not fit (``limits.check_memory``)."""
+    check_memory(rows * INTERVAL_BYTES_PER_ROW + n * INTERVAL_BYTES_PER_BIN,
+                 f"{what} over {n} bins ({rows} rows)", "use fewer bins")
+
+
 def _check_n(n) -> int:
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
@@ -280,6 +312,7 @@ def histogram(n) -> Strategy:
                         name="histogram " + "x".join(map(str, dims)))
         n = dims[0] if dims else n
     n = _check_n(n)
+    _check_interval_size(n, n, "the histogram")
     idx = np.arange(n)
     return IntervalStrategy(idx, idx + 1, np.full(n, -1), np.ones(n, dtype=np.int32),
                             n_bins=n, depth=np.zeros(n), bin_row=idx, name="histogram")
@@ -290,6 +323,7 @@ def prefix_sums(n: int) -> PrefixSums:
 
     The last row is the total N (level 0, exact under swap); the others are level 1."""
     n = _check_n(n)
+    _check_interval_size(n, n, "the prefix sums")
     idx = np.arange(n)
     levels = np.ones(n, dtype=np.int32)
     levels[-1] = 0
@@ -363,6 +397,7 @@ def truncated_tree(n: int, branching) -> IntervalStrategy:
     if widths[0] < n:
         raise ValueError(f"branching {ks} covers {widths[0]} < n = {n} bins")
     counts = [-(-n // w) for w in widths]
+    _check_interval_size(sum(counts), n, "the truncated tree")
     offsets = np.concatenate(([0], np.cumsum(counts)))
     lo, hi, parent, depth = [], [], [], []
     for d, (w, c) in enumerate(zip(widths, counts)):

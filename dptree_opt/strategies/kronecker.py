@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..workloads import along_axis as _along
+from ..limits import check_memory
 from .base import Strategy, _readonly, check_neighbours, check_norm
 
 __all__ = ["KroneckerStrategy", "kron", "MAX_MATRIX_CELLS"]
@@ -86,15 +87,31 @@ class KroneckerStrategy(Strategy):
         self._n_bins = math.prod(self._shape)
         self._n_core = math.prod(self._row_shape)
         self._n_totals = int(n_totals)
-        code = np.zeros(1, dtype=np.int64)
-        for f, r in zip(factors, self._radix):
-            code = (code[:, None] * r + f.levels[None, :].astype(np.int64)).ravel()
-        if code.size and code.max() > np.iinfo(np.int32).max:
-            raise ValueError("kron: too many level combinations for int32 level codes")
-        self._levels = _readonly(np.concatenate(
-            [code.astype(np.int32), np.zeros(self._n_totals, dtype=np.int32)]))
+        if math.prod(self._radix) - 1 > np.iinfo(np.int32).max:  # the largest level code
+            raise ValueError(f"a Kronecker product of {len(factors)} strategies has "
+                             f"{math.prod(self._radix)} level combinations, more than the "
+                             "int32 level codes hold; use fewer levels per factor")
         self.name = name or " x ".join(f.name for f in factors)
         self._profile_cache: dict = {}
+
+    @property
+    def n_rows(self) -> int:
+        """prod of the factors' rows, plus the appended totals (no per-row array)."""
+        return self._n_core + self._n_totals
+
+    @cached_property
+    def _levels(self) -> np.ndarray:
+        """The level code of every row (module docstring), built on first use: one int32
+        per row of the product, so its size is checked first (``limits.check_memory``)."""
+        check_memory(4 * self.n_rows + 8 * self._n_core, f"the level of each of the "
+                     f"{self.n_rows} rows of {self.name!r}",
+                     "use the structured paths (errors of Kronecker trees, sensitivities), "
+                     "which need no per-row array, or a coarser grid")
+        code = np.zeros(1, dtype=np.int64)
+        for f, r in zip(self._factors, self._radix):
+            code = (code[:, None] * r + f.levels[None, :].astype(np.int64)).ravel()
+        return _readonly(np.concatenate(
+            [code.astype(np.int32), np.zeros(self._n_totals, dtype=np.int32)]))
 
     # ------------------------------------------------------------- basics
     @property
@@ -221,8 +238,13 @@ class KroneckerStrategy(Strategy):
 
     @cached_property
     def _present_codes(self) -> np.ndarray:
-        """Which level codes have core rows (one pass over the rows, then O(1) per level)."""
-        return np.bincount(self._levels[:self._n_core], minlength=math.prod(self._radix)) > 0
+        """Which level codes have core rows: the outer product of the factors' present
+        levels (no per-row array), flattened in code order."""
+        present = np.ones(1, dtype=bool)
+        for f, r in zip(self._factors, self._radix):
+            own = np.bincount(f.levels, minlength=r) > 0
+            present = (present[:, None] & own[None, :]).ravel()
+        return present
 
     @cached_property
     def _tree_split_depths(self):

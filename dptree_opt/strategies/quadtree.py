@@ -25,6 +25,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from ..limits import check_memory
 from .base import Strategy, _readonly
 from .interval import LevelUniformTree
 
@@ -55,11 +56,17 @@ class QuadtreeStrategy(Strategy):
     def __init__(self, shape, axis_branchings, *, name: str | None = None):
         self._shape = tuple(int(n) for n in shape)
         self._axis_branchings = tuple(tuple(int(k) for k in ks) for ks in axis_branchings)
-        self._axes = tuple(LevelUniformTree(n, ks) for n, ks in
-                           zip(self._shape, self._axis_branchings))
         h = len(self._axis_branchings[0])
         ks = tuple(math.prod(b[lv] for b in self._axis_branchings) for lv in range(h))
         self._n_bins = math.prod(self._shape)
+        rows, size = 1, 1  # exact integers, before any array
+        for k in ks:
+            size *= k
+            rows += size
+        check_memory(4 * rows + 8 * self._n_bins, f"a quadtree over {self._n_bins} cells "
+                     f"({rows} rows)", "use a coarser grid")
+        self._axes = tuple(LevelUniformTree(n, ks) for n, ks in
+                           zip(self._shape, self._axis_branchings))
         self._tree = LevelUniformTree(self._n_bins, ks)
         self._levels = self._tree.levels
         self._morton = _readonly(_morton(self._shape, self._axis_branchings))

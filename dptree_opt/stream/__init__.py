@@ -5,7 +5,9 @@ is the one front end; each mechanism is an engine (:mod:`dptree_opt.stream.base`
 with covering sums or the causal BLUE (:mod:`~dptree_opt.stream.tree`), the unbounded hybrid
 (:mod:`~dptree_opt.stream.unbounded`), Andersson-Pagh's negative digits
 (:mod:`~dptree_opt.stream.negative_digits`), the square-root factorisation and BLT
-(:mod:`~dptree_opt.stream.factorization`). Noise: :mod:`~dptree_opt.stream.noise`.
+(:mod:`~dptree_opt.stream.factorization`). Noise: :mod:`~dptree_opt.stream.noise`. Secure
+counters, engines and noise refuse copying and pickling (no replay of noise):
+:mod:`~dptree_opt.stream.secret`.
 """
 
 from .counter import MECHANISMS, Counter

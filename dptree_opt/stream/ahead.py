@@ -20,7 +20,13 @@ So a streaming counter can reach the OFFLINE BLUE's error (Honaker's estimator o
 completed nodes (:mod:`~dptree_opt.stream.tree`); Andersson-Pagh-Steiner-Torkamani's negative
 digits (:mod:`~dptree_opt.stream.negative_digits`) use the same principle with +-1 weights.
 The cost: all noise is drawn at construction (O(number of nodes) memory and time: the BLUE of
-the noise, :func:`dptree_opt.blue`, structured, O(T)).
+the noise, :func:`dptree_opt.blue`, structured, O(T)). Horizon limit ``MAX_AHEAD_HORIZON`` =
+2^22: measured (binary tree) peak ~0.9 GB and ~90 s to build at 2^22 with OpenDP (about
+220 bytes and 20 us per step, nearly all OpenDP sampling); 2^24 would take ~3.7 GB and ~6 min.
+Longer streams: ``negative_digits`` or a tree with ``estimator="causal"`` (memory O(log T)).
+
+The drawn-ahead noise is a :class:`~dptree_opt.stream.secret.NoiseBuffer`: a secure counter
+refuses copying and pickling (replaying the noise with other data would publish the data).
 
 Noise. Secure (``rng=None``): OpenDP's discrete Laplace / Gaussian on zero node counts, one
 measurement per level (privacy maps checked). L z is computed in double precision (the weights
@@ -31,18 +37,22 @@ real-valued post-processing.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
 from .. import blue as blue_estimate
 from .. import expected_error, strategies, workloads
 from ..mechanism import Mechanism
+from ..privacy import calibrate, split_budget
 from .base import CounterEngine, StrategyRows
+from .noise import check_group_scales
+from .secret import NoiseBuffer
 from .tree import check_branching
 
-__all__ = ["AheadEngine"]
+__all__ = ["AheadEngine", "MAX_AHEAD_HORIZON"]
 
-MAX_AHEAD_HORIZON = 1 << 24   # the noise of every node is held in memory
+MAX_AHEAD_HORIZON = 1 << 22   # the noise of every node is drawn and held (module docstring)
 
 
 def _branching(horizon: int, branching) -> list[int]:
@@ -67,27 +77,46 @@ class AheadEngine(CounterEngine):
     beyond T are known zeros: OpenDP-style truncated tree), ``level_budgets`` (leaves first,
     like the other tree counters; default the equal split)."""
 
+    options = ("branching", "level_budgets")
+    variance_bytes_per_step = 8           # a copy of the stored variances (measured 8.0)
+
     def __init__(self, horizon: int, *, noise: str, budget: float, rng=None, branching=None,
                  level_budgets=None):
         if horizon > MAX_AHEAD_HORIZON:
-            raise ValueError(f"horizon {horizon} > 2^24: the drawn-ahead noise of every node "
-                             "is held in memory")
+            raise ValueError(f"horizon {horizon} > 2^22 = {MAX_AHEAD_HORIZON} for mechanism "
+                             "'tree_blue': all its noise is drawn when the counter is made "
+                             "(about 220 bytes and 20 us per step); use mechanism "
+                             "'negative_digits', or 'binary' / 'kary' with estimator='causal', "
+                             "for longer streams")
         self.name = "tree_blue"
         self.noise, self.budget, self.horizon = noise, budget, int(horizon)
         self.branching = _branching(self.horizon, branching)
+        self.secure = rng is None
         K = math.prod(self.branching)
         strategy = (strategies.tree(K, self.branching) if K == self.horizon
                     else strategies.truncated_tree(self.horizon, self.branching))
+        # budget sanity before the mechanism is built (every level has sensitivity 1); the
+        # BLUE divides by the variances: they must be normal doubles
+        name = "epsilon" if noise == "laplace" else "rho"
+        leaves_first = split_budget(budget, int(strategy.levels.max()) + 1, level_budgets,
+                                    name=name)
+        check_group_scales(noise, [calibrate(1.0, b, noise)[0] for b in leaves_first],
+                           budget=budget, group_budgets=leaves_first,
+                           groups=[f"level {lvl} (leaves = 0)"
+                                   for lvl in range(len(leaves_first))],
+                           min_variance=sys.float_info.min)
         kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
         if level_budgets is not None:
             level_budgets = list(level_budgets)[::-1]     # Mechanism: root level first
         self.mechanism = Mechanism(strategy, neighbours="add_remove", discrete=rng is None,
                                    level_budgets=level_budgets, **kw)
-        self.secure = rng is None
-        z = self._draw_noise(rng)
-        self._noise_path = np.cumsum(blue_estimate(self.mechanism, z))   # (L z)_t, t = 1..T
+        # the exact variances first: everything that can refuse runs before the first draw
         self._variances = expected_error(workloads.prefix(self.horizon), self.mechanism,
                                          "blue", per_query=True)
+        z = self._draw_noise(rng)
+        # (L z)_t, t = 1..T: the drawn-ahead noise of the running counts
+        self._noise_path = NoiseBuffer(np.cumsum(blue_estimate(self.mechanism, z)),
+                                       secure=self.secure, readonly=True)
         self.t = 0
         self._exact = 0
 
@@ -114,10 +143,11 @@ class AheadEngine(CounterEngine):
     def push(self, count: int) -> tuple[float, float]:
         self._exact += count
         self.t += 1
-        return self._exact + float(self._noise_path[self.t - 1]), \
+        return self._exact + float(self._noise_path.values[self.t - 1]), \
             float(self._variances[self.t - 1])
 
-    def step_variances(self, steps: int) -> np.ndarray:
+    def _step_variances(self, steps: int) -> np.ndarray:
+        """The offline BLUE's exact variances of the first ``steps`` running counts."""
         return np.array(self._variances[:steps], dtype=float)
 
     def account(self) -> dict:
@@ -141,6 +171,7 @@ class AheadEngine(CounterEngine):
     def strategy(self, steps: int) -> StrategyRows:
         """Every node of the tree (restricted to the first ``steps`` steps), with its noise
         variance and the step at which it completes (its noise is used before that)."""
+        steps = self.check_strategy_steps(steps, minimum=1)
         a = self.mechanism.released.matrix.tocsr()
         a.sort_indices()
         last = a.indices[a.indptr[1:] - 1]          # every node row is non-empty

@@ -1,19 +1,37 @@
 """The interface every streaming counter implements (one engine per mechanism).
 
-``stream.Counter`` validates what is common (horizon, budget, rng, each step's count) and
-delegates to an engine: ``push(count) -> (estimate, variance)`` for the next step,
-``step_variances(steps)`` (the exact variance of the running count after each of steps
-1..steps, vectorised), ``account()`` (a JSON-able privacy account) and, for checks on small
-horizons, ``strategy(steps)`` (the released rows as a matrix over the first ``steps`` inputs,
-in release order, with each row's noise variance and the step at which it is released).
+``stream.Counter`` validates what is common (horizon, budget, rng, each step's count, the
+option names: each engine declares its ``options``) and delegates to an engine:
+``push(count) -> (estimate, variance)`` for the next step, ``step_variances(steps)`` (the exact
+variance of the running count after each of steps 1..steps, vectorised; refused above
+``MAX_VARIANCE_BYTES`` of estimated memory, from the engine's ``variance_bytes_per_step``),
+``account()`` (a JSON-able privacy account) and, for checks on small horizons,
+``strategy(steps)`` (the released rows as a matrix over the first ``steps`` inputs, in release
+order, with each row's noise variance and the step at which it is released).
+
+Engines hold secure noise: they refuse copying and pickling (:mod:`~dptree_opt.stream.secret`).
 """
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["CounterEngine", "StrategyRows"]
+from .secret import SecretState
+
+__all__ = ["CounterEngine", "StrategyRows", "MAX_VARIANCE_BYTES", "VARIANCE_CHUNK",
+           "MAX_STRATEGY_STEPS"]
+
+# step_variances(steps) allocates its result and temporaries: refused when the estimate
+# steps x variance_bytes_per_step exceeds 2 GiB (8 to 40 bytes per step: 2^25.7 to 2^28 steps)
+MAX_VARIANCE_BYTES = 1 << 31
+# engines that evaluate per-step formulas do it in chunks of this many steps (bounded
+# temporaries: their peak is the result plus O(chunk))
+VARIANCE_CHUNK = 1 << 16
+# ``strategy(steps)`` is for checks on small horizons (matrices, Python loops): at most this
+MAX_STRATEGY_STEPS = 8192
 
 
 class StrategyRows:
@@ -28,20 +46,68 @@ class StrategyRows:
         self.release_step = np.asarray(release_step, dtype=np.int64)
 
 
-class CounterEngine:
+class CounterEngine(SecretState):
     """Abstract engine (module docstring). Subclasses set ``name``, ``noise`` ("laplace" |
-    "gaussian"), ``budget``, ``horizon`` (an int, or None when unbounded) and ``secure``."""
+    "gaussian"), ``budget``, ``horizon`` (an int, or None when unbounded) and ``secure``
+    (True for OpenDP noise: copies and pickles are refused), and declare ``options`` (the
+    keyword options ``stream.Counter`` passes on; anything else is refused by name there),
+    ``option_hints`` (what to say about a refused option, by name) and
+    ``variance_bytes_per_step`` (the peak memory of ``step_variances`` per step, measured)."""
 
     name = "abstract"
+    options: tuple[str, ...] = ()
+    option_hints: dict[str, str] = {}
+    variance_bytes_per_step = 64
 
     def push(self, count: int) -> tuple[float, float]:
         """Add the next step's exact count; return (private running count, its exact
         variance)."""
         raise NotImplementedError
 
-    def step_variances(self, steps: int) -> np.ndarray:
-        """Exact variances of the running counts after steps 1..steps, shape (steps,)."""
+    def step_variances(self, steps: int | None = None) -> np.ndarray:
+        """Exact variances of the running counts after steps 1..steps (default: the horizon),
+        shape (steps,): ``steps`` checked (an integer in [0, horizon], and the estimated memory
+        at most ``MAX_VARIANCE_BYTES``) before anything is allocated."""
+        return self._step_variances(self.check_variance_steps(steps))
+
+    def check_variance_steps(self, steps) -> int:
+        """``steps`` for :meth:`step_variances`: None means the horizon (an unbounded counter
+        needs it given); an integer in [0, horizon]; ValueError when ``steps`` x
+        ``variance_bytes_per_step`` exceeds ``MAX_VARIANCE_BYTES`` (nothing allocated)."""
+        if steps is None:
+            if self.horizon is None:
+                raise ValueError("steps: an unbounded counter needs steps= (how many steps)")
+            steps = self.horizon
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
+                or steps < 0 or (self.horizon is not None and steps > self.horizon):
+            where = (">= 0" if self.horizon is None
+                     else f"in [0, horizon = {self.horizon}]")
+            raise ValueError(f"steps must be an integer {where}, got {steps!r}")
+        steps = int(steps)
+        need = steps * self.variance_bytes_per_step
+        if need > MAX_VARIANCE_BYTES:
+            most = MAX_VARIANCE_BYTES // self.variance_bytes_per_step
+            raise ValueError(f"steps = {steps}: the variances of {steps} steps need about "
+                             f"{need / 2**30:.3g} GiB ({self.variance_bytes_per_step} bytes per "
+                             f"step), above the limit of {MAX_VARIANCE_BYTES / 2**30:g} GiB; "
+                             f"ask for at most {most} steps")
+        return steps
+
+    def _step_variances(self, steps: int) -> np.ndarray:
+        """:meth:`step_variances` for a checked ``steps``."""
         raise NotImplementedError
+
+    def check_strategy_steps(self, steps, minimum: int = 0) -> int:
+        """``steps`` for :meth:`strategy`: an integer in [minimum, horizon] and at most
+        ``MAX_STRATEGY_STEPS`` (it builds matrices over the steps); ValueError otherwise."""
+        top = MAX_STRATEGY_STEPS if self.horizon is None else min(self.horizon,
+                                                                  MAX_STRATEGY_STEPS)
+        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
+                or not minimum <= steps <= top:
+            raise ValueError(f"steps must be an integer in [{minimum}, {top}] (the horizon, "
+                             f"and at most {MAX_STRATEGY_STEPS}: strategy() builds matrices "
+                             f"over the steps), got {steps!r}")
+        return int(steps)
 
     def account(self) -> dict:
         """The privacy account: mechanism, noise, total budget, unit (event level), the budget

@@ -18,11 +18,29 @@ mechanism           what                                                       n
 ==================  =========================================================  ==============
 
 ``horizon=None`` gives the unbounded variant (:mod:`~dptree_opt.stream.unbounded`, Chan, Shi,
-Song 2011's hybrid mechanism with tree blocks; tree mechanisms only).
+Song 2011's hybrid mechanism with tree blocks; tree mechanisms only; up to 2^62 steps).
 
 Noise. ``rng=None`` (real use): OpenDP's samplers, every measurement built and its privacy map
 checked when the counter is made (for the unbounded counter: when each block starts, before its
 first draw). A numpy ``Generator``: simulation noise for studies (no privacy guarantee).
+
+Checked when the counter is made, before anything is drawn (ValueError): the horizon, the
+budget, the mechanism and its options (each engine declares the options it takes; any other
+is refused by name, with the accepted ones), and budget sanity for secure and simulation
+counters alike (:func:`dptree_opt.privacy.check_noise_scales`): noise identically 0 in double
+precision (exact counts) or wider than 2^53 / 64 (the noisy counts leave the exact integers
+of doubles; OpenDP's integer samplers saturate) is refused, for every level, every block of
+the unbounded counter and the float Gaussian of "sqrt" / "blt".
+
+Limits. ``MAX_HORIZON`` = 2^40 steps ("sqrt": 2^24, "tree_blue": 2^22: their noise is held
+in memory); ``step_variances(steps)`` is refused when its estimated memory exceeds
+``MAX_VARIANCE_BYTES`` = 2 GiB (8 to 40 bytes per step by mechanism).
+
+No replay (:mod:`~dptree_opt.stream.secret`). A secure counter, its engine and its noise refuse
+``copy.copy``, ``copy.deepcopy``, ``pickle`` (every protocol) and ``copy.replace`` with a
+TypeError: a copy fed other data would replay the noise and publish the data's difference.
+Checkpoint the released outputs (public) instead, and continue with a new counter.
+Simulation counters can be copied and pickled: the copy replays the same simulated noise.
 """
 
 from __future__ import annotations
@@ -32,10 +50,13 @@ from numbers import Integral
 
 import numpy as np
 
-from ..privacy import check_budget
+from ..privacy import EXACT_LIMIT, check_budget
+from .base import MAX_VARIANCE_BYTES
 from .noise import check_rng
+from .secret import SecretState
+from .unbounded import MAX_UNBOUNDED_STEPS, HybridEngine
 
-__all__ = ["Counter", "MECHANISMS", "MAX_HORIZON"]
+__all__ = ["Counter", "MECHANISMS", "MAX_HORIZON", "MAX_VARIANCE_BYTES"]
 
 # mechanism -> (module of dptree_opt.stream, engine class)
 _ENGINES = {
@@ -49,32 +70,65 @@ _ENGINES = {
 MECHANISMS = tuple(_ENGINES)
 _TREES = ("binary", "kary")
 MAX_HORIZON = 1 << 40
-_EXACT = 1 << 53
 
 
-def _engine_class(mechanism: str):
+def _engine_class(mechanism: str, unbounded: bool = False):
+    if unbounded:
+        return HybridEngine
     module, name = _ENGINES[mechanism]
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
-class Counter:
+def _check_options(options: dict, engine, mechanism: str, unbounded: bool) -> None:
+    """Refuse options the engine does not declare (ValueError naming the mechanism, the
+    option and the accepted ones), before the engine is made."""
+    bad = sorted(set(options) - set(engine.options))
+    if not bad:
+        return
+    what = (f"mechanism {mechanism!r} with horizon=None (unbounded)" if unbounded
+            else f"mechanism {mechanism!r}")
+    takes = (f"its options are {', '.join(engine.options)}" if engine.options
+             else "it takes no options")
+    hints = "".join(f"; {name}: {engine.option_hints[name]}" for name in bad
+                    if name in engine.option_hints)
+    raise ValueError(f"{what} does not take the option{'s' if len(bad) > 1 else ''} "
+                     f"{', '.join(bad)} ({takes}){hints}")
+
+
+class Counter(SecretState):
     """Continual counting (module docstring).
 
     Parameters
     ----------
     horizon : T, the number of steps (an integer in [1, 2^40]), or None for an unbounded
-        stream (tree mechanisms: Chan et al.'s hybrid with tree blocks).
+        stream (tree mechanisms: Chan et al.'s hybrid with tree blocks; up to 2^62 steps).
     epsilon | rho : exactly one: pure eps-DP (Laplace) or rho-zCDP (Gaussian), event level.
     mechanism : one of ``MECHANISMS``.
     rng : None for secure noise (OpenDP), or a ``numpy.random.Generator`` for simulation.
-    **options : the mechanism's own: ``branching``, ``level_budgets`` (per level, leaves
-        first, summing to the total), ``estimator`` ("covering" | "causal") for trees;
-        ``split`` for the unbounded counter; ``buffers``, ``objective``, ``theta``, ``omega``
-        for "blt".
+    **options : the mechanism's own (others are refused with a ValueError listing these):
+        ``branching``, ``level_budgets`` (per level, leaves first, summing to the total),
+        ``estimator`` ("covering" | "causal") for "binary" / "kary"; ``branching``,
+        ``estimator``, ``split`` for the unbounded counter; ``branching``,
+        ``level_budgets``, ``levels`` for "negative_digits"; ``branching``,
+        ``level_budgets`` for "tree_blue"; ``buffers``, ``objective``, ``theta``, ``omega``
+        for "blt"; none for "sqrt".
 
     ``update(count) -> estimate`` adds one step and returns the running count after it;
     ``variance`` is its exact variance; ``step_variances(steps)`` the exact variances after
-    steps 1..steps (default T); ``account()`` the privacy account (JSON-able).
+    steps 1..steps (default T; at most 2 GiB of estimated memory); ``account()`` the privacy
+    account (JSON-able). Budgets whose noise would be identically 0 or saturate are refused
+    here, before anything is drawn (module docstring).
+
+    Copies and checkpoints. A secure counter (``rng=None``) REFUSES ``copy.copy``,
+    ``copy.deepcopy``, ``pickle`` and ``copy.replace`` (TypeError): it holds noise drawn
+    ahead or kept for later steps, and a copy fed different data would replay it, publishing
+    the difference of the data exactly. It is refused rather than serialised "once", because
+    nothing can stop serialised bytes from being restored twice. Instead, save the released
+    outputs and the account (public: post-processing of the private release); to continue
+    after a restart, make a new counter (fresh budget) over the remaining steps and add its
+    running counts to the last released count (event level: the two counters see disjoint
+    steps, so the run keeps the larger budget). A simulation counter (``rng`` a Generator)
+    can be copied and pickled: the copy is independent and REPLAYS the same simulated noise.
     """
 
     def __init__(self, horizon, *, epsilon=None, rho=None, mechanism: str = "binary",
@@ -87,7 +141,7 @@ class Counter:
         if (epsilon is None) == (rho is None):
             raise ValueError("give exactly one of epsilon (pure DP, Laplace) or rho (zCDP, "
                              "Gaussian)")
-        if mechanism not in MECHANISMS:
+        if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
         check_rng(rng)
         self.noise = "laplace" if epsilon is not None else "gaussian"
@@ -95,18 +149,18 @@ class Counter:
                                    "epsilon" if epsilon is not None else "rho")
         self.mechanism = mechanism
         self.horizon = None if horizon is None else int(horizon)
+        if horizon is None and mechanism not in _TREES:
+            raise ValueError(f"an unbounded stream (horizon=None) needs a tree mechanism "
+                             f"{_TREES}; {mechanism!r} is built for a known horizon")
+        engine = _engine_class(mechanism, horizon is None)
+        _check_options(options, engine, mechanism, horizon is None)
         if mechanism in _TREES:
             options["mechanism"] = mechanism
         if horizon is None:
-            if mechanism not in _TREES:
-                raise ValueError(f"an unbounded stream (horizon=None) needs a tree mechanism "
-                                 f"{_TREES}; {mechanism!r} is built for a known horizon")
-            from .unbounded import HybridEngine
-            self.engine = HybridEngine(noise=self.noise, budget=self.budget, rng=rng,
-                                       **options)
+            self.engine = engine(noise=self.noise, budget=self.budget, rng=rng, **options)
         else:
-            self.engine = _engine_class(mechanism)(self.horizon, noise=self.noise,
-                                                   budget=self.budget, rng=rng, **options)
+            self.engine = engine(self.horizon, noise=self.noise, budget=self.budget, rng=rng,
+                                 **options)
         self.secure = rng is None
         self.t = 0
         self.total = 0
@@ -114,8 +168,9 @@ class Counter:
         self.variance = 0.0
 
     def __getattr__(self, name):
-        # mechanism-specific attributes (branching, levels, level_budgets, ...) of the engine
-        if name == "engine":
+        # mechanism-specific public attributes (branching, levels, level_budgets, ...) of the
+        # engine; never private or special names (copy / pickle hooks must not be forwarded)
+        if name.startswith("_") or name == "engine":
             raise AttributeError(name)
         return getattr(self.engine, name)
 
@@ -127,8 +182,11 @@ class Counter:
             raise ValueError(f"count must be a non-negative integer, got {count!r}")
         if self.horizon is not None and self.t >= self.horizon:
             raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
+        if self.horizon is None and self.t >= MAX_UNBOUNDED_STEPS:
+            raise ValueError("the unbounded counter's limit of 2^62 steps is reached: no "
+                             "more steps")
         count = int(count)
-        if self.total + count >= _EXACT:
+        if self.total + count >= EXACT_LIMIT:
             raise ValueError("the running count would reach 2^53 (not exact in double)")
         self.estimate, self.variance = self.engine.push(count)
         self.total += count
@@ -136,15 +194,10 @@ class Counter:
         return self.estimate
 
     def step_variances(self, steps: int | None = None) -> np.ndarray:
-        """Exact variances of the running counts after steps 1..steps (default: T)."""
-        if steps is None:
-            if self.horizon is None:
-                raise ValueError("an unbounded counter needs steps=")
-            steps = self.horizon
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or steps < 0 or (self.horizon is not None and steps > self.horizon):
-            raise ValueError(f"steps must be an integer in [0, horizon], got {steps!r}")
-        return self.engine.step_variances(int(steps))
+        """Exact variances of the running counts after steps 1..steps (default: T), shape
+        (steps,); ValueError for steps outside [0, T] or above 2 GiB of estimated memory
+        (checked before allocating)."""
+        return self.engine.step_variances(steps)
 
     def account(self) -> dict:
         """The privacy account (JSON-able): mechanism, noise, budget, unit, per-group budgets

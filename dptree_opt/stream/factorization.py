@@ -27,8 +27,18 @@ T(b)), exactly; MATH.md section 9.
   sum of w: O(d) memory and time per step. Parameters optimised for the horizon by default.
 
 Noise. ``rng=None`` (real use): z from OpenDP's float Gaussian (``make_gaussian`` on float
-vectors; its privacy map at the sensitivity is checked against rho when the engine is made),
-drawn ahead in blocks of at most 4096 (independent of the data). A numpy ``Generator``:
+vectors; built once, its privacy map at the sensitivity checked against rho when the engine is
+made), drawn ahead in blocks of at most 4096 (independent of the data; a
+:class:`~dptree_opt.stream.secret.NoiseBuffer`: a secure engine refuses copying and pickling).
+
+Budget sanity for the float Gaussian, checked when the engine is made (secure or simulation),
+in the terms of the integer counters' rule (:func:`dptree_opt.privacy.check_noise_scales`):
+the running count after t steps carries noise of standard deviation sigma_t = sigma
+sqrt(sum_(k<t) b_k^2), increasing in t from sigma_1 = sigma (b_0 = 1) to sigma_T. "Identically
+zero": 64 sigma_1 < 2^-53 (half an ulp of 1), so every draw vanishes when added to any count
+>= 1 and the exact counts would be published (float noise is never exactly 0, so "variance 0
+in double" would only catch sigma < 1e-162). "Saturating": 64 sigma_T >= 2^53, where the noisy
+counts leave the range in which doubles hold every integer. A numpy ``Generator``:
 simulation noise, no privacy guarantee. Caveat (also in ``account()``): the correlated noise
 B z is computed in double precision from the sampled z; the guarantee is that of the
 real-valued mechanism (floating-point effects of the post-processing are not analysed).
@@ -41,7 +51,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ..privacy import calibrate, check_budget
+from ..privacy import EXACT_LIMIT, HALF_ULP_OF_ONE, calibrate, check_budget, check_noise_scales
 from ..strategies.blt import (
     _DEFAULT_BUFFERS,
     MAX_BLT_BINS,
@@ -56,8 +66,9 @@ from ..strategies.blt import (
 )
 from ..strategies.factorization import sqrt_coefficients
 from ..strategies.toeplitz import series_multiply, toeplitz
-from .base import CounterEngine, StrategyRows
-from .noise import check_rng, float_gaussian_measurement, gaussian_vector
+from .base import MAX_STRATEGY_STEPS, CounterEngine, StrategyRows
+from .noise import check_rng, checked_float_gaussian, gaussian_vector
+from .secret import NoiseBuffer
 
 __all__ = [
     "MAX_SQRT_HORIZON",
@@ -71,9 +82,6 @@ __all__ = [
 MAX_SQRT_HORIZON = 1 << 24
 # BLT: O(d) per step, closed-form sensitivity: the strategy's bound (= stream.Counter's).
 MAX_BLT_HORIZON = MAX_BLT_BINS
-# ``strategy(steps)`` builds a steps x steps matrix: at most this many steps.
-MAX_STRATEGY_STEPS = 8192
-_EXACT = 1 << 53
 _MAX_BLOCK = 4096
 _CHUNK = 1 << 20
 UNIT = "event (one step's count changes by 1)"
@@ -108,6 +116,7 @@ class ToeplitzEngine(CounterEngine):
     description = "lower-triangular Toeplitz factorisation"
     noise = "gaussian"
     max_horizon = MAX_BLT_HORIZON
+    horizon_note = ""       # why the horizon is limited, and what to use beyond
 
     def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None):
         if noise != "gaussian":
@@ -116,7 +125,7 @@ class ToeplitzEngine(CounterEngine):
         if isinstance(horizon, (bool, np.bool_)) or not isinstance(horizon, Integral) \
                 or not 1 <= horizon <= self.max_horizon:
             raise ValueError(f"horizon must be an integer in [1, {self.max_horizon}] for "
-                             f"mechanism {self.name!r}, got {horizon!r}")
+                             f"mechanism {self.name!r}, got {horizon!r}{self.horizon_note}")
         self.horizon = int(horizon)
         self.budget = check_budget(budget, "rho")
         self._rng = check_rng(rng)
@@ -124,15 +133,15 @@ class ToeplitzEngine(CounterEngine):
         self._setup()
         self.sensitivity = math.sqrt(self._sensitivity_squared())
         self.sigma, self.sigma2 = calibrate(self.sensitivity, self.budget, "gaussian")
-        if self.secure:  # OpenDP's map at the sensitivity must not exceed rho (nothing drawn)
-            loss = float_gaussian_measurement(self.sigma).map(float(self.sensitivity))
-            if loss > self.budget * (1 + 1e-9):
-                raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > "
-                                 f"rho = {self.budget!r}")
+        self._check_budget_sanity()
+        # secure: OpenDP's measurement, its map at the sensitivity checked against rho, built
+        # once before anything is drawn
+        self._measurement = (checked_float_gaussian(self.sigma, self.sensitivity, self.budget)
+                             if self.secure else None)
         self.t = 0
         self._prefix = 0
         self._var_sum = 0.0
-        self._block = np.zeros(0)
+        self._block = NoiseBuffer(np.zeros(0), secure=self.secure)
         self._pos = 0
         self._block_size = 16
         self.estimate = 0.0
@@ -144,6 +153,20 @@ class ToeplitzEngine(CounterEngine):
 
     def _sensitivity_squared(self) -> float:
         raise NotImplementedError
+
+    def _noise_sum_squares(self) -> float:
+        """sum_(k<T) b_k^2: the last running count's noise variance over sigma^2."""
+        raise NotImplementedError
+
+    def _check_budget_sanity(self) -> None:
+        """Refuse a rho whose float Gaussian noise vanishes on every count >= 1 or saturates
+        (module docstring), before any measurement is built."""
+        with np.errstate(over="ignore"):
+            last = self.sigma * math.sqrt(self._noise_sum_squares())
+        check_noise_scales([self.sigma, last], [self.sigma2, last * last], budget_name="rho",
+                           budget=self.budget, resolution=HALF_ULP_OF_ONE,
+                           groups=["the first running count",
+                                   f"the running count after T = {self.horizon} steps"])
 
     def coefficients(self, steps: int) -> np.ndarray:
         """c_0..c_(steps-1), the first column of C."""
@@ -165,17 +188,18 @@ class ToeplitzEngine(CounterEngine):
     def _draw(self) -> float:
         if not self.secure:
             return float(gaussian_vector(self.sigma, 1, self._rng)[0])
-        if self._pos == self._block.size:  # secure: blocks of 16, 32, .., 4096 draws
+        if self._pos == len(self._block):  # secure: blocks of 16, 32, .., 4096 draws
             size = min(self._block_size, self.horizon - self.t)
-            self._block = gaussian_vector(self.sigma, size, None)
+            self._block.values = gaussian_vector(self.sigma, size, None, self._measurement)
             self._pos = 0
             self._block_size = min(2 * self._block_size, _MAX_BLOCK)
-        z = float(self._block[self._pos])
+        z = float(self._block.values[self._pos])
         self._pos += 1
         return z
 
     # ------------------------------------------------------------- interface
     def _check_steps(self, steps, minimum: int = 1) -> int:
+        """``steps`` for the coefficient functions: an integer in [minimum, horizon]."""
         if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
                 or not minimum <= steps <= self.horizon:
             raise ValueError(f"steps must be an integer in [{minimum}, horizon = "
@@ -189,7 +213,7 @@ class ToeplitzEngine(CounterEngine):
         count = _check_count(count)
         if self.t >= self.horizon:
             raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
-        if self._prefix + count >= _EXACT:
+        if self._prefix + count >= EXACT_LIMIT:
             raise ValueError("the running count would reach 2^53 (not exact in double)")
         noise, b_t = self._step(self._draw())
         self.t += 1
@@ -216,9 +240,9 @@ class ToeplitzEngine(CounterEngine):
         if x.dtype == bool or not np.issubdtype(x.dtype, np.integer) or np.any(x < 0):
             raise ValueError("counts must be non-negative integers")
         prefix = np.cumsum(x.astype(np.int64))
-        if int(prefix[-1]) >= _EXACT:
+        if int(prefix[-1]) >= EXACT_LIMIT:
             raise ValueError("the running count would reach 2^53 (not exact in double)")
-        z = gaussian_vector(self.sigma, x.size, self._rng)
+        z = gaussian_vector(self.sigma, x.size, self._rng, self._measurement)
         noise = self._run(z)
         var = self.step_variances(x.size)
         self.t = int(x.size)
@@ -228,10 +252,9 @@ class ToeplitzEngine(CounterEngine):
         self.estimate, self.variance = float(est[-1]), float(var[-1])
         return est, var
 
-    def step_variances(self, steps: int | None = None) -> np.ndarray:
+    def _step_variances(self, steps: int) -> np.ndarray:
         """Exact variances sigma^2 sum_(k<t) b_k^2 of the running counts after steps
         1..steps (default: the horizon; 0 gives an empty array), vectorised."""
-        steps = self.horizon if steps is None else self._check_steps(steps, 0)
         if steps == 0:
             return np.zeros(0)
         b = self.noise_coefficients(steps)
@@ -247,10 +270,7 @@ class ToeplitzEngine(CounterEngine):
     def strategy(self, steps: int) -> StrategyRows:
         """The first ``steps`` released rows: T(c) restricted to the first ``steps`` inputs
         (sparse), noise variance sigma^2 each, row i released at step i + 1. steps <= 8192."""
-        steps = self._check_steps(steps)
-        if steps > MAX_STRATEGY_STEPS:
-            raise ValueError(f"strategy(steps) builds a steps x steps matrix: refused for "
-                             f"{steps} > {MAX_STRATEGY_STEPS}")
+        steps = self.check_strategy_steps(steps, minimum=1)
         mat = toeplitz(self.coefficients(steps)).matrix
         return StrategyRows(mat, np.full(steps, self.sigma2), np.arange(1, steps + 1))
 
@@ -300,13 +320,19 @@ class SqrtEngine(ToeplitzEngine):
     name = "sqrt"
     description = "square-root factorisation (Henzinger, Upadhyay, Upadhyay 2023)"
     max_horizon = MAX_SQRT_HORIZON
+    horizon_note = ("; the square root keeps every past draw (O(T) memory, O(t) work per "
+                    "step): use mechanism 'blt' (O(buffers) per step) for longer streams")
+    variance_bytes_per_step = 32          # measured 24.0 at 2^22 steps
 
     def _setup(self) -> None:
-        self._z = np.zeros(0)
+        self._z = NoiseBuffer(np.zeros(0), secure=self.secure)   # every past draw
         self._c = np.zeros(0)
 
     def _sensitivity_squared(self) -> float:
         return _sqrt_sum_squares(self.horizon)
+
+    def _noise_sum_squares(self) -> float:
+        return self.sensitivity**2                     # b = c
 
     def coefficients(self, steps: int) -> np.ndarray:
         return sqrt_coefficients(self._check_steps(steps))
@@ -315,24 +341,25 @@ class SqrtEngine(ToeplitzEngine):
         return sqrt_coefficients(self._check_steps(steps))
 
     def _grow(self, size: int) -> None:
-        if size > self._z.size:
-            cap = min(self.horizon, max(size, 2 * self._z.size, 64))
+        if size > len(self._z):
+            cap = min(self.horizon, max(size, 2 * len(self._z), 64))
             z = np.zeros(cap)
-            z[: self.t] = self._z[: self.t]
-            self._z = z
+            z[: self.t] = self._z.values[: self.t]
+            self._z.values = z
             self._c = sqrt_coefficients(cap)
 
     def _step(self, z: float) -> tuple[float, float]:
         t = self.t
         self._grow(t + 1)
-        self._z[t] = z
+        past = self._z.values
+        past[t] = z
         # (C z)_t = sum_(k<=t) c_k z_(t-k): one dot over the whole past, O(t)
-        noise = float(self._c[: t + 1] @ self._z[t::-1]) if t else z
+        noise = float(self._c[: t + 1] @ past[t::-1]) if t else z
         return noise, float(self._c[t])
 
     def _run(self, z: np.ndarray) -> np.ndarray:
         self._grow(z.size)
-        self._z[: z.size] = z
+        self._z.values[: z.size] = z
         return series_multiply(self._c[: z.size], z)
 
     def account(self) -> dict:
@@ -358,6 +385,8 @@ class BLTEngine(ToeplitzEngine):
     name = "blt"
     description = ("buffered linear Toeplitz (Dvijotham, McMahan, Pillutla, Steinke, "
                    "Thakurta 2024)")
+    options = ("buffers", "objective", "theta", "omega")
+    variance_bytes_per_step = 32          # measured 24.1 (12 buffers) at 2^22 steps
 
     def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None, buffers=None,
                  objective: str = "mean", theta=None, omega=None):
@@ -390,6 +419,10 @@ class BLTEngine(ToeplitzEngine):
 
     def _sensitivity_squared(self) -> float:
         return blt_sensitivity_squared(self.theta, self.omega, self.horizon)
+
+    def _noise_sum_squares(self) -> float:
+        # blt_loss "max" = sens^2 sum_(k<T) b_k^2 (closed form, any horizon)
+        return blt_loss(self.theta, self.omega, self.horizon, "max") / self.sensitivity**2
 
     def coefficients(self, steps: int) -> np.ndarray:
         return blt_coefficients(self.theta, self.omega, self._check_steps(steps))

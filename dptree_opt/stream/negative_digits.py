@@ -100,7 +100,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..privacy import check_budget, check_noise, split_budget
-from .base import CounterEngine, StrategyRows
+from .base import VARIANCE_CHUNK, CounterEngine, StrategyRows
 from .noise import GroupNoise, check_rng, group_variances
 from .tree import digit_variances, from_below_variances, tree_levels
 
@@ -222,6 +222,8 @@ class NegativeDigitsEngine(CounterEngine):
     smaller H (free top digit)."""
 
     name = "negative_digits"
+    options = ("branching", "level_budgets", "levels")
+    variance_bytes_per_step = 24          # measured 18.9 (k = 19), 22.3 (k = 3) at 2^22 steps
 
     def __init__(self, horizon, *, noise: str = "laplace", budget, rng=None, branching=19,
                  level_budgets=None, levels=None):
@@ -233,7 +235,7 @@ class NegativeDigitsEngine(CounterEngine):
         self.branching = k = check_odd_branching(branching)
         self.levels = H = _check_levels(levels, self.horizon, k)
         self.level_budgets = split_budget(self.budget, H, level_budgets, name=name)
-        self._noise = GroupNoise(self.noise, self.level_budgets, rng)
+        self._noise = GroupNoise(self.noise, self.level_budgets, rng, total=self.budget)
         self.secure = self._noise.secure
         self.level_scales = self._noise.scales
         self.level_variances = self._noise.variances
@@ -246,12 +248,6 @@ class NegativeDigitsEngine(CounterEngine):
         self._floor = [0] * (H - 1)
         self._top_count = 0          # top nodes 0.._top_count-1 drawn
         self._top_sum = 0.0          # and the sum of their noise
-
-    def _check_steps(self, steps) -> int:
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or not 0 <= steps <= self.horizon:
-            raise ValueError(f"steps must be an integer in [0, {self.horizon}], got {steps!r}")
-        return int(steps)
 
     # ---------------------------------------------------------------- noise of the nodes
     def _node(self, level: int, index: int) -> float:
@@ -301,12 +297,17 @@ class NegativeDigitsEngine(CounterEngine):
         self._discard(self.t)
         return float(self.total) + math.fsum(noise), float(variance)
 
-    def step_variances(self, steps: int) -> np.ndarray:
+    def _step_variances(self, steps: int) -> np.ndarray:
         """Var y_t = sum_l n_l(t) v_l for t = 1..steps (:func:`level_node_counts`), vectorised
-        over steps; a level no step uses never multiplies an infinite variance."""
-        t = np.arange(1, self._check_steps(steps) + 1, dtype=np.int64)
-        counts = level_node_counts(t, self.branching, self.levels, self.horizon)
-        return _node_variance_sum(counts, self.level_variances)
+        over steps in chunks (temporaries O(levels x chunk)); a level no step uses never
+        multiplies an infinite variance."""
+        t = np.arange(1, steps + 1, dtype=np.int64)
+        out = np.empty(steps)
+        for lo in range(0, steps, VARIANCE_CHUNK):            # over chunks, not steps
+            counts = level_node_counts(t[lo:lo + VARIANCE_CHUNK], self.branching, self.levels,
+                                       self.horizon)
+            out[lo:lo + VARIANCE_CHUNK] = _node_variance_sum(counts, self.level_variances)
+        return out
 
     def account(self) -> dict:
         from ..data_release.secure_noise import sampler_description
@@ -340,7 +341,7 @@ class NegativeDigitsEngine(CounterEngine):
         per row; ``first_use`` (the first step whose estimate uses the row, steps + 1 if
         none; may precede ``release_step``, the step at which the node completes, capped at
         T); ``coefficients`` the (steps x rows) matrix L with y_t = L[t] (R x + z)."""
-        steps = self._check_steps(steps)
+        steps = self.check_strategy_steps(steps)
         k, H, T = self.branching, self.levels, self.horizon
         order: dict[tuple[int, int], int] = {}
         first_use, coef = [], []

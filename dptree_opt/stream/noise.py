@@ -11,7 +11,17 @@ Two kinds, shared by every counter in :mod:`dptree_opt.stream`:
   continuous Laplace / Gaussian, variances 2 b^2 / sigma^2.
 * :func:`gaussian_vector`: i.i.d. N(0, sigma^2) draws for factorisation counters, whose noise
   is correlated afterwards (z -> B z). Secure: OpenDP's float Gaussian (an exact discrete
-  Gaussian on a fine dyadic grid, rounded to double) applied to zeros; simulation: numpy.
+  Gaussian on a fine dyadic grid, rounded to double) applied to zeros, from the measurement
+  :func:`checked_float_gaussian` built and checked once; simulation: numpy.
+
+Budget sanity (:func:`dptree_opt.privacy.check_noise_scales`), secure and simulation alike:
+``GroupNoise`` refuses, before any measurement is built, a group whose discrete noise is
+identically 0 in double precision or whose scale x NOISE_TAIL reaches 2^53 (the rule of the
+releases; a simulation is refused whatever the secure counter would refuse, so studies never
+report numbers for budgets the real counter cannot run).
+
+Noise objects hold secure sampler state: they refuse copying and pickling
+(:mod:`~dptree_opt.stream.secret`).
 """
 
 from __future__ import annotations
@@ -20,11 +30,12 @@ import math
 
 import numpy as np
 
-from ..mechanism import discrete_variance
-from ..privacy import calibrate
+from ..mechanism import discrete_variance, discrete_variances
+from ..privacy import calibrate, check_noise_scales
+from .secret import SecretState
 
 __all__ = ["GroupNoise", "group_variances", "gaussian_vector", "float_gaussian_measurement",
-           "check_rng"]
+           "checked_float_gaussian", "check_group_scales", "check_rng"]
 
 
 def check_rng(rng):
@@ -46,14 +57,33 @@ def group_variances(noise: str, budgets, secure: bool, sensitivities=None) -> np
     return np.array([calibrate(d, b, noise)[1] for d, b in zip(sens, budgets)])
 
 
-class GroupNoise:
+def check_group_scales(noise: str, scales, *, budget: float, groups, group_budgets=None,
+                       min_variance: float = 0.0):
+    """Refuse integer-noise groups of ``scales`` whose discrete noise (OpenDP's, secure or
+    simulated alike) is identically 0 (or has a variance below ``min_variance``) or
+    saturates; ``budget`` is the counter's total (epsilon for Laplace, rho for Gaussian),
+    ``groups`` / ``group_budgets`` name the groups in the message
+    (:func:`dptree_opt.privacy.check_noise_scales`)."""
+    scales = np.asarray(scales, dtype=float)
+    with np.errstate(all="ignore"):      # extreme scales: inf / 0 variances are the point
+        variances = discrete_variances(scales, noise)
+    check_noise_scales(scales, variances, budget_name="epsilon" if noise == "laplace" else "rho",
+                       budget=budget, groups=groups, group_budgets=group_budgets,
+                       min_variance=min_variance)
+
+
+class GroupNoise(SecretState):
     """Noise for integer node counts, one scale per group (module docstring).
 
     ``noise``: "laplace" | "gaussian"; ``budgets``: per-group budget (eps or rho; 0 = the
     group is not measured); ``sensitivities``: per-group sensitivity (l1 for Laplace, l2 for
-    Gaussian) of one event, default 1. ``scales``, ``variances``: per group."""
+    Gaussian) of one event, default 1; ``total``: the counter's whole budget and ``groups``:
+    the groups' names, for the budget-sanity message (default the sum, "level i").
+    ``scales``, ``variances``: per group. Budget sanity is checked before any OpenDP
+    measurement is built (module docstring)."""
 
-    def __init__(self, noise: str, budgets, rng=None, sensitivities=None):
+    def __init__(self, noise: str, budgets, rng=None, sensitivities=None, *, total=None,
+                 groups=None):
         self.noise = noise
         self.budgets = np.asarray(budgets, dtype=float)
         sens = (np.ones(len(self.budgets)) if sensitivities is None
@@ -62,6 +92,11 @@ class GroupNoise:
         self.scales = np.array([calibrate(d, b, noise)[0] for d, b in zip(sens, self.budgets)])
         self._rng = check_rng(rng)
         self.secure = rng is None
+        check_group_scales(noise, self.scales,
+                           budget=float(self.budgets.sum()) if total is None else total,
+                           groups=(groups if groups is not None else
+                                   [f"level {i}" for i in range(len(self.scales))]),
+                           group_budgets=self.budgets)
         self.variances = group_variances(noise, self.budgets, self.secure, sens)
         if self.secure:
             from ..data_release.secure_noise import _opendp_measurement
@@ -96,13 +131,27 @@ def float_gaussian_measurement(sigma: float):
                                odp.l2_distance(T=float), scale=float(sigma))
 
 
-def gaussian_vector(sigma: float, size: int, rng=None) -> np.ndarray:
-    """``size`` i.i.d. N(0, sigma^2) draws (float64): OpenDP's float Gaussian on zeros when
-    ``rng`` is None (secure), else ``rng.normal``. The caller checks the privacy of what the
-    draws protect (the strategy's l2 sensitivity times 1 / sigma)."""
+def checked_float_gaussian(sigma: float, sensitivity: float, rho: float):
+    """:func:`float_gaussian_measurement` of scale ``sigma`` after checking OpenDP's privacy
+    map at the l2 ``sensitivity`` against ``rho`` (ValueError; nothing drawn)."""
+    meas = float_gaussian_measurement(sigma)
+    loss = meas.map(float(sensitivity))
+    if loss > rho * (1 + 1e-9):
+        raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > "
+                         f"rho = {rho!r}")
+    return meas
+
+
+def gaussian_vector(sigma: float, size: int, rng=None, measurement=None) -> np.ndarray:
+    """``size`` i.i.d. N(0, sigma^2) draws (float64): ``rng.normal`` when ``rng`` is a
+    Generator (simulation), else OpenDP's float Gaussian on zeros: ``measurement`` (of scale
+    sigma, from :func:`checked_float_gaussian`) or a new one. The caller checks the privacy of
+    what the draws protect (the strategy's l2 sensitivity times 1 / sigma)."""
     check_rng(rng)
     if size == 0:
         return np.zeros(0)
     if rng is not None:
         return rng.normal(0.0, sigma, size)
-    return np.asarray(float_gaussian_measurement(sigma)([0.0] * int(size)), dtype=float)
+    if measurement is None:
+        measurement = float_gaussian_measurement(sigma)
+    return np.asarray(measurement([0.0] * int(size)), dtype=float)
