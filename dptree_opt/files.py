@@ -50,8 +50,9 @@ def check_writable_path(path, *, flag: str = "path") -> Path:
     out = Path(text)
     with path_lookup_errors(flag, text):
         if out.is_dir():
+            example = out / ("plot.png" if "plot" in flag else "release.json")
             raise ValueError(f"{flag} {text!r} is a directory; name a file (e.g. "
-                             f"{str(out / 'release.json')!r})")
+                             f"{str(example)!r})")
         if os.path.lexists(out) and not out.is_file():
             what = ("a broken symbolic link" if out.is_symlink() and not out.exists()
                     else "not a regular file (a device, a FIFO, ...)")

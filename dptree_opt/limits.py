@@ -25,7 +25,9 @@ import numpy as np
 
 __all__ = ["available_memory", "memory_limit", "format_bytes", "check_memory", "check_count",
            "at_budget", "rescaled", "out_of_range", "TINY",
-           "MAX_SEARCH_BINS", "MAX_COMPARE_BINS", "MAX_COMPARE_CELLS", "MAX_MONTE_CARLO_TRIALS"]
+           "MAX_SEARCH_BINS", "MAX_SEARCH_CELLS", "MAX_KRON_PRODUCTS",
+           "MAX_QUADTREE_CANDIDATES", "MAX_COMPARE_BINS", "MAX_COMPARE_CELLS",
+           "MAX_MONTE_CARLO_TRIALS"]
 
 # A job may use at most this share of the memory available when it starts.
 MEMORY_SHARE = 0.5
@@ -51,6 +53,14 @@ COMPARE_BYTES_PER_CELL = 8192
 # dptree-opt error: the three estimators' exact CDF errors, ~220 bytes per (padded) bin
 # (3.7 GB at 2^24 bins, binary tree).
 ERROR_BYTES_PER_BIN = 256
+# optimize.best_grid_hierarchy: at most 2^32 cells (measured on 2 cores: 65536 x 65536
+# --no-padding 28 s, 256^4 28 s, 1024^3 9 s; 512^4 and 1024^4 ran for over 10 minutes).
+MAX_SEARCH_CELLS = 1 << 32
+# ... and within it, the Kronecker trees left after per-axis dominance pruning (compared at
+# ~6e7 a second: 256^4 has 1.5e9, 26 s; 16^8 would have 2e11) and the quadtrees (each
+# evaluated exactly into an array of errors: 8 bytes and a few temporaries each).
+MAX_KRON_PRODUCTS = 1 << 31
+MAX_QUADTREE_CANDIDATES = 1 << 27
 # optimize.best_grid_hierarchy: a Kronecker tree's budget levels (one per tuple of axis
 # levels) are a vector of this many entries at most.
 MAX_GRID_LEVEL_TUPLES = 1 << 20
@@ -59,12 +69,22 @@ MAX_GRID_LEVEL_TUPLES = 1 << 20
 MAX_MONTE_CARLO_TRIALS = 10**8
 
 TINY = float(np.finfo(float).tiny)    # smallest normal double, ~2.2e-308
+# Relative size, against the largest entry, below which a computed error is a rounding
+# remainder (double precision carries ~1e-16; sums of K terms lose a few more digits).
+ROUNDING = 2.0**-40
 
 
 # ------------------------------------------------------------------ sizes
 def available_memory() -> int | None:
-    """Bytes of memory available to this process (Linux MemAvailable; else the free
-    physical pages; None when the platform does not say)."""
+    """Bytes of memory this process may still use: the least of the system's available
+    memory (Linux MemAvailable; else the free physical pages), the room left under the
+    cgroup's limit (v2 memory.max - memory.current, v1 memory.limit_in_bytes - usage) and
+    the address-space rlimit (RLIMIT_AS); None when none of them is known."""
+    known = [v for v in (_system_available(), _cgroup_room(), _rlimit_as()) if v is not None]
+    return min(known) if known else None
+
+
+def _system_available() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -76,6 +96,51 @@ def available_memory() -> int | None:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under this process's cgroup memory limit (None: no limit known)."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit = _read_int(limit_file)
+        if limit is not None and limit < 1 << 60:      # "no limit" is a huge number in v1
+            return max(limit - (_read_int(usage_file) or 0), 0)
+    return None
+
+
+def _rlimit_as() -> int | None:
+    """Address space left under RLIMIT_AS (None: unlimited or unknown)."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    used = _read_int_field("/proc/self/status", "VmSize:")
+    return max(soft - (used or 0), 0)
+
+
+def _read_int_field(path: str, field: str) -> int | None:
+    """A 'Field: N kB' line of a /proc file, in bytes."""
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def memory_limit() -> int:
@@ -131,9 +196,12 @@ def out_of_range(noise: str, budget: float, quantity: str, log10_value: float,
     large = under if large is None else large
     per = f"1/{name}^2" if power == 2 else f"1/{name}"
     exp = math.floor(log10_value)
+    mantissa = round(10 ** (log10_value - exp), 1)
+    if mantissa >= 10.0:   # 9.96 rounds up: 1.0e(exp + 1), never "10.0e..."
+        mantissa, exp = 1.0, exp + 1
     return ValueError(
         f"{name} = {budget:g} is too {'large' if large else 'small'} for double precision: "
-        f"{quantity} would be about {10 ** (log10_value - exp):.1f}e{exp:+d}, "
+        f"{quantity} would be about {mantissa:.1f}e{exp:+d}, "
         f"{'below the smallest normal' if under else 'above the largest'} double "
         f"({'2.2e-308' if under else '1.8e+308'}); errors scale as {per}, so compute them "
         f"at {name} = 1 and divide by {name if power == 1 else name + '^2'}")
@@ -141,38 +209,46 @@ def out_of_range(noise: str, budget: float, quantity: str, log10_value: float,
 
 def _check_range(before, after, noise: str, budget: float, log10_shift: float,
                  quantity: str):
-    """``after`` (= ``before`` rescaled) when every finite positive entry stays a finite
-    normal double, else :func:`out_of_range` (``log10_shift``: log10 of the factor)."""
+    """``after`` (= ``before`` rescaled) when every significant finite positive entry stays a
+    finite normal double, else :func:`out_of_range` (``log10_shift``: log10 of the factor).
+
+    Rounding remainders are not significant: an entry within ``ROUNDING`` of the largest
+    finite magnitude (e.g. the 1e-15 left of an exactly-known query's zero error) is set to 0
+    when it is negative (no error or variance can be) or leaves the normal doubles."""
     b = np.asarray(before, dtype=float)
-    a = np.asarray(after, dtype=float)
-    bad = np.isfinite(b) & (b > 0) & ~(np.isfinite(a) & (a >= TINY))
+    a = np.array(after, dtype=float)
+    finite = np.isfinite(b)
+    top = float(np.max(np.abs(b[finite]), initial=0.0))
+    remainder = finite & (np.abs(b) <= top * ROUNDING)
+    bad = finite & (b > 0) & ~remainder & ~(np.isfinite(a) & (a >= TINY))
     if np.any(bad):
         worst = float(b[bad].flat[0])
         raise out_of_range(noise, budget, quantity, math.log10(worst) + log10_shift)
-    return after
+    a[remainder & ((b < 0) | ~(a >= TINY))] = 0.0
+    return float(a) if a.ndim == 0 else a
 
 
 def at_budget(value, noise: str, budget: float, quantity: str = "the expected error"):
     """An error computed at unit total budget (epsilon = 1 or rho = 1), restated at
     ``budget``: divided by budget^2 (Laplace) or budget (Gaussian) (homogeneity: module
     docstring). ``value`` is a float or an array (same shape out); entries 0 and inf stay
-    as they are; ValueError when a finite positive entry leaves the normal doubles."""
+    as they are; ValueError when a significant finite positive entry leaves the normal
+    doubles (rounding remainders: :func:`_check_range`)."""
     name, power = _names(noise)
     budget = float(budget)
     with np.errstate(over="ignore", under="ignore"):
         out = np.asarray(value, dtype=float) / budget
         if power == 2:
             out = out / budget
-    _check_range(value, out, noise, budget, -power * math.log10(budget), quantity)
-    return float(out) if np.ndim(value) == 0 else out
+    return _check_range(value, out, noise, budget, -power * math.log10(budget), quantity)
 
 
 def rescaled(value, factor: float, noise: str, budget: float,
              quantity: str = "the expected error"):
     """``value * factor`` (a float or an array), with ``factor`` > 0 representable (e.g. the
     power of two of ``Mechanism.normalised``); ValueError (:func:`out_of_range` at the
-    mechanism's ``budget``) when a finite positive entry leaves the normal doubles."""
+    mechanism's ``budget``) when a significant finite positive entry leaves the normal
+    doubles (rounding remainders: :func:`_check_range`)."""
     with np.errstate(over="ignore", under="ignore"):
         out = np.asarray(value, dtype=float) * factor
-    _check_range(value, out, noise, budget, math.log10(factor), quantity)
-    return float(out) if np.ndim(value) == 0 else out
+    return _check_range(value, out, noise, budget, math.log10(factor), quantity)

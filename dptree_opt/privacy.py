@@ -187,7 +187,7 @@ def check_noise_scales(scales, variances, *, budget_name: str, budget: float, gr
                        "underflows to 0)")
             elif variances[i] < min_variance:
                 why = (f"so small that its variance {variances[i]:.3g} is below the smallest "
-                       f"normal double {min_variance:.3g} (the estimates divide by it)")
+                       f"normal double {min_variance:.3g} (the estimates weigh the rows by it)")
             else:
                 why = (f"so small that {NOISE_TAIL:g} scales stay below half an ulp of a count "
                        "of 1 (it vanishes when added to any count >= 1)")

@@ -1,7 +1,9 @@
-"""`dptree-opt stream` held to the release rules: nothing exact about the data in any output,
-output paths checked before the noise, the JSON on disk kept up to date and complete on every
-stop, long lines and bad horizons refused at no cost, size limits before allocating, a
-simulation that says so."""
+"""`dptree-opt stream` held to the release rules: nothing exact about the data in any output
+(a bad line of standard input, found after the noise, is neither quoted nor described), output
+paths checked before the noise, the JSON on disk kept up to date and complete on every stop,
+long lines and bad horizons refused at no cost, size limits before allocating, a simulation
+that says so, --quiet refused without --out / --plot (the release would be lost), one rule
+for a count line, refusals that name the command's flags."""
 
 import io
 import json
@@ -17,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from dptree_opt.cli import main, stream_cmd
+from dptree_opt.cli import main, stream_cmd, stream_input, stream_release
 from dptree_opt.data_release import io as rio
 
 
@@ -208,8 +210,8 @@ def test_json_is_on_disk_before_the_first_draw(tmp_path, monkeypatch, capsys, op
 def test_json_on_disk_follows_the_stream(tmp_path, monkeypatch, capsys):
     """With the flush interval at 0 the JSON is rewritten after every step: whenever the next
     line is read, the file on disk parses and holds exactly the steps printed so far."""
-    monkeypatch.setattr(stream_cmd, "FLUSH_SECONDS", 0.0)
-    monkeypatch.setattr(stream_cmd, "FLUSH_COST", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_COST", 0.0)
     out = tmp_path / "r.json"
     printed, checks = [], []
 
@@ -230,20 +232,21 @@ def test_json_on_disk_follows_the_stream(tmp_path, monkeypatch, capsys):
 def test_flush_policy_bounds_the_writes(tmp_path, monkeypatch, capsys):
     """Default policy: at most one rewrite a second (plus the first and the last)."""
     times = iter(range(10**6))   # a clock that advances 0.1 s per reading
-    monkeypatch.setattr(stream_cmd, "_clock", lambda: next(times) / 10)
+    monkeypatch.setattr(stream_release, "clock", lambda: next(times) / 10)
     writes = []
-    real = stream_cmd._Release.write
+    real = stream_release.StreamRelease.write
 
     def count(self):
         writes.append(self.n)
         real(self)
-    monkeypatch.setattr(stream_cmd._Release, "write", count)
+    monkeypatch.setattr(stream_release.StreamRelease, "write", count)
     f = tmp_path / "c.txt"
     f.write_text("1\n" * 200)
     assert main(["stream", "--counts", str(f), "--epsilon", "1", "--seed", "0", "--quiet",
                  "--out", str(tmp_path / "r.json")]) == 0
     assert writes[0] == 0 and writes[-1] == 200
     gaps = np.diff(writes[1:-1])
+    assert len(writes) > 2, writes   # the fake clock reached the policy: rewrites happened
     assert len(writes) < 200 / 3 and (gaps >= 3).all(), writes  # >= 1 s of 3+ readings apart
 
 
@@ -380,8 +383,8 @@ def test_closed_stdout_without_out_stops(tmp_path, monkeypatch, capsys, opendp_c
 
 def test_a_failed_rewrite_stops_and_the_release_goes_to_stdout(tmp_path, monkeypatch,
                                                                capsys):
-    monkeypatch.setattr(stream_cmd, "FLUSH_SECONDS", 0.0)
-    monkeypatch.setattr(stream_cmd, "FLUSH_COST", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_COST", 0.0)
     from dptree_opt import files as output
     real, calls = output.write_text_atomic, []
 
@@ -405,8 +408,8 @@ def test_a_failed_rewrite_stops_and_the_release_goes_to_stdout(tmp_path, monkeyp
 def test_output_directory_removed_mid_stream(tmp_path, monkeypatch, capsys):
     """The directory of --out disappears after step 3: the stream stops at once and the
     release (every printed step) follows on stdout, as JSON."""
-    monkeypatch.setattr(stream_cmd, "FLUSH_SECONDS", 0.0)
-    monkeypatch.setattr(stream_cmd, "FLUSH_COST", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(stream_release, "FLUSH_COST", 0.0)
     where = tmp_path / "d"
     where.mkdir()
 
@@ -487,7 +490,7 @@ def test_a_huge_line_on_stdin_is_refused_without_reading_it(tmp_path, monkeypatc
     assert main(["stream", "--counts", "-", "--horizon", "3", "--epsilon", "1", "--seed", "0",
                  "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "line 2 is longer than 1024 characters" in err
+    assert "line 2 is not a valid count" in err and "at most 1024 characters" in err
     assert stdin.chars <= 2 + rio.MAX_COUNT_LINE + 3   # the line was never read whole
     doc = json.loads(out.read_text())
     assert doc["status"] == "incomplete" and doc["steps"] == 1
@@ -502,7 +505,7 @@ def test_a_huge_line_on_a_stdin_descriptor_is_refused_after_one_block(tmp_path, 
         assert main(["stream", "--counts", "-", "--horizon", "3", "--epsilon", "1",
                      "--seed", "0"]) == 2
         consumed = os.lseek(stdin.fileno(), 0, os.SEEK_CUR)
-    assert "line 2 is longer than 1024" in capsys.readouterr().err
+    assert "line 2 is not a valid count" in capsys.readouterr().err
     assert consumed <= 2 * 65536
 
 
@@ -529,7 +532,8 @@ def test_counts_stream_reader_rules():
         list(rio.count_lines([b"\xff\xfe1\x00"]))
     with pytest.raises(ValueError, match="line 2 is not UTF-8"):
         list(rio.count_lines([b"1", b"\xc3\x28"]))
-    with pytest.raises(ValueError, match="line 2: '1e3' must be a non-negative integer"):
+    with pytest.raises(ValueError, match="line 2: '1e3' must be a non-negative integer .* "
+                                         "plain decimal digits.* no exponent"):
         list(rio.count_lines(["1", "1e3"]))
     with pytest.raises(ValueError, match=r"line 1: 'x' is not a number"):
         list(rio.count_lines(["x"]))
@@ -554,9 +558,9 @@ def test_counts_stream_reader_rules():
 def test_line_ends_are_counted_once_across_blocks(monkeypatch, chunk):
     """LF, CRLF and CR line ends, a CRLF cut between two reads: same lines, same numbers."""
     data = b"1\r\n2\r3\n\r\n4\r\n5"
-    monkeypatch.setattr(stream_cmd, "_READ_BYTES", chunk)
+    monkeypatch.setattr(stream_input, "READ_BYTES", chunk)
     buf = io.BytesIO(data)
-    got = list(rio.count_lines(stream_cmd._byte_lines(buf.read, "s"), "s"))
+    got = list(rio.count_lines(stream_input.byte_lines(buf.read, "s"), "s"))
     assert got == [(1, 1), (2, 2), (3, 3), (5, 4), (6, 5)]
 
 
@@ -659,3 +663,186 @@ def test_only_the_options_given_reach_the_counter(tmp_path, monkeypatch, capsys)
     assert main(["stream", "--counts", str(f), "--epsilon", "1", "--mechanism", "kary",
                  "--branching", "3", "--seed", "0"]) == 0
     assert seen[1]["branching"] == 3 and "estimator" not in seen[1]
+
+
+# ------------------------------------------------------------------ a bad line after the noise
+_BAD_LINES = {   # the third line of a stream whose first two lines are released
+    "exponent": b"1e3",
+    "negative": b"-424242",
+    "fraction": b"4242.5",
+    "letters": b"x4242y",
+    "hex": b"0x4242",
+    "not ascii digits": "\u0664\u0662".encode(),
+    "nan": b"nan",
+    "count >= 2^53": b"98765432109876543",
+    "too long": b"4" * 2000,
+    "not UTF-8": b"\xff\xfe4242",
+    # 2^51 + 12345 after 1 and 2^52 + 2^51: valid alone, the running count passes 2^53 (and
+    # no noisy running count, near 1 or 1 + 2^52 + 2^51, can show it by chance)
+    "running count reaches 2^53": b"2251799813697593",
+}
+
+
+def _bad_stream(kind: str) -> bytes:
+    second = b"6755399441055744" if kind == "running count reaches 2^53" else b"5"
+    return b"1\n" + second + b"\n" + _BAD_LINES[kind] + b"\n9\n"
+
+
+@pytest.mark.parametrize("reader", ["descriptor", "readline"])
+def test_a_bad_stdin_line_is_never_quoted_nor_described(tmp_path, monkeypatch, capsys,
+                                                        opendp_calls, reader):
+    """Steps 1 and 2 are released (secure noise) when line 3 turns out bad: whatever is wrong
+    with it, every output (stdout, stderr, the JSON, the plot) says the same thing, and
+    nothing of the line (or of a protected total) appears in any of them."""
+    texts = []
+    monkeypatch.setattr("dptree_opt.plotting.save_figure", lambda fig, path, **kw: texts.extend(
+        t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))))
+    stops = set()
+    for i, (kind, bad) in enumerate(_BAD_LINES.items()):
+        if reader == "readline" and kind == "not UTF-8":
+            continue   # a text stream without a descriptor holds str
+        data = _bad_stream(kind)
+        out, png = tmp_path / f"{i}.json", tmp_path / f"{i}.png"
+        texts.clear()
+        drawn = opendp_calls.count("drawn")
+        f = tmp_path / "in.txt"
+        f.write_bytes(data)
+        with open(f, encoding="utf-8") as stdin:
+            monkeypatch.setattr("sys.stdin", stdin if reader == "descriptor" else _Stdin(
+                data.decode("utf-8").splitlines(keepends=True)))
+            assert main(["stream", "--counts", "-", "--horizon", "8", "--epsilon", "1",
+                         "--out", str(out), "--plot", str(png)]) == 2, kind
+        cap = capsys.readouterr()
+        doc = json.loads(out.read_text())
+        assert doc["status"] == "incomplete" and doc["steps"] == 2, kind
+        assert opendp_calls.count("drawn") > drawn, kind    # the noise was drawn first
+        assert doc["stopped"].startswith("standard input: line 3 is not a valid count (")
+        stops.add(doc["stopped"])
+        content = bad.decode("utf-8", errors="ignore").strip("-x y")[:40]
+        for where, text in [("stdout", cap.out), ("stderr", cap.err), ("JSON", out.read_text()),
+                            ("plot", "\n".join(texts))]:
+            assert content not in text.replace(str(tmp_path), "<tmp>"), (kind, where)
+            assert doc["stopped"] in text or where == "plot", (kind, where)
+        assert texts and "INCOMPLETE" in "\n".join(texts)
+    assert len(stops) == 1, stops   # one message, whatever the fault
+
+
+def test_counts_file_and_stdin_follow_one_rule(tmp_path):
+    """What a count line is: plain decimal digits, optionally '+', surrounding spaces, one
+    pair of double quotes, a fraction of zeros; the same for a counts file (the stream's and
+    the release's reader) and for standard input."""
+    good = [b" 7.0 ", b"+3", b'"2"', b"007", b"5.", b"\t4\t", b"0", b"4503599627370496"]
+    f = tmp_path / "good.txt"
+    f.write_bytes(b"\n".join(good) + b"\n")
+    want = [7, 3, 2, 7, 5, 4, 0, 2**52]
+    assert stream_input.read_counts_file(str(f), 100, "x").tolist() == want
+    assert rio.read_counts(str(f), None).tolist() == want
+    assert [c for _, c in rio.count_lines(good, quote=False)] == want
+    for bad in [b"1e3", b"7.5", b"-1", b"0x10", "\u0661".encode(), b"inf", b"1_000",
+                b"9007199254740992", b"7 7", b"", b"nan"][:-2] + [b"nan"]:
+        f.write_bytes(b"1\n" + bad + b"\n")
+        for read in (lambda: stream_input.read_counts_file(str(f), 100, "x"),
+                     lambda: rio.read_counts(str(f), None),
+                     lambda: list(rio.count_lines([b"1", bad], quote=False))):
+            with pytest.raises(ValueError, match="line 2"):
+                read()
+
+
+def test_a_bad_counts_file_line_is_quoted_before_the_noise(tmp_path, capsys, opendp_calls):
+    f = tmp_path / "c.txt"
+    f.write_text("1\n2\n1e3\n")
+    assert main(["stream", "--counts", str(f), "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "line 3: '1e3' must be a non-negative integer" in err and "no exponent" in err
+    assert opendp_calls.events == []
+
+
+# ------------------------------------------------------------------ --quiet needs a sink
+@pytest.mark.parametrize("source", ["counts", "stdin", "column"])
+def test_quiet_without_out_or_plot_is_refused_before_anything(tmp_path, monkeypatch, capsys,
+                                                              opendp_calls, source):
+    stdin = _counts_stdin([1, 2, 3])
+    monkeypatch.setattr("sys.stdin", stdin)
+    argv = {"counts": ["--counts", str(_counts_file(tmp_path))],
+            "stdin": ["--counts", "-", "--horizon", "3"],
+            "column": [str(tmp_path / "not_read.csv"), "--column", "t", "--lower", "0",
+                       "--upper", "1", "--steps", "4"]}[source]
+    assert main(["stream", *argv, "--epsilon", "1", "--quiet"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith("dptree-opt: error: --quiet without --out or "
+                                                "--plot")
+    assert "give --out" in cap.err and "drop --quiet" in cap.err
+    assert opendp_calls.events == [] and stdin.chars == 0
+    # with a sink it runs
+    out = tmp_path / "r.json"
+    assert main(["stream", "--counts", str(_counts_file(tmp_path)), "--epsilon", "1",
+                 "--quiet", "--out", str(out)]) == 0
+    assert capsys.readouterr().out == "" and json.loads(out.read_text())["steps"] == 6
+
+
+# ------------------------------------------------------------------ messages name flags
+# Python keyword arguments (horizon=None, estimator='causal') and options the CLI lacks
+_PYTHON_NAMES = re.compile(r"\b(horizon|mechanism|estimator|branching|epsilon|rho|levels?|"
+                           r"noise|split)=|buffers|objective|theta|omega|level_budgets")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--epsilon", "1", "--mechanism", "kary"], "--mechanism kary needs --branching K"),
+    (["--epsilon", "1", "--mechanism", "kary", "--unbounded"], "needs --branching K"),
+    (["--epsilon", "1", "--mechanism", "kary", "--branching", "1"],
+     "--branching must be an integer in 2..2\\^62 for --mechanism kary, got 1"),
+    (["--epsilon", "1", "--mechanism", "kary", "--branching", str(2**63)], "2..2\\^62"),
+    (["--epsilon", "1", "--branching", "3"],
+     "--mechanism binary is the 2-ary tree: for --branching 3 use --mechanism kary"),
+    (["--rho", "1", "--mechanism", "blt", "--branching", "3"],
+     "--branching is for the tree mechanisms .* --mechanism blt takes none"),
+    (["--rho", "1", "--mechanism", "blt", "--estimator", "causal"],
+     "--estimator is for --mechanism binary or kary; --mechanism blt"),
+    (["--epsilon", "1", "--mechanism", "tree_blue", "--estimator", "causal"],
+     "--estimator is for"),
+    (["--rho", "1", "--mechanism", "sqrt", "--unbounded"],
+     "--unbounded needs --mechanism binary or kary"),
+    (["--epsilon", "1", "--mechanism", "sqrt"], "give --rho, not --epsilon"),
+    (["--epsilon", "1", "--mechanism", "tree_blue", "--branching", "1"],
+     "--branching must be an integer in 2..2\\^62 for --mechanism tree_blue"),
+    (["--epsilon", "1", "--mechanism", "negative_digits", "--branching", "4"],
+     "--branching must be an odd integer"),
+    (["--epsilon", "1", "--mechanism", "tree_blue", "--horizon", str(2**22 + 1)],
+     r"--horizon 4194305 is above the 2\^22 steps of --mechanism tree_blue.*--estimator causal"),
+    (["--rho", "1", "--mechanism", "sqrt", "--horizon", str(2**24 + 1)],
+     r"2\^24 steps of --mechanism sqrt.*--mechanism blt"),
+    (["--epsilon", "1", "--rho", "1"], "exactly one of --epsilon .* or --rho"),
+    (["--epsilon", "0"], "--epsilon must be finite and > 0"),
+    (["--epsilon", "1e300", "--mechanism", "tree_blue"], r"the noise of the leaves \(level 0\)"),
+])
+def test_stream_flag_messages_name_flags(tmp_path, capsys, opendp_calls, argv, match):
+    f = _counts_file(tmp_path)
+    assert main(["stream", "--counts", str(f), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dptree-opt: error: ") and err.count("\n") == 1, err
+    assert re.search(match, err), err
+    assert not _PYTHON_NAMES.search(err), err
+    assert opendp_calls.events == []
+
+
+@pytest.mark.parametrize("mechanism, budget", [
+    ("binary", "--epsilon"), ("negative_digits", "--epsilon"), ("sqrt", "--rho"),
+    ("blt", "--rho"), ("tree_blue", "--epsilon")])
+def test_out_is_written_before_the_first_step(tmp_path, monkeypatch, capsys, opendp_calls,
+                                               mechanism, budget):
+    """As the help says: --out is on disk (no steps) before the first step is drawn; only
+    tree_blue has drawn noise by then (all of it, ahead, added to no count yet)."""
+    out, seen = tmp_path / "r.json", []
+
+    def hook(i):
+        if i == 0:
+            seen.append((json.loads(out.read_text()), opendp_calls.count("drawn")))
+    monkeypatch.setattr("sys.stdin", _counts_stdin([4, 2, 5], hook=hook))
+    assert main(["stream", "--counts", "-", "--horizon", "3", budget, "1", "--mechanism",
+                 mechanism, "--out", str(out)]) == 0
+    (first, drawn), = seen
+    assert first["status"] == "running" and first["steps"] == 0
+    assert (drawn > 0) == (mechanism == "tree_blue")
+    assert json.loads(out.read_text())["steps"] == 3
+    assert "tree_blue`` draws all its" in stream_cmd.__doc__ or \
+        "tree_blue draws all its" in stream_cmd.__doc__

@@ -137,6 +137,37 @@ def test_search_compare_and_grid_sizes_have_limits():
                                 "budget levels", "limit of 2^20")
 
 
+def test_grid_searches_that_would_run_for_hours_are_refused():
+    """Measured before the limits: 1024^4 and 512^4 ran for over 10 minutes, 16^8 (2^32
+    cells, 2e11 Kronecker trees after pruning at ~6e7 a second) for about an hour; 55440^2
+    has 1.4e10 quadtrees of equal height (ordered factorisations of 2^4 3^2 5 7 11)."""
+    _refused_without_allocating(lambda: optimize.best_grid_hierarchy((1024,) * 4, "prefix",
+                                                                     1.0),
+                                "1024x1024x1024x1024", "limit of 2^32")
+    _refused_without_allocating(lambda: optimize.best_grid_hierarchy((16,) * 8, "prefix", 1.0,
+                                                                     family="kron"),
+                                "Kronecker trees left to compare", "limit of 2^31")
+    _refused_without_allocating(lambda: optimize.best_grid_hierarchy(
+        (55440, 55440), "prefix", 1.0, family="quadtree", allow_padding=False),
+        "quadtrees to evaluate", "limit of 2^27")
+
+
+def test_factorisations_by_height_count_what_is_listed():
+    """The quadtree count (by inclusion-exclusion) equals a brute-force listing of the
+    ordered factorisations into factors >= 2, grouped by length, for every n <= 400."""
+    from dptree_opt.optimize.grid import _factorisations_by_height
+
+    def listing(n):
+        if n == 1:
+            return [()]
+        return [(k,) + rest for k in range(2, n + 1) if n % k == 0 for rest in listing(n // k)]
+    for n in range(1, 401):
+        by_h = {}
+        for f in listing(n):
+            by_h[len(f)] = by_h.get(len(f), 0) + 1
+        assert {h: c for h, c in _factorisations_by_height(n).items() if c} == by_h, n
+
+
 def test_level_variances_need_no_tree():
     """Per-level variances of a 2^40-leaf tree are O(h) ([RTS]: level noise Lap(2/eps_l),
     variance 8 / eps_l^2 under swap); building the tree to ask its sensitivities allocated
@@ -168,6 +199,29 @@ def test_covering_error_follows_theorem_iv_1_at_any_budget(eps):
     mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=eps)
     got = dp.expected_error(W.prefix(64), mech, "covering")
     assert got == pytest.approx(20736.0 / eps / eps, rel=1e-12)
+
+
+@pytest.mark.parametrize("eps", [1.0, 1e152, 1e153, 1e154])
+def test_covering_per_query_keeps_the_exact_zero_of_the_public_total(eps):
+    """Binary tree over 64 bins under swap: six noisy levels of eps / 6, sensitivity 2, so
+    Lap(12 / eps) per node (variance 288 / eps^2); the covering sum of prefix t < 64 has
+    popcount(t) nodes ([RTS] Lemma III.1's counting), and prefix 64 is the public root
+    (error exactly 0). At eps = 1e153 the analysis's rounding remainder of that 0 (~1e-15
+    relative) used to underflow and refuse the whole budget, at 1e152 it printed -6e-317."""
+    t = np.arange(1, 65)
+    want = np.array([bin(x).count("1") for x in t]) * (288.0 / eps / eps)
+    want[-1] = 0.0
+    got = dp.expected_error(W.prefix(64), dp.Mechanism(S.tree(64, 2), epsilon=eps), "covering",
+                            per_query=True)
+    assert got[-1] == 0.0 and np.all(got[:-1] > 0)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_out_of_range_message_rounds_its_mantissa():
+    """9.97e-615 is reported as 1.0e-614, never as '10.0e-615'."""
+    from dptree_opt.limits import out_of_range
+    msg = str(out_of_range("laplace", 1e300, "x", -615 + math.log10(9.97)))
+    assert "about 1.0e-614" in msg and "10.0e" not in msg
 
 
 @pytest.mark.parametrize("eps", EPS)
@@ -369,3 +423,30 @@ def test_opendp_run_is_skipped_when_its_noise_is_degenerate():
                           opendp=20)
     assert res.opendp is None
     assert any("OpenDP's own run is skipped" in n and "epsilon" in n for n in res.notes)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs POSIX rlimits")
+def test_memory_checks_respect_the_address_space_limit(tmp_path):
+    """Under `ulimit -v` (RLIMIT_AS, 900 MiB) a release of 2^16 bins raised MemoryError (a
+    traceback, before the noise); the memory available now counts the rlimit, so it is
+    refused by the memory check (exit 2, a message naming the memory)."""
+    import resource
+    import subprocess
+    import sys
+
+    counts = tmp_path / "c.txt"
+    counts.write_text("1\n" * 2**16)
+    cap = 900 << 20
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    probe = subprocess.run([sys.executable, "-c", "from dptree_opt import limits; "
+                            "print(limits.available_memory())"], preexec_fn=limit,
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0 and 0 <= int(probe.stdout) < cap
+    run = subprocess.run([sys.executable, "-c", "import sys; from dptree_opt.cli import main; "
+                          "sys.exit(main(sys.argv[1:]))", "release", "--counts", str(counts), "--lower", "0", "--upper", "1", "--bins", str(2**16),
+                          "--epsilon", "1"], preexec_fn=limit, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "of memory" in run.stderr, run.stderr[-500:]
+    assert "Traceback" not in run.stderr

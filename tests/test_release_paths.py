@@ -168,6 +168,35 @@ def test_the_release_is_written_before_stdout_and_survives_a_closed_pipe(tmp_pat
     assert d["complete"] is True and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_without_out_a_closed_pipe_sends_the_release_to_stderr(tmp_path, monkeypatch, capsys):
+    """No --out and standard output closed after the noise: the release (JSON, with the
+    measurements) goes to stderr instead of being lost; exit 141."""
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    code = main(["release", "--counts", str(_counts(tmp_path)), "--lower", "0", "--upper", "4",
+                 "--bins", "4", "--tree", "4", "--epsilon", "1"])
+    assert code == 141
+    err = capsys.readouterr().err
+    d = json.loads(err[err.index("\n{") + 1:])
+    assert d["complete"] is True and len(d["measurements"]) == 5   # root + 4 leaves
+
+
+def test_list_options_refuse_empty_values(tmp_path, opendp_calls):
+    """`--lower -74.3,,40.5` was read as two values; a trailing comma too. Every list option
+    of `release` refuses an empty item, before anything is read."""
+    src = tmp_path / "g.csv"
+    src.write_text("x,y\n1,1\n2,3\n")
+    base = ["release", str(src), "--columns", "x,y", "--epsilon", "1"]
+    for bad in (["--lower", "-74.3,,40.5", "--upper", "0,50", "--bins", "2x2"],
+                ["--lower", "0,0,", "--upper", "4,4", "--bins", "2x2"],
+                ["--lower", "0,0", "--upper", "4,4", "--bins", "2xx2"],
+                ["--lower", "0,0", "--upper", "4,4", "--bins", "2x2", "--tree", "2;;2"],
+                ["--lower", "0,0", "--upper", "4,4", "--bins", "2x2", "--tree", "2,;2"]):
+        assert main(base + bad) == 2, bad
+    assert main(["release", str(src), "--columns", "x,,y", "--lower", "0,0", "--upper", "4,4",
+                 "--bins", "2x2", "--epsilon", "1"]) == 2
+    assert opendp_calls.events == []
+
+
 def test_a_plot_failure_after_the_noise_is_reported_not_raised(tmp_path, monkeypatch, capsys):
     def broken(self, *a, **k):
         raise RuntimeError("matplotlib exploded")

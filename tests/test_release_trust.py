@@ -211,6 +211,32 @@ def test_an_unexpected_failure_after_the_noise_keeps_the_measurements(monkeypatc
     assert "post-processing failed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("grid", [False, True])
+def test_ctrl_c_after_the_noise_keeps_the_measurements(monkeypatch, grid):
+    """Ctrl-C (KeyboardInterrupt) during post-processing: the release is returned incomplete
+    with the noisy measurements and a note saying it was interrupted (not a bug)."""
+    from dptree_opt.data_release import grid as grid_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if grid:   # the plan's dry run (before the noise) estimates once: interrupt the second
+        real, calls = grid_mod._estimate, []
+
+        def second(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs) if len(calls) == 1 else interrupted()
+        monkeypatch.setattr(grid_mod, "_estimate", second)
+        r = release(np.array([[0.5, 0.5], [1.5, 0.2]]), lower=(0, 0), upper=(2, 1),
+                    bins=(2, 2), epsilon=1.0, tree=[[2], [2]])
+    else:
+        monkeypatch.setattr(core, "project_cdf", interrupted)
+        r = release(np.array([1.0, 2.0]), **_kw())
+    assert not r.complete and r.measurements.shape == (r.mechanism.released.n_rows,)
+    note = " ".join(r.notes)
+    assert "interrupted" in note and "bug" not in note
+
+
 # ------------------------------------------------------------------ the default design
 def test_default_is_the_blue_optimal_budget_design():
     """Issue 12 item 13: at K = 1024, eps = 1, add/remove the default release's exact mean

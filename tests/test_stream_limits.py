@@ -254,6 +254,21 @@ def test_inapplicable_options_name_the_mechanism_and_its_options(
     assert opendp_calls.events == []
 
 
+@pytest.mark.parametrize("horizon, mechanism, branching", [
+    (8, "kary", 2**63), (None, "kary", 2**63), (8, "kary", 1), (8, "kary", 2.5),
+    (8, "tree_blue", 2**63), (8, "tree_blue", 2.5), (8, "tree_blue", [2**40, 2**40]),
+    (8, "tree_blue", [4, 1, 2]), (8, "tree_blue", "ab"), (8, "binary", 3)])
+def test_bad_branching_is_a_value_error_naming_the_mechanism(opendp_calls, horizon, mechanism,
+                                                            branching):
+    """Not an OverflowError (k^l or node bounds beyond int64) nor a TypeError (a float)."""
+    with pytest.raises(ValueError, match=f"mechanism '{mechanism}'.* branching"):
+        Counter(horizon, mechanism=mechanism, epsilon=1.0, branching=branching)
+    assert opendp_calls.events == []
+    big = Counter(horizon, mechanism=mechanism, epsilon=1.0, rng=SIM(0),
+                  branching=2**62 if mechanism != "binary" else 2)
+    assert np.isfinite([big.update(1) for _ in range(8)]).all()   # the widest k still runs
+
+
 def test_level_budgets_of_the_unbounded_counter_get_the_hint():
     with pytest.raises(ValueError, match="different heights; give split="):
         Counter(None, epsilon=1.0, level_budgets=[0.5, 0.5])

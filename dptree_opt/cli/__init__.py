@@ -129,6 +129,10 @@ def main(argv=None) -> int:
         return code
     except BrokenPipeError:
         return stdout_closed()
+    except KeyboardInterrupt:   # Ctrl-C: no traceback (stream and release keep what was
+        # released themselves; anything interrupted here had released nothing)
+        print("dptree-opt: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

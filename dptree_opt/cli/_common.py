@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import strategies
-from ..files import path_lookup_errors, check_output_path, check_writable_path
+from ..files import path_lookup_errors, check_output_path
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a command stopped by it
@@ -90,7 +90,7 @@ def output_file(path, *, flag: str, force: bool = False, suffixes: tuple = (),
     existing file unless ``force``: ValueError naming ``flag``), and a name ending in one of
     ``suffixes`` (when given). Write it afterwards atomically (``plotting.save_figure``,
     ``files.write_text_atomic``)."""
-    out = check_writable_path(path, flag=flag)
+    out = check_output_path(path, inputs=inputs, force=True, flag=flag)   # not the input
     if suffixes and out.suffix.lower() not in suffixes:
         raise ValueError(f"{flag} {str(out)!r}: name a {' / '.join(suffixes)} file")
     return check_output_path(out, inputs=inputs, force=force, flag=flag)
@@ -164,3 +164,19 @@ def stdout_closed() -> int:
     finally:
         os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+def bins_arg(text: str):
+    """argparse type of --bins: an integer K (1-D) or a grid shape AxB[xC..] (d-D)."""
+    from ..compare_grid import parse_shape
+    if "x" in text.lower():
+        try:
+            return parse_shape(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected K or AxB (e.g. 256x256): {exc}") \
+                from None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer number of bins K or a grid "
+                                         f"AxB (e.g. 1024 or 256x256), got {text!r}") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -12,7 +11,8 @@ from pathlib import Path
 from .. import compare as cmp
 from ..compare import format_number
 from ..plotting import save_figure
-from ._common import FIGURE_SUFFIXES, add_budget_arguments, budget_kwargs, output_file
+from ._common import (FIGURE_SUFFIXES, add_budget_arguments, bins_arg, budget_kwargs,
+                      output_file)
 
 ORDER = 40  # position in `dptree-opt --help`
 
@@ -148,16 +148,6 @@ def _plot(res, path: Path, force: bool = False) -> None:
         plt.close(fig)
 
 
-def _bins_arg(text: str):
-    """--bins: an int K (1-D) or a grid shape AxB[xC..] (2-D / d-D mode, compare_grid)."""
-    from ..compare_grid import parse_shape
-
-    try:
-        return parse_shape(text) if "x" in text.lower() else int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected K or AxB (e.g. 256x256): {exc}") from None
-
-
 def _run_grid(args) -> int:
     """The 2-D / d-D mode (--bins AxB): dptree_opt.compare_grid."""
     from .. import compare_grid as cg
@@ -237,7 +227,7 @@ def register(sub) -> None:
                     "all boxes instead (dptree_opt.compare_grid; see --bins).",
         epilog="examples: dptree-opt compare --bins 1024 --epsilon 1 --neighbours add_remove; "
                "dptree-opt compare --bins 256x256 --rho 0.5 --neighbours add_remove (2-D)")
-    p.add_argument("--bins", type=_bins_arg, required=True,
+    p.add_argument("--bins", type=bins_arg, required=True,
                    help="number of bins K (>= 2), or a grid AxB (e.g. 256x256, 64x32, 8x8x8): "
                         "2-D mode. It ranks on the grid's CDF (all dominance boxes) and all "
                         "boxes the flat grid, Kronecker trees and quadtrees (equal and "

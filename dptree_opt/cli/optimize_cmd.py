@@ -9,8 +9,7 @@ import time
 
 from .. import optimize
 from ..limits import MAX_SEARCH_BINS, check_count
-from ._common import add_budget_arguments, budget_kwargs
-from .compare_cmd import _bins_arg
+from ._common import add_budget_arguments, bins_arg, budget_kwargs
 
 ORDER = 20  # position in `dptree-opt --help`
 
@@ -196,7 +195,7 @@ def register(sub) -> None:
         epilog="examples: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue; "
                "dptree-opt optimize --bins 256x256 --epsilon 1 --neighbours add_remove "
                "--budgets optimal --workload all_range")
-    opt.add_argument("--bins", type=_bins_arg, required=True,
+    opt.add_argument("--bins", type=bins_arg, required=True,
                      help="number of bins K, or a grid AxB[xC..] (e.g. 256x256): then the best "
                           "Kronecker tree / quadtree (optimize.best_grid_hierarchy)")
     add_budget_arguments(opt)

@@ -6,15 +6,27 @@ from __future__ import annotations
 import sys
 
 from ..data_release import DEFAULT_QUANTILES, release_file
-from ..files import check_output_path
+from ..plotting import save_figure
+from ._common import FIGURE_SUFFIXES, output_file, stdout_closed
 
 ORDER = 60  # position in `dptree-opt --help`
 _DEFAULT_QUANTILES = ",".join(f"{q:g}" for q in DEFAULT_QUANTILES)
 
 
+def _items(text: str, flag: str, sep: str = ",") -> list[str]:
+    """The ``sep``-separated items of ``text``, stripped; an empty item (``1,,2``, a
+    trailing comma) is refused: it is a typo, never silently dropped."""
+    items = [v.strip() for v in text.split(sep)]
+    if not all(items):
+        raise ValueError(f"{flag}: an empty value in {text!r} (two separators in a row, or "
+                         "one at an end)")
+    return items
+
+
 def _floats(text: str, flag: str) -> tuple:
+    items = _items(text, flag)
     try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
+        return tuple(float(v) for v in items)
     except ValueError:
         raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
@@ -22,30 +34,28 @@ def _floats(text: str, flag: str) -> tuple:
 def _tree(text: str, grid: bool = False):
     if text.strip().lower() == "optimal":
         return "optimal"
+    axes = [_items(axis, "--tree") for axis in (_items(text, "--tree", ";") if grid else [text])]
     try:
-        if grid:  # one list per axis, separated by ';' (e.g. "2,2,4;4,4")
-            return [[int(v) for v in axis.split(",") if v.strip()] for axis in text.split(";")]
-        return [int(v) for v in text.split(",") if v.strip()]
+        lists = [[int(v) for v in axis] for axis in axes]
     except ValueError:
         raise ValueError(f"--tree: expected 'optimal' or branching factors like 4,8,32 (a grid: "
                          f"one list per axis separated by ';', e.g. '2,2,4;4,4'), got "
                          f"{text!r}") from None
+    return lists if grid else lists[0]
 
 
 def _ints(text: str, flag: str) -> tuple:
+    items = _items(text.replace("x", ","), flag)
     try:
-        vals = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+        return tuple(int(v) for v in items)
     except ValueError:
         raise ValueError(f"{flag}: expected an integer, or one per axis like 64,64 or 64x64, "
                          f"got {text!r}") from None
-    if not vals:
-        raise ValueError(f"{flag}: expected an integer, got {text!r}")
-    return vals
 
 
 def _grid_run(args, out) -> int:
     """The grid release of ``--columns``: summary, JSON (``--out``), heat map (``--plot``)."""
-    columns = [c.strip() for c in args.columns.split(",")]
+    columns = _items(args.columns, "--columns")
     if args.counts is not None or args.column:
         raise ValueError("--columns reads a data FILE: not with --column or --counts")
     if args.file is None:
@@ -85,7 +95,7 @@ def _finish(args, out, result, header: str) -> int:
             json_error, code = f"{exc}", 1
     if args.plot:
         try:
-            _plot(result, args.plot)
+            _plot(result, args.plot, args.force)
         except Exception as exc:  # noqa: BLE001 - the release is made: report, keep going
             plot_error, code = f"{type(exc).__name__}: {exc}", 1
     if result.total_public:
@@ -99,23 +109,34 @@ def _finish(args, out, result, header: str) -> int:
     if plot_error is not None:
         print(f"dptree-opt: error: could not write the plot {args.plot!r} ({plot_error})",
               file=sys.stderr)
-    print(header)
-    print(result.summary())
-    if out is not None:
-        if json_error is None:
-            print(f"written: {out}")
-        else:
-            print(result.to_json(include_measurements=True))
-    if args.plot and plot_error is None:
-        print(f"plot: {args.plot}")
-    if args.describe:
-        print()
-        print(result.description)
+    try:
+        print(header)
+        print(result.summary())
+        if out is not None:
+            if json_error is None:
+                print(f"written: {out}")
+            else:
+                print(result.to_json(include_measurements=True))
+        if args.plot and plot_error is None:
+            print(f"plot: {args.plot}")
+        if args.describe:
+            print()
+            print(result.description)
+        sys.stdout.flush()
+    except BrokenPipeError:   # the reader went away: the release must not go with it
+        code = stdout_closed()
+        if out is None or json_error is not None:
+            try:
+                print("dptree-opt: standard output was closed and no --out holds the "
+                      "release: it follows on stderr", file=sys.stderr)
+                print(result.to_json(include_measurements=True), file=sys.stderr)
+            except OSError:
+                pass
     return code
 
 
-def _plot(result, path) -> None:
-    """Draw the release (CDF or heat map) into ``path`` (png, pdf or svg)."""
+def _plot(result, path, force: bool) -> None:
+    """Draw the release (CDF or heat map) into ``path`` (png, pdf or svg), atomically."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -123,7 +144,7 @@ def _plot(result, path) -> None:
     fig = (ax[0] if isinstance(ax, list) else ax).figure
     try:
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, force=force, dpi=110)
     finally:
         plt.close(fig)
 
@@ -133,13 +154,11 @@ def run(args) -> int:
 
     The output path is validated before any data is read (and so before the noise); if
     writing fails after the release, the JSON goes to stdout instead of being lost."""
-    out = (check_output_path(args.out, inputs=(args.file, args.counts), force=args.force)
-           if args.out else None)
+    out = (output_file(args.out, inputs=(args.file, args.counts), force=args.force,
+                       flag="--out", suffixes=(".json",)) if args.out else None)
     if args.plot:
-        plot = check_output_path(args.plot, inputs=(args.file, args.counts),
-                                 force=args.force, flag="--plot")
-        if plot.suffix.lower() not in (".png", ".pdf", ".svg"):
-            raise ValueError(f"--plot {args.plot!r}: name a .png, .pdf or .svg file")
+        plot = output_file(args.plot, inputs=(args.file, args.counts), force=args.force,
+                           flag="--plot", suffixes=FIGURE_SUFFIXES)
         if out is not None and plot.resolve() == out.resolve():
             raise ValueError("--plot and --out name the same file")
     if args.columns:
@@ -161,7 +180,7 @@ def run(args) -> int:
         args.file, column=args.column, counts_file=args.counts, lower=lower[0],
         upper=upper[0], bins=bins[0], epsilon=args.epsilon, rho=args.rho,
         tree=_tree(args.tree), neighbours=args.neighbours, out_of_range=args.out_of_range,
-        quantiles=_floats(args.quantiles, "--quantiles"),
+        quantiles=_floats(args.quantiles, "--quantiles") if args.quantiles.strip() else (),
         consistency=None if args.consistency == "none" else args.consistency,
         budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter)
     source = (f"column {args.column!r} of {args.file}" if args.file is not None
@@ -214,7 +233,7 @@ def register(sub) -> None:
                    help="values outside [lower, upper): error (default) or clip to the "
                         "first/last bin")
     p.add_argument("--quantiles", default=_DEFAULT_QUANTILES,
-                   help="comma-separated probabilities (default %(default)s)")
+                   help="comma-separated probabilities (default %(default)s; '': none)")
     p.add_argument("--interval-level", type=float, default=0.95,
                    help="coverage of the quantile intervals (default 0.95)")
     p.add_argument("--consistency", choices=("l2", "l1", "none"), default="l2",

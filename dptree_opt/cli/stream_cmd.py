@@ -3,7 +3,10 @@
 Input: a counts stream (``--counts FILE``, one count per step and line; ``--counts -`` reads
 standard input line by line and answers each step as it arrives), or a data column of event times
 (``FILE --column NAME --lower A --upper B --steps T``: each record is one event, counted at its
-time step, the release's bin rule). Output: one CSV line per step on standard output
+time step, the release's bin rule). A count line (files and standard input alike) holds a
+non-negative integer below 2^53 in plain decimal digits: 7, +7, 007, 7.0 or "7", with
+surrounding spaces, but not 1e3 (an exponent) or 7.5; at most 1024 characters; blank lines are
+skipped and a first line "count" is a header. Output: one CSV line per step on standard output
 (``step,estimate,standard_error``) between ``#`` lines (the privacy account first, the status
 last); ``--out`` writes the same as JSON (account + steps + status), ``--plot`` a PNG/PDF/SVG of
 the running counts with +-2 SE.
@@ -13,24 +16,30 @@ count and the total number of events are protected and are never printed or writ
 stderr, JSON, plot); only the noisy running counts and their standard errors are. Public, and
 shown: the horizon T (``--horizon``, or the number of lines of a counts file, or ``--steps``),
 the time bins (``--lower/--upper/--steps``), the file names, the number of steps released and
-where the stream stopped. Bad input is refused with a message about it, as in ``release``: before
-the noise for files and data columns (nothing is released then); on standard input an invalid
-line (not a count, or a running count reaching 2^53) stops the stream at that line, which says
-that much about the input (the message quotes at most 40 characters of the line).
+where the stream stopped. Bad input in a counts file or a data column is refused before the
+noise, with a message that quotes the bad line (at most 40 characters; nothing is released
+then). On standard input a bad line (not a valid count, or a running count reaching 2^53)
+stops the stream at that line; the steps before it are released, so the message (stderr,
+stdout, JSON) says only that line N is not a valid count, and the rule: never what the line
+holds or what is wrong with it, which would tell about a protected count.
 
-Nothing lost. Everything is checked before the first noise draw: the arguments, the budget
-and options (``stream.Counter``, which also builds and checks every OpenDP measurement), the
-output paths (a directory, a missing or unwritable directory, the input file, an existing file
-without ``--force``), a counts file (read and validated in full) or a data column (binned in
-full). Then ``--out`` is written once (status "running", no steps) before the first draw, and
-rewritten atomically (a temporary file moved into place: a reader never sees a half-written
-JSON) as the stream goes: at most once a second and at least 10 times the last write's
-duration apart (so the writes cost a bounded share of the run, O(T) overall), always at the
-end, and, on standard input, whenever the stream waits for its next line (so what was released
-is on disk within about a second). On any stop before the end of the input (a bad line, a line
-past the horizon, SIGINT / SIGTERM / SIGHUP, an error) the account and every released step are
-written with status "incomplete" and the reason ("stopped"), and the command exits non-zero:
-2 for bad input, 128 + the signal number for a signal, 1 otherwise. A JSON whose status is
+Nothing lost. Everything is checked before any noise is drawn: the flags and their
+combinations (``--quiet`` without ``--out`` or ``--plot`` is refused: the running counts would
+be drawn and lost), the budget and options (``stream.Counter``, which also builds and checks
+every OpenDP measurement), the output paths (a directory, a missing or unwritable directory,
+the input file, an existing file without ``--force``), a counts file (read and validated in
+full) or a data column (binned in full). Then the counter is made: ``tree_blue`` draws all its
+noise then (drawn ahead, added to no count yet: nothing is released), the other mechanisms
+draw at each step. Then ``--out`` is written once (status "running", no steps), before the
+first step is drawn and released, and rewritten atomically (a temporary file moved into
+place: a reader never sees a half-written JSON) as the stream goes: at most once a second and
+at least 10 times the last write's duration apart (so the writes cost a bounded share of the
+run, O(T) overall), always at the end, and, on standard input, whenever the stream waits for
+its next line (so what was released is on disk within about a second). On any stop before
+the end of the input (a bad line, a line past the horizon, SIGINT / SIGTERM / SIGHUP, an
+error) the account and every released step are written with status "incomplete" and the
+reason ("stopped"), and the command exits non-zero: 2 for bad input, 128 + the signal number
+for a signal, 1 otherwise. A JSON whose status is
 still "running" belongs to a stream that is running or was killed (SIGKILL, power loss). If the
 reader of standard output goes away (``| head``), the stream goes on silently when ``--out`` or
 ``--plot`` is given (the file is then complete) and stops with status 141 otherwise.
@@ -47,34 +56,38 @@ held), or use the Python API (``dptree_opt.stream.Counter``: O(log T) state for 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import itertools
 import json
 import math
-import os
-import re
-import signal
-import sys
-import threading
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..data_release.binning import BinSpec
+from ..data_release.io import histogram_from_file
+from ..privacy import check_budget
 from ..stream import MECHANISMS, Counter
+from ..stream.ahead import MAX_AHEAD_HORIZON
 from ..stream.counter import MAX_HORIZON
-from ._common import EXIT_BROKEN_PIPE, FIGURE_SUFFIXES, output_file, stdout_closed
+from ..stream.factorization import MAX_SQRT_HORIZON
+from ..stream.tree import MAX_BRANCHING
+from ._common import EXIT_BROKEN_PIPE, FIGURE_SUFFIXES, output_file
+from .stream_input import read_counts_file, stdin_counts
+from .stream_process import Interrupted, StdoutLines, StopSignals, to_stderr
+from .stream_release import PUBLIC, StreamRelease, WriteFailed
 
 ORDER = 65  # position in `dptree-opt --help`
 
 MAX_STEPS = 1 << 22     # steps held for --out / --plot, counts of a file, --steps
-FLUSH_SECONDS = 1.0     # --out is rewritten at most this often ...
-FLUSH_COST = 10.0       # ... and at least this many times the last write's duration apart
-_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-_LINE_END = re.compile(rb"\r\n|\r|\n")
-_READ_BYTES = 1 << 16
-_clock = time.monotonic
-PUBLIC = ("public (not protected): the horizon T, the time bins, the number of steps released "
-          "and where the stream stopped; protected (event level): every count and the total")
+_TREES = ("binary", "kary")             # the mechanisms with --estimator and --unbounded
+_GAUSSIAN_ONLY = ("sqrt", "blt")
+# mechanisms whose noise is held in memory: their longest --horizon, and what to use beyond
+_HORIZON_LIMITS = {
+    "tree_blue": (MAX_AHEAD_HORIZON, "2^22", ("all its noise is drawn and held when the stream "
+                                              "starts; use --mechanism negative_digits, or "
+                                              "binary / kary with --estimator causal")),
+    "sqrt": (MAX_SQRT_HORIZON, "2^24", "it keeps every past draw; use --mechanism blt"),
+}
 
 
 def register(sub) -> None:
@@ -91,8 +104,9 @@ def register(sub) -> None:
                "--steps 1440 --epsilon 1 --estimator causal --plot run.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", help="data file (CSV/TSV/Parquet) with --column")
-    p.add_argument("--counts", metavar="FILE", help="a counts stream: one count per line "
-                   "('-' = standard input, answered line by line)")
+    p.add_argument("--counts", metavar="FILE", help="a counts stream: one count per line, a "
+                   "non-negative integer in plain decimal digits ('-' = standard input, "
+                   "answered line by line)")
     p.add_argument("--column", help="the column of event times in FILE")
     p.add_argument("--lower", type=float, help="start of the time range (with --column)")
     p.add_argument("--upper", type=float, help="end of the time range (with --column)")
@@ -119,13 +133,63 @@ def register(sub) -> None:
                    "JSON (checked before the noise; kept up to date as the stream goes)")
     p.add_argument("--plot", help="write a PNG / PDF / SVG of the running counts with +-2 SE")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out / --plot")
-    p.add_argument("--quiet", action="store_true", help="nothing on stdout")
+    p.add_argument("--quiet", action="store_true", help="nothing on stdout (needs --out or "
+                   "--plot: the release must be kept somewhere)")
     p.add_argument("--seed", type=int, help="SIMULATION noise from numpy with this seed "
                    "(NOT private; for trying the command). Default: OpenDP's secure noise")
     p.set_defaults(func=run)
 
 
 # ------------------------------------------------------------------ checks before the noise
+def _check_flags(args) -> None:
+    """The command's own flag combinations, checked first (before any file is looked at or
+    the counter is built), so that a refusal names flags, not the library's parameters."""
+    if (args.epsilon is None) == (args.rho is None):
+        raise ValueError("give exactly one of --epsilon (pure DP, Laplace noise) or --rho "
+                         "(zCDP, Gaussian noise)")
+    if args.epsilon is not None:
+        check_budget(args.epsilon, "--epsilon")
+    else:
+        check_budget(args.rho, "--rho")
+    mech = args.mechanism
+    if mech in _GAUSSIAN_ONLY and args.epsilon is not None:
+        raise ValueError(f"--mechanism {mech} is Gaussian only (rho-zCDP, l2 sensitivity): "
+                         "give --rho, not --epsilon")
+    if args.unbounded and mech not in _TREES:
+        raise ValueError(f"--unbounded needs --mechanism binary or kary (the unbounded counter "
+                         f"is made of trees); --mechanism {mech} needs a known horizon: give "
+                         "--horizon T, or a counts file")
+    if args.estimator is not None and mech not in _TREES:
+        raise ValueError(f"--estimator is for --mechanism binary or kary; --mechanism {mech} "
+                         "has its own estimator: drop --estimator")
+    _check_branching(mech, args.branching)
+    if args.quiet and args.out is None and args.plot is None:
+        raise ValueError("--quiet without --out or --plot would keep nothing of the release "
+                         "(the noise would be drawn and the running counts lost): give --out "
+                         "FILE.json or --plot FILE.png, or drop --quiet")
+
+
+def _check_branching(mech: str, k) -> None:
+    """--branching for --mechanism ``mech`` (None: not given)."""
+    if mech == "binary":
+        if k not in (None, 2):
+            raise ValueError(f"--mechanism binary is the 2-ary tree: for --branching {k} use "
+                             "--mechanism kary")
+    elif mech in ("kary", "tree_blue"):
+        if k is None and mech == "kary":
+            raise ValueError("--mechanism kary needs --branching K (an integer >= 2)")
+        if k is not None and not 2 <= k <= MAX_BRANCHING:
+            raise ValueError(f"--branching must be an integer in 2..2^62 for --mechanism "
+                             f"{mech}, got {k}")
+    elif mech == "negative_digits":
+        if k is not None and not (3 <= k <= MAX_HORIZON and k % 2 == 1):
+            raise ValueError(f"--branching must be an odd integer in 3..2^40 for --mechanism "
+                             f"negative_digits (balanced digits -(k-1)/2..(k-1)/2), got {k}")
+    elif k is not None:
+        raise ValueError(f"--branching is for the tree mechanisms (binary, kary, "
+                         f"negative_digits, tree_blue); --mechanism {mech} takes none")
+
+
 def _outputs(args):
     """(out, plot) checked paths (or None), before anything is read."""
     inputs = tuple(p for p in (args.file, args.counts) if p not in (None, "-"))
@@ -154,6 +218,11 @@ def _horizon(args, keeps: bool):
     if not 1 <= args.horizon <= MAX_HORIZON:
         raise ValueError(f"--horizon must be a positive integer T <= 2^40 (the declared number "
                          f"of steps), got {args.horizon}")
+    if args.mechanism in _HORIZON_LIMITS:
+        top, top_text, why = _HORIZON_LIMITS[args.mechanism]
+        if args.horizon > top:
+            raise ValueError(f"--horizon {args.horizon} is above the {top_text} steps of "
+                             f"--mechanism {args.mechanism}: {why}")
     if keeps and args.horizon > MAX_STEPS:
         raise ValueError(f"--horizon {args.horizon} is above the {MAX_STEPS} steps (2^22) that "
                          "--out / --plot can hold; declare a shorter stream, or run without "
@@ -161,36 +230,15 @@ def _horizon(args, keeps: bool):
     return args.horizon
 
 
-def _counts_file(path: str, cap: int, why: str) -> np.ndarray:
-    """The counts of a counts-stream file (int64, one per line), validated in full; more than
-    ``cap`` counts is refused (``why`` says which limit) after reading at most cap + 1."""
-    from ..data_release.io import check_input_path, count_lines
-    path = check_input_path(path, "--counts")
-    source = f"counts file {path}"
-    try:
-        with open(path, "rb") as f:
-            counts = count_lines(_byte_lines(f.read, source), source)
-            values = np.fromiter((c for _, c in itertools.islice(counts, cap + 1)),
-                                 dtype=np.int64)
-    except OSError as exc:
-        raise ValueError(f"--counts: cannot read {path!r} ({exc.strerror or exc})") from None
-    if values.size > cap:
-        raise ValueError(f"{source} holds more than {cap} counts: they exceed {why}")
-    if values.size == 0:
-        raise ValueError(f"{source}: no counts (empty input)")
-    return values
-
-
+@dataclass(frozen=True)
 class _Plan:
     """What the stream reads: ``source`` (a public description), ``horizon`` (None:
-    unbounded), ``interactive`` (standard input), ``counts(wait)`` -> (line, count) pairs."""
-
-    def __init__(self, source, horizon, counts, interactive=False):
-        self.source, self.horizon, self._counts = source, horizon, counts
-        self.interactive = interactive
-
-    def counts(self, wait):
-        return self._counts(wait)
+    unbounded), ``counts(wait)`` -> (line, count) pairs (``wait``: ``StreamRelease.wait``),
+    ``interactive`` (standard input: each step is printed as it is released)."""
+    source: str
+    horizon: int | None
+    counts: Callable
+    interactive: bool = False
 
 
 def _plan(args, keeps: bool) -> _Plan:
@@ -210,12 +258,13 @@ def _plan(args, keeps: bool) -> _Plan:
             if horizon is None and not args.unbounded:
                 raise ValueError("standard input: give --horizon T (the declared number of "
                                  "steps) or --unbounded")
-            return _Plan("standard input", horizon, _stdin_counts, interactive=True)
-        cap, why = MAX_STEPS, "the limit of a counts file, 2^22; pipe longer streams to " \
-                              "--counts - (answered line by line)"
-        if horizon is not None and horizon < cap:
+            return _Plan("standard input", horizon, stdin_counts, interactive=True)
+        if horizon is not None and horizon < MAX_STEPS:
             cap, why = horizon, f"the --horizon {horizon}"
-        counts = _counts_file(args.counts, cap, why)
+        else:
+            cap, why = MAX_STEPS, ("the limit of a counts file, 2^22; pipe longer streams to "
+                                   "--counts - (answered line by line)")
+        counts = read_counts_file(args.counts, cap, why)
         return _Plan(f"counts file {args.counts}", None if args.unbounded else
                      horizon or counts.size, lambda wait: enumerate(counts.tolist(), 1))
     if args.file is None or args.column is None:
@@ -228,8 +277,6 @@ def _plan(args, keeps: bool) -> _Plan:
                          f"{args.steps}; use wider time steps")
     if horizon is not None and horizon < args.steps:
         raise ValueError(f"--steps {args.steps} exceed the --horizon {horizon}")
-    from ..data_release.binning import BinSpec
-    from ..data_release.io import histogram_from_file
     try:
         spec = BinSpec(args.lower, args.upper, args.steps)
     except ValueError as exc:
@@ -243,262 +290,15 @@ def _plan(args, keeps: bool) -> _Plan:
                  lambda wait: enumerate(hist.tolist(), 1))
 
 
-# ------------------------------------------------------------------ reading a counts stream
-def _byte_lines(read, source: str, wait=None):
-    """The lines (bytes, without line ends: LF, CRLF or CR) of a binary stream ``read(n)``;
-    memory O(64 KiB + the longest line accepted): a longer line is cut to
-    ``MAX_COUNT_LINE`` + 3 bytes (``count_lines`` refuses it). ``wait()`` (if given) is called
-    before each read that may block."""
-    from ..data_release.io import MAX_COUNT_LINE
-    carry = b""
-    while True:
-        if wait is not None:
-            wait()
-        try:
-            chunk = read(_READ_BYTES)
-        except OSError as exc:
-            raise ValueError(f"{source}: cannot read ({exc.strerror or exc})") from None
-        if not chunk:
-            if carry:
-                yield carry
-            return
-        data = carry + chunk
-        hold = data.endswith(b"\r")   # perhaps the first half of a CRLF
-        parts = _LINE_END.split(data[:-1] if hold else data)
-        carry = parts.pop() + (b"\r" if hold else b"")
-        yield from parts
-        if len(carry) > MAX_COUNT_LINE + 2:
-            yield carry[:MAX_COUNT_LINE + 3]   # refused as too long
-            return
-
-
-def _stdin_counts(wait):
-    """(line, count) pairs of standard input, read as the lines arrive: from its file
-    descriptor when it has one (``wait`` is then called when no line is ready), else its
-    ``readline``."""
-    from ..data_release.io import MAX_COUNT_LINE, count_lines
-    stdin = sys.stdin
-    if stdin is None:
-        raise ValueError("--counts -: there is no standard input")
-    try:
-        fd = stdin.fileno()
-    except (AttributeError, OSError, ValueError):
-        fd = None
-    if fd is None:
-        lines = iter(lambda: stdin.readline(MAX_COUNT_LINE + 3), "")
-    else:
-        def ready_wait():
-            wait(lambda timeout: _readable(fd, timeout))
-        lines = _byte_lines(lambda n: os.read(fd, n), "standard input", ready_wait)
-    return count_lines(lines, "standard input")
-
-
-def _readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` has input (or end of file) within ``timeout`` seconds."""
-    import select
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    except (OSError, ValueError):
-        return True
-
-
-# ------------------------------------------------------------------ the release, on disk
-class _Release:
-    """The released steps (kept when ``keeps``: --out / --plot), the JSON document and its
-    write policy (module docstring)."""
-
-    def __init__(self, out, force, keeps, account, source, simulation, horizon):
-        self.out, self.force, self.keeps = out, force, keeps
-        self.account, self.source, self.simulation = account, source, simulation
-        self.horizon = horizon
-        self.n, self.written = 0, -1
-        size = min(horizon or 1024, 1024) if keeps else 0   # doubled as needed
-        self.estimate, self.standard_error = np.empty(size), np.empty(size)
-        self.last = (0.0, 0.0)
-        self.status, self.stopped = "running", None
-        self._end, self._cost = _clock(), 0.0
-
-    def full(self) -> bool:
-        return self.keeps and self.n >= MAX_STEPS
-
-    def add(self, estimate: float, se: float) -> None:
-        if self.keeps:
-            if self.n == self.estimate.size:   # unbounded: double (amortised O(1))
-                grow = min(2 * self.n, self.horizon or MAX_STEPS, MAX_STEPS)
-                self.estimate = np.resize(self.estimate, grow)
-                self.standard_error = np.resize(self.standard_error, grow)
-            self.estimate[self.n], self.standard_error[self.n] = estimate, se
-        self.last = (estimate, se)
-        self.n += 1
-
-    def text(self) -> str:
-        """The JSON document: status, account, ..., then the released steps."""
-        head = json.dumps({
-            "status": self.status, "stopped": self.stopped,
-            "privacy": ("SIMULATION (--seed): numpy noise, NOT PRIVATE" if self.simulation
-                        else "event-level differential privacy (OpenDP's secure noise)"),
-            "simulation": self.simulation, "public": PUBLIC, "source": self.source,
-            "account": _strict(self.account), "steps": self.n}, allow_nan=False, indent=1)
-        return (f"{head[:-2]},\n \"estimate\": {_json_array(self.estimate[:self.n])},\n "
-                f"\"standard_error\": {_json_array(self.standard_error[:self.n])}\n}}")
-
-    def write(self) -> None:
-        """Rewrite --out atomically (OSError, or ValueError when its directory went away, on
-        failure: the file on disk is then the last one written)."""
-        from ..files import write_text_atomic
-        if self.out is None:
-            return
-        start = _clock()
-        write_text_atomic(self.out, self.text(), force=self.force or self.written >= 0)
-        self._end = _clock()
-        self._cost = self._end - start
-        self.written = self.n
-
-    def due(self) -> float | None:
-        """When the next write is due (None: nothing unwritten)."""
-        if self.out is None or self.written == self.n:
-            return None
-        return self._end + max(FLUSH_SECONDS, FLUSH_COST * self._cost)
-
-    def maybe_write(self) -> None:
-        due = self.due()
-        if due is not None and _clock() >= due:
-            self._write_or_stop()
-
-    def wait(self, readable) -> None:
-        """Before waiting for input: wait until the next write is due, then write, unless
-        input is ready sooner (``readable(timeout)``)."""
-        due = self.due()
-        if due is not None and not readable(max(0.0, due - _clock())):
-            self._write_or_stop()
-
-    def _write_or_stop(self) -> None:
-        try:
-            self.write()
-        except (OSError, ValueError) as exc:
-            raise _WriteFailed(exc) from None
-
-
-def _strict(value):
-    """``value`` (nested dicts / lists) with every non-finite float as a string ("inf"):
-    strict JSON for an account that names an unmeasured level's infinite scale."""
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
-def _json_array(xs: np.ndarray) -> str:
-    """A float array as a strict JSON array, non-finite values (an unidentified step) as
-    null; encoded in blocks of 2^16 by the C encoder (bounded temporaries)."""
-    blocks = (json.dumps(xs[i:i + (1 << 16)].tolist())[1:-1]
-              for i in range(0, xs.size, 1 << 16))     # over blocks, not steps
-    text = ",".join(blocks)
-    if not np.isfinite(xs).all():   # only numbers in here: the tokens are unambiguous
-        text = text.replace("NaN", "null").replace("-Infinity", "null").replace(
-            "Infinity", "null")
-    return f"[{text}]"
-
-
-class _WriteFailed(Exception):
-    """--out could not be rewritten while the stream ran (the stream stops)."""
-
-
-class _Interrupted(BaseException):
-    """A signal (SIGINT / SIGTERM / SIGHUP) stopped the stream."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-
-
+# ------------------------------------------------------------------ the command
 class _ReaderGone(Exception):
     """Standard output was closed and nothing else keeps the release."""
 
 
-class _Signals:
-    """SIGINT / SIGTERM / SIGHUP while the stream runs raise :class:`_Interrupted`, but only
-    outside ``held()`` blocks (a step is released, recorded and printed whole; the final write
-    is never cut short); a signal the caller ignores (``nohup``) stays ignored. Main thread
-    only; the previous handlers are restored on exit."""
-
-    def __init__(self):
-        self.depth, self.pending, self._saved = 0, None, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for name in _SIGNALS:
-                sig = getattr(signal, name, None)
-                if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-                    self._saved[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, old in self._saved.items():
-            signal.signal(sig, old)
-        return False
-
-    def _handle(self, signum, frame):
-        if self.depth:
-            self.pending = self.pending or signum
-            return
-        raise _Interrupted(signum)
-
-    @contextlib.contextmanager
-    def held(self):
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-        if self.depth == 0 and self.pending is not None:
-            raise _Interrupted(self.pending)
-
-
-class _Lines:
-    """Lines on stdout (flushed each when ``flush``); if the reader goes away (``| head``)
-    they stop silently (``broken``) and fd 1 is pointed at /dev/null, so that nothing fails
-    again when the interpreter exits."""
-
-    def __init__(self, quiet: bool, flush: bool):
-        self.quiet, self.flush, self.broken = quiet, flush, False
-
-    def write(self, line: str) -> None:
-        if self.quiet or self.broken:
-            return
-        try:
-            print(line, flush=self.flush)
-        except BrokenPipeError:
-            self._gone()
-
-    def close(self) -> None:
-        if not (self.quiet or self.broken):
-            try:
-                sys.stdout.flush()
-            except BrokenPipeError:
-                self._gone()
-
-    def _gone(self) -> None:
-        self.broken = True
-        stdout_closed()
-
-
-def _say(text: str) -> None:
-    """A line on stderr (ignored if stderr is gone too)."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (BrokenPipeError, OSError, ValueError):
-        pass
-
-
-# ------------------------------------------------------------------ the command
 def run(args) -> int:
     """Check everything, build the counter (every OpenDP measurement checked), write the
     JSON's first version, then release step by step (module docstring)."""
+    _check_flags(args)
     out, plot = _outputs(args)
     keeps = out is not None or plot is not None
     plan = _plan(args, keeps)
@@ -507,14 +307,16 @@ def run(args) -> int:
     rng = None if args.seed is None else np.random.default_rng(args.seed)
     counter = Counter(plan.horizon, epsilon=args.epsilon, rho=args.rho,
                       mechanism=args.mechanism, rng=rng, **options)
-    release = _Release(out, args.force, keeps, counter.account(), plan.source,
-                       rng is not None, plan.horizon)
+    release = StreamRelease(out, force=args.force,
+                            capacity=min(plan.horizon or MAX_STEPS, MAX_STEPS) if keeps else 0,
+                            account=counter.account(), source=plan.source,
+                            simulation=rng is not None)
     try:
         release.write()   # before the first draw: the account is on disk, the path works
     except (OSError, ValueError) as exc:
         raise ValueError(f"--out: cannot write {str(out)!r} "
                          f"({getattr(exc, 'strerror', None) or exc})") from None
-    lines = _Lines(quiet=args.quiet, flush=plan.interactive)
+    lines = StdoutLines(quiet=args.quiet, flush=plan.interactive)
     if release.simulation:
         lines.write(f"# SIMULATION, NOT PRIVATE (--seed {args.seed}: numpy noise): running "
                     f"counts of {plan.source}")
@@ -530,23 +332,23 @@ def run(args) -> int:
 def _stream(plan, counter, release, lines, plot, force) -> int:
     """Release every step, then write and report; any stop keeps what was released."""
     stop, code, unexpected = None, 0, None
-    with _Signals() as signals:
+    with StopSignals() as signals:
         try:
             try:
                 _release_steps(plan, counter, release, lines, signals)
             finally:
-                signals.depth += 1   # from here on, signals wait until the release is written
+                signals.hold_all()   # from here on, signals wait until the release is written
         except ValueError as exc:
             stop, code = str(exc), 2
-        except _Interrupted as exc:
+        except Interrupted as exc:
             stop, code = f"interrupted by {exc.name}", 128 + exc.signum
         except KeyboardInterrupt:
             stop, code = "interrupted (KeyboardInterrupt)", 130
         except _ReaderGone:
             stop, code = "standard output was closed", EXIT_BROKEN_PIPE
-        except _WriteFailed as exc:
+        except WriteFailed as exc:
             stop, code = f"could not rewrite --out ({exc.args[0]})", 1
-        except BaseException as exc:   # a bug: keep the release, then let it surface
+        except BaseException as exc:  # noqa: BLE001 - a bug: keep the release, then raise it
             stop, code, unexpected = f"unexpected error: {type(exc).__name__}: {exc}", 1, exc
         code = _finish(release, lines, plot, force, stop, code)
         if signals.pending is not None and code == 0:
@@ -567,7 +369,7 @@ def _release_steps(plan, counter, release, lines, signals) -> None:
                 raise ValueError(f"{plan.source}: line {line_no} is a step past the horizon "
                                  f"T = {horizon}: the stream is longer than declared "
                                  "(--horizon)")
-            if release.full():
+            if release.full():   # only unbounded: a bounded stream stops at its horizon
                 raise ValueError(f"{plan.source}: {MAX_STEPS} steps (2^22) released: the "
                                  "most --out / --plot can hold; run without them for a "
                                  "longer stream")
@@ -592,34 +394,34 @@ def _finish(release, lines, plot, force, stop, code) -> int:
             release.write()
             where = f", written to {str(release.out)!r}"
         except (OSError, ValueError) as exc:   # never lose the release: to stdout / stderr
-            _say(f"dptree-opt: error: could not write {str(release.out)!r} "
-                 f"({getattr(exc, 'strerror', None) or exc}); the release follows on "
-                 f"{'stderr' if lines.broken else 'stdout'}")
+            to_stderr(f"dptree-opt: error: could not write {str(release.out)!r} "
+                      f"({getattr(exc, 'strerror', None) or exc}); the release follows on "
+                      f"{'stderr' if lines.broken else 'stdout'}")
             lost, code = True, code or 1
     tag = ("complete" if stop is None else f"INCOMPLETE, stopped: {stop}")
     lines.write(f"# status: {tag} ({release.n} steps)")
     if lost:
-        (_say if lines.broken else print)(release.text())
+        (to_stderr if lines.broken else print)(release.text())
     lines.close()
     if plot is not None and release.n:
         try:
             _plot(plot, release, force)
             where += f"; plot {str(plot)!r}"
-        except Exception as exc:   # the release is out and on disk: report, never raise
-            _say(f"dptree-opt: error: could not write the plot {str(plot)!r} ({exc})")
+        except Exception as exc:  # noqa: BLE001 - the release is out and on disk: report it
+            to_stderr(f"dptree-opt: error: could not write the plot {str(plot)!r} ({exc})")
             code = code or 1
     if code == EXIT_BROKEN_PIPE:
         return code   # the reader went away: nothing more to say
     sim = "SIMULATION, NOT PRIVATE: " if release.simulation else ""
     if stop is None:
         est, se = release.last
-        _say(f"{sim}{release.n} steps released ({release.account['mechanism']}){where}; "
-             f"final estimate {est:.6g} +- {se:.3g}")
+        to_stderr(f"{sim}{release.n} steps released ({release.account['mechanism']}){where}; "
+                  f"final estimate {est:.6g} +- {se:.3g}")
     else:
-        _say(f"dptree-opt: error: {stop}")
-        _say(f"dptree-opt: {sim}the release is INCOMPLETE: {release.n} steps released before "
-             f"the stop{where}" + (' (status "incomplete")' if release.out is not None
-                                   and where else ""))
+        to_stderr(f"dptree-opt: error: {stop}")
+        to_stderr(f"dptree-opt: {sim}the release is INCOMPLETE: {release.n} steps released "
+                  f"before the stop{where}" + (' (status "incomplete")'
+                                               if release.out is not None and where else ""))
     return code
 
 

@@ -450,7 +450,7 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
     # ---- the privacy budget is spent: from here on nothing may raise
     try:
         return _infer(plan, y, privacy, description, timings)
-    except Exception as exc:  # noqa: BLE001 - a bug must not lose the DP output y
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - never lose the DP output y
         return _incomplete(plan, y, privacy, description, timings, exc)
 
 
@@ -507,9 +507,10 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
 
 
 def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, timings: dict,
-                exc: Exception) -> Release:
+                exc: BaseException) -> Release:
     """A Release that keeps the noisy measurements y (the DP output) when post-processing
-    failed unexpectedly (a bug: please report it); every estimate is NaN."""
+    failed unexpectedly (a bug: please report it) or was interrupted (Ctrl-C); every
+    estimate is NaN."""
     K, nq = plan.spec.bins, len(plan.quantiles)
     nan_k, nan_q = np.full(K, np.nan), np.full(nq, np.nan)
     se = np.asarray(plan.standard_errors[:K], dtype=np.float64)
@@ -518,10 +519,12 @@ def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, tim
                      total_public=plan.mechanism.public_total, description=description,
                      consistency=plan.consistency, estimator="blue", integer=False,
                      weighted=False, mechanism=plan.mechanism)
-    note = (f"post-processing failed after the noise was drawn ({type(exc).__name__}: {exc}); "
-            "the noisy measurements (the DP output) are kept in `measurements` and written to "
-            "the JSON: re-run the estimation from them (dptree_opt.cdf_from_measurements). "
-            "This is a bug: please report it")
+    why = ("was interrupted" if isinstance(exc, KeyboardInterrupt)
+           else f"failed ({type(exc).__name__}: {exc})")
+    note = (f"post-processing {why} after the noise was drawn; the noisy measurements (the DP "
+            "output) are kept in `measurements` and written to the JSON: re-run the "
+            "estimation from them (dptree_opt.cdf_from_measurements)"
+            + ("" if isinstance(exc, KeyboardInterrupt) else ". This is a bug: please report it"))
     return Release(spec=plan.spec, cdf=cdf, quantile_levels=tuple(plan.quantiles),
                    quantiles=_readonly(nan_q), quantile_lower=_readonly(nan_q),
                    quantile_upper=_readonly(nan_q), quantile_noise_lower=_readonly(nan_q),

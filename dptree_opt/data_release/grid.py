@@ -548,11 +548,14 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
                            mechanism=plan.mechanism, branchings=plan.branchings,
                            measurements=y, privacy=privacy, description=description,
                            timings=timings, expected_error=expected, notes=tuple(notes))
-    except Exception as exc:  # noqa: BLE001 - a bug must not lose the DP output y
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - never lose the DP output
         nan = np.full(plan.shape, np.nan)
-        note = (f"post-processing failed after the noise was drawn ({type(exc).__name__}: "
-                f"{exc}); the noisy measurements (the DP output) are kept in `measurements` "
-                "and written to the JSON. This is a bug: please report it")
+        why = ("was interrupted" if isinstance(exc, KeyboardInterrupt)
+               else f"failed ({type(exc).__name__}: {exc})")
+        note = (f"post-processing {why} after the noise was drawn; the noisy measurements "
+                "(the DP output) are kept in `measurements` and written to the JSON"
+                + ("" if isinstance(exc, KeyboardInterrupt)
+                   else ". This is a bug: please report it"))
         return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(nan),
                            consistent=None, consistency=plan.consistency, total=None,
                            total_public=plan.mechanism.public_total, mechanism=plan.mechanism,

@@ -835,23 +835,46 @@ def _check_total(counts: np.ndarray, path: str) -> None:
 
 
 MAX_COUNT_LINE = 1024  # characters (bytes) of one line of a counts stream: longer is refused
+COUNT_RULE = ("a non-negative integer below 2^53 in plain decimal digits, like 7, +7 or 7.0, "
+              "no exponent")
 
 
-def count_lines(lines, source: str = "standard input") -> Iterator[tuple[int, int]]:
+def count_lines(lines, source: str = "standard input", *,
+                quote: bool = True) -> Iterator[tuple[int, int]]:
     """A counts stream read line by line (a file or standard input): yields (line number,
-    count) for each non-blank line, one non-negative integer < 2^53 per line (``3``, ``"3"``,
-    ``3.0``); a first line ``count`` is a header; blank lines are skipped.
+    count) for each non-blank line; a first line ``count`` is a header; blank lines are
+    skipped.
+
+    What a count line is (``COUNT_RULE``; the rule of ``read_counts`` too): a non-negative
+    integer below 2^53 written in plain decimal ASCII digits, optionally with a leading ``+``
+    and a fractional part of zeros only (``7``, ``+7``, ``007``, ``7.0``, ``7.``), inside
+    optional surrounding whitespace and one pair of double quotes (``"7"``). Refused: an
+    exponent (``1e3``, although its value is an integer), any other fraction (``7.5``), a
+    sign ``-``, ``nan`` / ``inf``, anything else; a count >= 2^53; a running total reaching
+    2^53 (exact in double below it); a line longer than ``MAX_COUNT_LINE`` characters
+    (refused before it is parsed, so a 20-million-digit line costs nothing; a count below
+    2^53 has 16 digits); a line that is not UTF-8.
 
     ``lines``: an iterable of lines, ``str`` or UTF-8 ``bytes`` (a text or binary file
     object); a UTF-8 byte-order mark is skipped, a UTF-16/32 one refused. Each line is checked
-    as it is read, so a bad line raises ValueError naming ``source`` and the line (the steps
-    before it stand): a line longer than ``MAX_COUNT_LINE`` characters (refused before it is
-    parsed, so a 20-million-digit line costs nothing; a count below 2^53 has 16 digits), a
-    line that is not UTF-8, not a number, not a non-negative integer, a count >= 2^53, or a
-    running total reaching 2^53 (exact in double below it). Messages quote at most 40
-    characters of a bad line and never the running total. O(1) memory and time per line."""
+    as it is read, so a bad line raises ValueError naming ``source`` and the line number (the
+    steps before it stand). ``quote``: whether the message may say what is wrong with the
+    line and quote it (at most 40 characters, never the running total): for input validated
+    in full before any noise. With ``quote=False`` (a stream answered line by line, whose
+    earlier steps are released) every refusal of a line's content says only that line N is
+    not a valid count, and the rule: the kind of fault (too long, negative, too large, ...)
+    would tell something about a protected count. O(1) memory and time per line."""
     pattern = re.compile(_INTEGER)
     first, total, line_no = True, 0, 0
+
+    def refuse(detail: str) -> ValueError:
+        if quote:
+            return ValueError(f"{source}: line {line_no}{detail}")
+        return ValueError(f"{source}: line {line_no} is not a valid count (one count per "
+                          f"line: {COUNT_RULE}, at most {MAX_COUNT_LINE} characters, the "
+                          "running count below 2^53; the line is not quoted, as the stream "
+                          "is running)")
+
     it = iter(lines)
     while True:
         try:
@@ -859,19 +882,21 @@ def count_lines(lines, source: str = "standard input") -> Iterator[tuple[int, in
         except StopIteration:
             return
         except UnicodeDecodeError:  # a text stream that is not UTF-8
-            raise ValueError(f"{source}: line {line_no + 1} is not UTF-8 text") from None
+            line_no += 1
+            raise refuse(" is not UTF-8 text") from None
         line_no += 1
         if len(line) > MAX_COUNT_LINE and len(line) - _line_end_length(line) > MAX_COUNT_LINE:
-            raise ValueError(f"{source}: line {line_no} is longer than {MAX_COUNT_LINE} "
-                             "characters; a counts stream holds one count per line (a count "
-                             "below 2^53 has at most 16 digits)")
+            raise refuse(f" is longer than {MAX_COUNT_LINE} characters; a counts stream holds "
+                         "one count per line (a count below 2^53 has at most 16 digits)")
         if isinstance(line, (bytes, bytearray)):
-            if line_no == 1:
-                line = line[_utf8_start(line, source):]
             try:
+                if line_no == 1:
+                    line = line[_utf8_start(line, source):]
                 line = line.decode("utf-8")
             except UnicodeDecodeError:
-                raise ValueError(f"{source}: line {line_no} is not UTF-8 text") from None
+                raise refuse(" is not UTF-8 text") from None
+            except ValueError as exc:   # a UTF-16 / UTF-32 byte-order mark
+                raise refuse(f": {str(exc).removeprefix(source + ': ')}") from None
         text = line.lstrip("\ufeff").strip() if line_no == 1 else line.strip()
         if not text:
             continue
@@ -881,19 +906,18 @@ def count_lines(lines, source: str = "standard input") -> Iterator[tuple[int, in
         first = False
         cell = text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
         if not pattern.match(cell):
-            what = ("must be a non-negative integer" if re.match(_NUMBER, cell, re.IGNORECASE)
-                    else "is not a number")
-            raise ValueError(f"{source}: line {line_no}: {_quote(text)} {what} (one count per "
-                             "line)")
+            if re.match(_NUMBER, cell, re.IGNORECASE):
+                raise refuse(f": {_quote(text)} must be {COUNT_RULE}")
+            raise refuse(f": {_quote(text)} is not a number (one count per line: "
+                         f"{COUNT_RULE})")
         digits = cell.lstrip("+").split(".")[0].lstrip("0") or "0"
         value = int(digits) if len(digits) <= 16 else _EXACT  # 2^53 has 16 digits
         if value >= _EXACT:
-            raise ValueError(f"{source}: line {line_no}: the count is >= 2^53 = {_EXACT} (too "
-                             "large to handle exactly)")
+            raise refuse(f": the count is >= 2^53 = {_EXACT} (too large to handle exactly)")
         total += value
         if total >= _EXACT:
-            raise ValueError(f"{source}: line {line_no}: the running count reaches 2^53 = "
-                             f"{_EXACT} (too large to handle exactly)")
+            raise refuse(f": the running count reaches 2^53 = {_EXACT} (too large to handle "
+                         "exactly)")
         yield line_no, value
 
 

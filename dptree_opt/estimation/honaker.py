@@ -113,16 +113,26 @@ def _check_y(y, v: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def _ivw(var_a, var_b):
     """Inverse-variance weight on ``a`` and the variance of the combination of independent a, b.
 
-    [HON] Remark 1-2: w_a = v_a^-1 / (v_a^-1 + v_b^-1), var = 1 / (v_a^-1 + v_b^-1). Precision
-    1/0 = inf dominates (if both are exact, ``a`` is taken), 1/inf = 0 drops out; if neither
-    input carries information the weight is NaN and the variance inf. Works elementwise.
+    [HON] Remark 1-2: w_a = v_a^-1 / (v_a^-1 + v_b^-1), var = 1 / (v_a^-1 + v_b^-1), computed
+    in ratio form, w_a = v_b / (v_a + v_b) and var = v_a w_a, so that no reciprocal of a tiny
+    variance overflows (1 / v is inf below ~5.6e-309, which made the variance 0). An exact
+    input (variance 0) dominates (if both are exact, ``a`` is taken), an unmeasured one (inf)
+    drops out; if neither input carries information the weight is NaN and the variance inf.
+    Works elementwise.
     """
     var_a, var_b = np.asarray(var_a, dtype=np.float64), np.asarray(var_b, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p_a, p_b = 1.0 / var_a, 1.0 / var_b
-        var = 1.0 / (p_a + p_b)
-        w_a = np.where(np.isinf(p_a), 1.0, np.where(np.isinf(p_b), 0.0, p_a / (p_a + p_b)))
-    return w_a, var
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # two finite variances whose sum overflows: the same ratio, both halved
+        scale = np.where(np.isinf(var_a + var_b) & np.isfinite(var_a) & np.isfinite(var_b),
+                         0.5, 1.0)
+        w_a = (scale * var_b) / (scale * var_a + scale * var_b)
+        var = var_a * w_a
+    inf_a, inf_b = np.isinf(var_a), np.isinf(var_b)
+    w_a = np.where(var_a == 0, 1.0, np.where(var_b == 0, 0.0, np.where(
+        inf_a & inf_b, np.nan, np.where(inf_a, 0.0, np.where(inf_b, 1.0, w_a)))))
+    var = np.where((var_a == 0) | (var_b == 0), 0.0, np.where(
+        inf_a, var_b, np.where(inf_b, var_a, var)))
+    return w_a[()], var[()]
 
 
 def _mix(a, b, w_a):

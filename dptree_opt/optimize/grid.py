@@ -58,7 +58,8 @@ from ..error import expected_error
 from ..error.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
                                is_grid_tree_mechanism)
 from ..estimation.kronecker import grid_trees, level_tuple_of
-from ..limits import MAX_GRID_LEVEL_TUPLES, at_budget, check_count
+from ..limits import (MAX_GRID_LEVEL_TUPLES, MAX_KRON_PRODUCTS, MAX_QUADTREE_CANDIDATES,
+                      MAX_SEARCH_CELLS, at_budget, check_count)
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget, resolve_public
 from ..strategies import KroneckerStrategy, QuadtreeStrategy
@@ -254,6 +255,24 @@ def _n_factorisations(w: int) -> int:
     return sum(_n_factorisations(d) for d in _divisors(w)[:-1])
 
 
+def _factorisations_by_height(w: int) -> dict:
+    """{h: F_h(w)}, the number of ordered factorisations of w into exactly h factors >= 2,
+    for every h >= 1 with F_h > 0 (w = 1: {0: 1}), counted, never listed: by inclusion-
+    exclusion over the factors equal to 1, F_h = sum_j (-1)^j C(h, j) G_(h - j), where
+    G_m = prod_p C(e_p + m - 1, m - 1) counts ordered factorisations into m factors >= 1
+    (stars and bars per prime exponent e_p)."""
+    from .search import finest_refinement
+    if w == 1:
+        return {0: 1}
+    primes = finest_refinement((w,))
+    exps = [primes.count(p) for p in set(primes)]
+
+    def g(m: int) -> int:
+        return math.prod(math.comb(e + m - 1, m - 1) for e in exps) if m else 0
+    return {h: sum((-1) ** j * math.comb(h, j) * g(h - j) for j in range(h + 1))
+            for h in range(1, len(primes) + 1)}
+
+
 def _padded_chain_count(n: int, limit: int) -> int:
     """The number of padded trees of an axis of n bins, sum of H(w_1) over w_1 < n
     (``_axis_groups``), or limit + 1 as soon as it exceeds ``limit`` (every H >= 1, so
@@ -437,6 +456,11 @@ def _kron_equal_search(st: _Setting, groups, k: int):
     terms = [{h: _kron_equal_terms(g) for h, g in gr.items()} for gr in groups]
     kept = [{h: _dominance_prune(e, c, k, st.public) for h, (e, c) in t.items()}
             for t in terms]
+    n = math.prod(sum(len(x) for x in kd.values()) for kd in kept)
+    check_count(n, MAX_KRON_PRODUCTS, f"the number of Kronecker trees left to compare after "
+                f"per-axis pruning ({n})", "the search compares ~6e7 a second; use fewer axes "
+                "or fewer bins per axis, or the quadtrees only (family='quadtree'; "
+                "--family quadtree)")
     found = []
     for hs in itertools.product(*[sorted(gr) for gr in groups]):
         m = math.prod(h + 1 for h in hs) - st.public
@@ -813,6 +837,9 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
     # axis tree has Omega(n_i) levels (padded: at most floor(log2(2 n_i - 1)))
     padded = isinstance(allow_padding, (bool, np.bool_)) and bool(allow_padding)
     tallest = [((2 * n - 1).bit_length() - 1) if padded else len(_finest((n,))) for n in dims]
+    check_count(math.prod(dims), MAX_SEARCH_CELLS, f"the grid {'x'.join(map(str, dims))} "
+                f"({math.prod(dims)} cells)", "the search takes minutes beyond it (30 s at "
+                "2^32 cells); use fewer bins per axis")
     check_count(math.prod(h + 1 for h in tallest), MAX_GRID_LEVEL_TUPLES,
                 f"the number of budget levels of the tallest Kronecker tree over {dims}",
                 "use fewer or coarser axes (each axis of n cells adds up to log2(n) + 1 "
@@ -885,11 +912,16 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
             raise ValueError(f"no Kronecker tree of the requested height fits {dims}")
         counts["kron"] = math.prod(sum(len(g.chains) for g in gr.values()) for gr in groups)
         found["kron"] = _kron_equal_search(st, groups, k)
-    if "quadtree" in fams:
+    if "quadtree" in fams:   # counted before any axis tree is listed
+        by_h = [_factorisations_by_height(n) for n in dims]
+        common = set.intersection(*[set(f) for f in by_h]) & ({qh} if qh else set(by_h[0]))
+        counts["quadtree"] = sum(math.prod(f[h] for f in by_h) for h in common)
+        check_count(counts["quadtree"], MAX_QUADTREE_CANDIDATES, f"the number of quadtrees "
+                    f"to evaluate ({counts['quadtree']})", "each is evaluated exactly, in "
+                    "memory; use fewer axes or fewer bins per axis, or the Kronecker trees "
+                    "only (family='kron'; --family kron)")
         qgroups = [_axis_groups(n, kind, False, None if qh is None else {qh})
                    for n, kind in zip(dims, kinds)]
-        common = set.intersection(*[set(g) for g in qgroups])
-        counts["quadtree"] = sum(math.prod(len(g[h].chains) for g in qgroups) for h in common)
         if not common:
             if family == "quadtree":
                 raise ValueError(f"no quadtree (every level splitting every axis) of the "

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import sys
+from numbers import Integral
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from ..privacy import calibrate, split_budget
 from .base import CounterEngine, StrategyRows
 from .noise import check_group_scales
 from .secret import NoiseBuffer
-from .tree import check_branching
+from .tree import MAX_BRANCHING, check_branching
 
 __all__ = ["AheadEngine", "MAX_AHEAD_HORIZON"]
 
@@ -58,15 +59,23 @@ MAX_AHEAD_HORIZON = 1 << 22   # the noise of every node is drawn and held (modul
 def _branching(horizon: int, branching) -> list[int]:
     """The tree's branching (leaves last, as ``strategies.tree``): an int k gives
     ceil(log_k T) levels of k; a list is used as given (product >= T)."""
-    if branching is None or isinstance(branching, (int, np.integer)):
-        k = check_branching(branching, "binary" if branching in (None, 2) else "kary")
+    if branching is None or isinstance(branching, (Integral, float, np.floating)):
+        k = check_branching(branching, "binary" if branching in (None, 2) else "tree_blue")
         h, width = 0, 1
         while width < horizon:
             h, width = h + 1, width * k
         return [k] * max(h, 1)
-    ks = [check_branching(int(b), "kary") for b in branching]
+    try:
+        ks = [check_branching(b, "tree_blue") for b in branching]
+    except TypeError:
+        raise ValueError(f"mechanism 'tree_blue' needs branching = an integer >= 2 or a list "
+                         f"of them (root first), got {branching!r}") from None
     if math.prod(ks) < horizon:
         raise ValueError(f"branching {ks} covers {math.prod(ks)} < horizon {horizon} steps")
+    if math.prod(ks) > MAX_BRANCHING:
+        raise ValueError(f"mechanism 'tree_blue': branching {ks} covers {math.prod(ks)} "
+                         "steps, more than 2^62 (the node bounds are int64); give factors "
+                         f"whose product is at least the horizon {horizon} and at most 2^62")
     return ks
 
 
@@ -102,8 +111,9 @@ class AheadEngine(CounterEngine):
                                     name=name)
         check_group_scales(noise, [calibrate(1.0, b, noise)[0] for b in leaves_first],
                            budget=budget, group_budgets=leaves_first,
-                           groups=[f"level {lvl} (leaves = 0)"
-                                   for lvl in range(len(leaves_first))],
+                           groups=["the leaves (level 0)"] + [
+                               f"level {lvl} above the leaves"
+                               for lvl in range(1, len(leaves_first))],
                            min_variance=sys.float_info.min)
         kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
         if level_budgets is not None:
@@ -111,14 +121,32 @@ class AheadEngine(CounterEngine):
         self.mechanism = Mechanism(strategy, neighbours="add_remove", discrete=rng is None,
                                    level_budgets=level_budgets, **kw)
         # the exact variances first: everything that can refuse runs before the first draw
-        self._variances = expected_error(workloads.prefix(self.horizon), self.mechanism,
-                                         "blue", per_query=True)
+        self._variances = self._step_variances_checked(name)
         z = self._draw_noise(rng)
         # (L z)_t, t = 1..T: the drawn-ahead noise of the running counts
         self._noise_path = NoiseBuffer(np.cumsum(blue_estimate(self.mechanism, z)),
                                        secure=self.secure, readonly=True)
         self.t = 0
         self._exact = 0
+
+    def _step_variances_checked(self, name: str) -> np.ndarray:
+        """The offline BLUE's variances of the T running counts, computed on the mechanism
+        with variances near 1 and rescaled exactly (they are homogeneous of degree 1 in the
+        noise variances); ValueError, worded for the counter, when one is not a normal
+        double (the budget is too large)."""
+        twin, c = self.mechanism.normalised()
+        unit = expected_error(workloads.prefix(self.horizon), twin, "blue", per_query=True)
+        with np.errstate(under="ignore", over="ignore"):
+            variances = np.asarray(unit, dtype=float) * c
+        bad = ~(np.isfinite(variances) & (variances >= sys.float_info.min))
+        if np.any(bad):
+            t = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} = {self.budget!r} is too large: the variance of the "
+                             f"running count after step {t + 1} would be "
+                             f"{float(unit[t]) * c:.3g}, below the smallest normal double "
+                             f"{sys.float_info.min:.3g} (the offline BLUE weighs by the "
+                             f"variances). Use a smaller {name}")
+        return variances
 
     def _draw_noise(self, rng) -> np.ndarray:
         """One noise draw per released node: OpenDP on zero counts, one measurement per level

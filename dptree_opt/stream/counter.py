@@ -30,7 +30,10 @@ is refused by name, with the accepted ones), and budget sanity for secure and si
 counters alike (:func:`dptree_opt.privacy.check_noise_scales`): noise identically 0 in double
 precision (exact counts) or wider than 2^53 / 64 (the noisy counts leave the exact integers
 of doubles; OpenDP's integer samplers saturate) is refused, for every level, every block of
-the unbounded counter and the float Gaussian of "sqrt" / "blt".
+the unbounded counter and the float Gaussian of "sqrt" / "blt". The estimators that weigh by
+the variances (``estimator="causal"``, and "tree_blue"'s offline BLUE) also refuse variances
+below the smallest normal double (2.2e-308): every budget accepted gives finite estimates and
+finite, positive variances (an unmeasured level aside).
 
 Limits. ``MAX_HORIZON`` = 2^40 steps ("sqrt": 2^24, "tree_blue": 2^22: their noise is held
 in memory); ``step_variances(steps)`` is refused when its estimated memory exceeds

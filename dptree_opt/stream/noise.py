@@ -78,12 +78,13 @@ class GroupNoise(SecretState):
     ``noise``: "laplace" | "gaussian"; ``budgets``: per-group budget (eps or rho; 0 = the
     group is not measured); ``sensitivities``: per-group sensitivity (l1 for Laplace, l2 for
     Gaussian) of one event, default 1; ``total``: the counter's whole budget and ``groups``:
-    the groups' names, for the budget-sanity message (default the sum, "level i").
-    ``scales``, ``variances``: per group. Budget sanity is checked before any OpenDP
-    measurement is built (module docstring)."""
+    the groups' names, for the budget-sanity message (default the sum, "level i");
+    ``min_variance``: the smallest variance a measured group may have (``sys.float_info.min``
+    for estimators that weigh by the variances). ``scales``, ``variances``: per group. Budget
+    sanity is checked before any OpenDP measurement is built (module docstring)."""
 
     def __init__(self, noise: str, budgets, rng=None, sensitivities=None, *, total=None,
-                 groups=None):
+                 groups=None, min_variance: float = 0.0):
         self.noise = noise
         self.budgets = np.asarray(budgets, dtype=float)
         sens = (np.ones(len(self.budgets)) if sensitivities is None
@@ -96,7 +97,7 @@ class GroupNoise(SecretState):
                            budget=float(self.budgets.sum()) if total is None else total,
                            groups=(groups if groups is not None else
                                    [f"level {i}" for i in range(len(self.scales))]),
-                           group_budgets=self.budgets)
+                           group_budgets=self.budgets, min_variance=min_variance)
         self.variances = group_variances(noise, self.budgets, self.secure, sens)
         if self.secure:
             from ..data_release.secure_noise import _opendp_measurement

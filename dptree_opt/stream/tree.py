@@ -30,12 +30,16 @@ by step t lies in the subtree of one of them.
 Either way the estimate at step t uses only nodes complete by step t: it is causal. Memory
 O(k L): per level the open node's exact count and the estimates of complete nodes not yet
 merged into their parent. Budget sanity: a level whose noise is identically 0 or saturates
-is refused when the counter is made (:class:`~dptree_opt.stream.noise.GroupNoise`).
+is refused when the counter is made (:class:`~dptree_opt.stream.noise.GroupNoise`), and with
+the causal BLUE also a level whose variance is below the smallest normal double (its weights
+are ratios of the variances; computed in ratio form, :func:`combine`, they stay finite for
+every normal variance and every count below 2^53).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Integral
 
 import numpy as np
@@ -47,9 +51,12 @@ from .base import VARIANCE_CHUNK, CounterEngine, StrategyRows
 from .noise import GroupNoise
 
 __all__ = ["TreeEngine", "tree_levels", "from_below_variances", "digit_variances",
-           "check_branching", "combine", "ESTIMATORS"]
+           "check_branching", "combine", "ESTIMATORS", "MIN_VARIANCE", "MAX_BRANCHING"]
 
 ESTIMATORS = ("covering", "causal")
+# the smallest level variance each estimator accepts: the causal BLUE weighs by the
+# variances (they must be normal doubles); covering sums only need noise that is not 0
+MIN_VARIANCE = {"covering": 0.0, "causal": sys.float_info.min}
 
 
 def tree_levels(horizon: int, k: int) -> int:
@@ -87,26 +94,36 @@ def digit_variances(t: np.ndarray, k: int, node_variances) -> np.ndarray:
 
 def combine(a: float, va: float, b: float, vb: float) -> tuple[float, float]:
     """The BLUE of one quantity from two independent unbiased estimates a (variance va) and
-    b (vb), and its variance: inverse-variance weights; an exact estimate (variance 0) wins,
-    an absent one (variance inf) drops out (both absent: (a, inf))."""
+    b (vb), and its variance: inverse-variance weights in ratio form, w_a = vb / (va + vb),
+    w_b = va / (va + vb), variance va w_a (no 1 / va or a / va, which overflow for tiny
+    variances or large estimates); an exact estimate (variance 0) wins, an absent one
+    (variance inf) drops out (both absent: (a, inf))."""
     if va == 0 or math.isinf(vb):
         return a, va
     if vb == 0 or math.isinf(va):
         return b, vb
-    v = 1.0 / (1.0 / va + 1.0 / vb)
-    return (a / va + b / vb) * v, v
+    half = 0.5 if math.isinf(va + vb) else 1.0     # both finite, their sum overflows
+    total = half * va + half * vb
+    w_a, w_b = half * vb / total, half * va / total
+    return w_a * a + w_b * b, va * w_a
+
+
+MAX_BRANCHING = 1 << 62   # steps and node bounds are int64; a wider node never completes
 
 
 def check_branching(branching, mechanism: str) -> int:
-    """k for mechanism "binary" (2; ``branching`` None or 2) or "kary" (an integer >= 2)."""
+    """k for mechanism "binary" (2; ``branching`` None or 2) or another tree mechanism (an
+    integer in [2, 2^62]: the step arithmetic is int64, and k above the horizon already
+    gives a single level)."""
     if mechanism == "binary":
         if branching not in (None, 2):
-            raise ValueError("mechanism='binary' has branching 2; use mechanism='kary'")
+            raise ValueError(f"mechanism 'binary' is the 2-ary tree, got branching="
+                             f"{branching!r}; use mechanism 'kary' for another branching")
         return 2
     if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, Integral) \
-            or branching < 2:
-        raise ValueError(f"mechanism='kary' needs branching = an integer >= 2, got "
-                         f"{branching!r}")
+            or not 2 <= branching <= MAX_BRANCHING:
+        raise ValueError(f"mechanism {mechanism!r} needs branching = an integer in [2, 2^62], "
+                         f"got {branching!r}")
     return int(branching)
 
 
@@ -128,7 +145,9 @@ class TreeEngine(CounterEngine):
         self.levels = tree_levels(self.horizon, k)
         name = "epsilon" if noise == "laplace" else "rho"
         self.level_budgets = split_budget(budget, self.levels, level_budgets, name=name)
-        self._noise = GroupNoise(noise, self.level_budgets, rng, total=budget)
+        # the causal BLUE weighs by the level variances: they must be normal doubles
+        self._noise = GroupNoise(noise, self.level_budgets, rng, total=budget,
+                                 min_variance=MIN_VARIANCE[estimator])
         self.secure = self._noise.secure
         self.level_scales = self._noise.scales
         self.level_variances = self._noise.variances

@@ -25,11 +25,12 @@ Budget sanity. "Unbounded" means up to ``MAX_UNBOUNDED_STEPS`` = 2^62 steps (int
 arithmetic; about 146,000 years at a step per microsecond). When the counter is made, the
 block totals' noise and the block trees' levels are checked for every block up to that step
 (the level scale grows with the block's height: the first block's single level and the last
-block's levels are the extremes), so no block is refused after the stream has started.
+block's levels are the extremes), so no block is refused after the stream has started. With
+the causal BLUE every variance must also be a normal double (the combinations weigh by them,
+in ratio form: :func:`~dptree_opt.stream.tree.combine`).
 """
 
 from __future__ import annotations
-
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,8 +38,8 @@ import scipy.sparse as sp
 from ..privacy import calibrate
 from .base import CounterEngine, StrategyRows
 from .noise import GroupNoise, check_group_scales, group_variances
-from .tree import (ESTIMATORS, TreeEngine, check_branching, combine, digit_variances,
-                   from_below_variances, tree_levels)
+from .tree import (ESTIMATORS, MIN_VARIANCE, TreeEngine, check_branching, combine,
+                   digit_variances, from_below_variances, tree_levels)
 
 __all__ = ["HybridEngine", "block_bounds", "MAX_UNBOUNDED_STEPS"]
 
@@ -82,7 +83,8 @@ class HybridEngine(CounterEngine):
         self.secure = rng is None
         self._check_blocks()
         self._totals = GroupNoise(noise, [(1.0 - self.split) * budget], rng, total=budget,
-                                  groups=["the block totals"])
+                                  groups=["the block totals"],
+                                  min_variance=MIN_VARIANCE[estimator])
         self.total_variance = float(self._totals.variances[0])
         self._tree_kw = dict(noise=noise, budget=self.split * budget, rng=rng,
                              mechanism=mechanism, branching=branching, estimator=estimator)
@@ -102,8 +104,9 @@ class HybridEngine(CounterEngine):
         scales = [calibrate(1.0, b, self.noise)[0] for b in budgets]
         check_group_scales(self.noise, scales, budget=self.budget, group_budgets=budgets,
                            groups=["the single level of block 0's tree",
-                                   f"each of the {heights[1]} levels of block {last}'s tree "
-                                   f"(from step {start + 1})", "the block totals"])
+                                   (f"each of the {heights[1]} levels of block {last}'s tree "
+                                    f"(from step {start + 1})"), "the block totals"],
+                           min_variance=MIN_VARIANCE[self.estimator])
 
     def _start_block(self) -> None:
         self.block += 1
