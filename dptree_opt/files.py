@@ -9,8 +9,9 @@ a reader must never see a half-written file.
   /dev/null --force`` would otherwise replace the device), a path whose parent directory does
   not exist or is not writable.
 * :func:`check_output_path` does the same, and also refuses a path that is one of the input
-  files (same file by ``os.path.samefile``, so a symlink or another spelling counts) or that
-  exists already without ``force``.
+  files (same file by ``os.path.samefile``, so a symlink or another spelling counts), a name
+  without one of the expected suffixes (``.json``; ``.png``, ...), or a path that exists
+  already without ``force``.
 * :func:`write_atomic` / :func:`write_text_atomic`: the content goes to a new hidden file in
   the target's directory, is flushed to disk, then moved into place: ``os.replace`` with
   ``force``, a hard link (which fails if the target appeared meanwhile) without it; the
@@ -45,7 +46,9 @@ def check_writable_path(path, *, flag: str = "path") -> Path:
     """``path`` as a Path, if a regular file could be created or replaced there (module
     docstring); ValueError naming ``flag`` otherwise. Nothing is written."""
     text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
-    if not isinstance(text, str) or not text:
+    if text == "":
+        raise ValueError(f"{flag}: the path is empty; name a file")
+    if not isinstance(text, str):
         raise ValueError(f"{flag}: expected a file path (str or os.PathLike), got {path!r}")
     out = Path(text)
     with path_lookup_errors(flag, text):
@@ -57,7 +60,7 @@ def check_writable_path(path, *, flag: str = "path") -> Path:
             what = ("a broken symbolic link" if out.is_symlink() and not out.exists()
                     else "not a regular file (a device, a FIFO, ...)")
             raise ValueError(f"{flag} {text!r} is {what}; name a regular file")
-        parent = out.parent if str(out.parent) else Path(".")
+        parent = out.parent   # "." for a bare file name
         if not parent.is_dir():
             raise ValueError(f"{flag}: directory {str(parent)!r} does not exist")
         if not os.access(parent, os.W_OK | os.X_OK):
@@ -65,19 +68,23 @@ def check_writable_path(path, *, flag: str = "path") -> Path:
     return out
 
 
-def check_output_path(path, *, inputs=(), force: bool = False, flag: str = "--out") -> Path:
+def check_output_path(path, *, inputs=(), force: bool = False, flag: str = "--out",
+                      suffixes: tuple = ()) -> Path:
     """The validated output path (module docstring): :func:`check_writable_path`, not one of
-    ``inputs``, and not existing unless ``force``; ValueError naming ``flag``."""
+    ``inputs``, a name ending in one of ``suffixes`` (any case; when given), and not existing
+    unless ``force``; ValueError naming ``flag``, checked in that order."""
     out = check_writable_path(path, flag=flag)
     with path_lookup_errors(flag, path):
-        if out.exists():
-            for inp in inputs:
-                if inp is not None and os.path.exists(os.fspath(inp)) \
-                        and os.path.samefile(out, os.fspath(inp)):
-                    raise ValueError(f"{flag} {str(out)!r} is the input file "
-                                     f"{os.fspath(inp)!r}: refusing to overwrite the data")
-            if not force:
-                raise ValueError(f"{flag} {str(out)!r} exists; pass --force to overwrite it")
+        exists = out.exists()
+        for inp in inputs if exists else ():
+            if inp is not None and os.path.exists(os.fspath(inp)) \
+                    and os.path.samefile(out, os.fspath(inp)):
+                raise ValueError(f"{flag} {str(out)!r} is the input file "
+                                 f"{os.fspath(inp)!r}: refusing to overwrite the data")
+    if suffixes and out.suffix.lower() not in suffixes:
+        raise ValueError(f"{flag} {str(out)!r}: name a {' / '.join(suffixes)} file")
+    if exists and not force:
+        raise ValueError(f"{flag} {str(out)!r} exists; pass --force to overwrite it")
     return out
 
 
@@ -101,7 +108,7 @@ def write_atomic(path, write, *, force: bool = False) -> Path:
     FileExistsError if ``path`` exists and not ``force``, OSError on I/O failure (the target
     is then untouched). Returns the Path."""
     out = check_writable_path(path)
-    parent = out.parent if str(out.parent) else Path(".")
+    parent = out.parent
     if os.path.lexists(out) and not force:
         raise FileExistsError(f"{str(out)!r} exists (pass force=True to overwrite it)")
     fd, tmp = _create_temporary(parent, out.name)

@@ -154,7 +154,7 @@ _MAX_HEAVY = 160        # heavy (few-node) prefixes checked at most
 _N_RANDOM = 32          # random prefixes checked in addition
 _ALL_PREFIXES = 64      # check every prefix up to this K
 _ENDS = 16              # the first and last prefixes are always checked
-NORMAL_SIGMA = 3.0     # discrete Gaussian with sigma >= this: CF normal to ~1e-19
+NORMAL_SIGMA = 3.0      # discrete Gaussian with sigma >= this: CF normal to ~1e-19
 _CACHE_SIZE = 64
 _CHUNK = 32             # prefixes per weight block
 

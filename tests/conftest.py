@@ -9,9 +9,10 @@ from dptree_opt.stream import noise as stream_noise
 
 class OpenDPLog:
     """What a spied run did with OpenDP: ``events`` ("built" / "drawn" in order), ``built``
-    (the keyword arguments of every measurement made: integer ones after their privacy map
-    was checked; the float Gaussian of the factorisation counters as ``noise="float_gaussian",
-    scale=sigma``), ``drawn`` (the argument of every call of one, i.e. every noise draw)."""
+    (the keyword arguments of every measurement asked for, logged before it is made and its
+    privacy map checked, so a refused one counts too; the float Gaussian of the factorisation
+    counters as ``noise="float_gaussian", scale=sigma``), ``drawn`` (the argument of every
+    call of one, i.e. every noise draw)."""
 
     def __init__(self):
         self.events, self.built, self.drawn = [], [], []
@@ -66,5 +67,6 @@ def no_numpy_noise(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("numpy noise on a secure path")
 
-    for name in ("default_rng", "laplace", "normal", "random"):
+    for name in ("default_rng", "RandomState", "laplace", "normal", "standard_normal",
+                 "random"):
         monkeypatch.setattr(np.random, name, boom)

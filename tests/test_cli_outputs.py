@@ -152,6 +152,25 @@ def test_compare_plot_write_failure_keeps_the_table_and_the_old_file(tmp_path, m
     assert png.read_bytes() == b"old" and leftovers(tmp_path) == []
 
 
+def test_compare_plot_directory_removed_during_the_comparison(tmp_path, monkeypatch):
+    """--plot was checked first, but its directory is gone when the comparison ends: the
+    table is still printed (exit 1, the message names the plot), never a lost run."""
+    import dptree_opt.compare as cmp
+    real = cmp.compare
+    where = tmp_path / "d"
+    where.mkdir()
+
+    def compare_then_remove(*a, **k):
+        res = real(*a, **k)
+        where.rmdir()
+        return res
+    monkeypatch.setattr(cmp, "compare", compare_then_remove)
+    code, out, err = run(*COMPARE, "--plot", str(where / "c.png"))
+    assert code == 1, err
+    assert "could not write the plot" in err and "c.png" in err and "Traceback" not in err
+    assert "histogram + BLUE" in out and "plot written" not in out
+
+
 # ------------------------------------------------------------------ plotting.save_figure
 def test_save_figure_is_atomic_and_never_clobbers_without_force(tmp_path):
     import matplotlib
@@ -276,6 +295,23 @@ def test_figures_summary_write_failure_is_reported_after_the_table(tmp_path, mon
     assert "checks passed" in out
 
 
+def test_figures_out_removed_during_the_run_is_reported_after_the_table(tmp_path,
+                                                                         monkeypatch):
+    calls = []
+    fake_scripts(monkeypatch, calls)
+    out = tmp_path / "figs"
+    real = figures_cmd.load_script
+
+    def load_then_remove(folder, stem):
+        out.rmdir()   # the scripts wrote nothing here (stand-ins)
+        return real(folder, stem)
+    monkeypatch.setattr(figures_cmd, "load_script", load_then_remove)
+    code, text, err = run("figures", "--only", "rts_psi", "--out", str(out), "--no-progress")
+    assert code == 1 and calls, err
+    assert "could not write" in err and "figures_summary.json" in err
+    assert "checks passed" in text and "Traceback" not in err
+
+
 # ------------------------------------------------------------------ experiment --out
 @pytest.mark.parametrize("case, needle", [
     ("a_file", "exists and is not a directory"),
@@ -342,6 +378,12 @@ def test_output_helpers_directly(tmp_path):
     assert output_file(tmp_path / "a.png", flag="--plot", force=True) == tmp_path / "a.png"
     with pytest.raises(ValueError, match="is the input file"):
         output_file(tmp_path / "a.png", flag="--plot", force=True, inputs=(tmp_path / "a.png",))
+    # the order of the checks: the input file, then the suffix, then an existing file
+    with pytest.raises(ValueError, match=r"--out .*a\.png': name a \.json file"):
+        output_file(tmp_path / "a.png", flag="--out", suffixes=(".json",))
+    assert output_file(tmp_path / "A.PNG", flag="--plot", suffixes=(".png",)).name == "A.PNG"
+    with pytest.raises(ValueError, match="^--plot: the path is empty"):
+        output_file("", flag="--plot")
     assert output_dir(tmp_path, flag="--out", files=["b.png"]) == tmp_path
     many = [f"f{i}.png" for i in range(9)]
     for name in many:

@@ -1,12 +1,15 @@
 """Random small `dptree-opt stream` runs on the secure path (a counts file or standard input;
 random mechanisms, options, horizons, budgets from 1e-300 to 1e300, bad lines): each is
 either refused with no OpenDP draw, or leaves a JSON that holds every step it printed, with
-a status that says whether the release is complete."""
+a status that says whether the release is complete. A counts file is refused or complete;
+only standard input (a line found bad or past the horizon once the stream runs) may end
+incomplete."""
 
 import contextlib
 import io
 import json
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,26 +24,53 @@ from dptree_opt.stream import MECHANISMS
 BAD_LINES = ["x", "-1", "1.5", "1e3", "9" * 2000, "9007199254740993", "1,2", '"', "nan"]
 
 
+# the options each mechanism takes (anything else is refused before the noise)
+_TREES = ("binary", "kary")
+_BRANCHING = {"binary": [2], "kary": [2, 3, 5, 17], "negative_digits": [3, 5, 17],
+              "tree_blue": [2, 3, 5, 17]}
+
+
 @st.composite
 def invocations(draw):
+    """(lines, from standard input?, argv): three in four draws follow the rules of the
+    mechanism drawn (so that most runs reach the noise), the others draw every flag
+    freely."""
     n = draw(st.integers(0, 24))
     lines = [str(draw(st.integers(0, 30))) for _ in range(n)]
     if draw(st.booleans()) and n:
         lines.insert(draw(st.integers(0, n)), draw(st.sampled_from(BAD_LINES)))
     if draw(st.booleans()):
         lines.insert(0, "count")
-    argv = ["--mechanism", draw(st.sampled_from(MECHANISMS))]
-    budget = draw(st.sampled_from([1e-300, 1e-12, 0.05, 1.0, 7.0, 1e12, 1e300]))
-    argv += [draw(st.sampled_from(["--epsilon", "--rho"])), repr(budget)]
-    for flag, values in [("--branching", [2, 3, 5, 17]), ("--estimator", ["covering", "causal"])]:
-        if draw(st.booleans()):
-            argv += [flag, str(draw(st.sampled_from(values)))]
-    horizon = draw(st.sampled_from([None, "unbounded", 0, 1, 5, 12, 24, 40]))
+    from_stdin = draw(st.booleans())
+    mech = draw(st.sampled_from(MECHANISMS))
+    horizons = [None, "unbounded", 1, 5, 12, 24, 40]
+    if draw(st.integers(0, 3)):   # within the rules of the mechanism
+        budget = draw(st.sampled_from([1.0, 0.05, 7.0, 1e-12, 1e12]))
+        gaussian = mech in ("sqrt", "blt") or draw(st.booleans())
+        argv = ["--mechanism", mech, "--rho" if gaussian else "--epsilon", repr(budget)]
+        if mech in _BRANCHING and (mech == "kary" or draw(st.booleans())):
+            argv += ["--branching", str(draw(st.sampled_from(_BRANCHING[mech])))]
+        if mech in _TREES and draw(st.booleans()):
+            argv += ["--estimator", draw(st.sampled_from(["covering", "causal"]))]
+        if mech not in _TREES:
+            horizons.remove("unbounded")
+        if from_stdin:
+            horizons.remove(None)
+        horizon = draw(st.sampled_from(horizons))
+    else:                         # any flags, budgets from 1e-300 to 1e300
+        budget = draw(st.sampled_from([1e-300, 1e-12, 0.05, 1.0, 7.0, 1e12, 1e300]))
+        argv = ["--mechanism", mech, draw(st.sampled_from(["--epsilon", "--rho"])),
+                repr(budget)]
+        for flag, values in [("--branching", [2, 3, 5, 17]),
+                             ("--estimator", ["covering", "causal"])]:
+            if draw(st.booleans()):
+                argv += [flag, str(draw(st.sampled_from(values)))]
+        horizon = draw(st.sampled_from([0, *horizons]))
     if horizon == "unbounded":
         argv += ["--unbounded"]
     elif horizon is not None:
         argv += ["--horizon", str(horizon)]
-    return lines, draw(st.booleans()), argv
+    return lines, from_stdin, argv
 
 
 @settings(max_examples=100, deadline=None,
@@ -82,6 +112,11 @@ def test_refused_without_draws_or_every_printed_step_on_disk(monkeypatch, opendp
         else:
             assert code == 2 and doc["status"] == "incomplete" and doc["stopped"], err
             assert "INCOMPLETE" in err
+            # only what cannot be known before the noise stops a stream: a line of standard
+            # input (bad, or past the horizon), or standard input without any count; a counts
+            # file is validated in full first (refused above, or complete)
+            assert from_stdin, doc["stopped"]
+            assert re.match(r"standard input: (line \d+ |no counts)", doc["stopped"]), doc
         if doc["status"] == "complete" and doc["account"]["horizon"] is not None:
             assert doc["steps"] <= doc["account"]["horizon"]
     finally:

@@ -189,24 +189,6 @@ def test_force_overwrites_an_existing_output(tmp_path, capsys):
     _same_steps(json.loads(out.read_text()), _steps(capsys.readouterr().out))
 
 
-def test_json_is_on_disk_before_the_first_draw(tmp_path, monkeypatch, capsys, opendp_calls):
-    out = tmp_path / "r.json"
-    seen = []
-
-    def hook(i):
-        if i == 0:   # the first line is read before the first draw
-            seen.append((json.loads(out.read_text()), opendp_calls.count("drawn")))
-    monkeypatch.setattr("sys.stdin", _counts_stdin([1, 2, 3], hook=hook))
-    assert main(["stream", "--counts", "-", "--horizon", "3", "--epsilon", "1", "--out",
-                 str(out)]) == 0
-    (first, drawn), = seen
-    assert drawn == 0 and first["status"] == "running" and first["steps"] == 0
-    assert first["account"]["budget"] == {"epsilon": 1.0} and not first["simulation"]
-    final = json.loads(out.read_text())
-    assert final["status"] == "complete"
-    _same_steps(final, _steps(capsys.readouterr().out))
-
-
 def test_json_on_disk_follows_the_stream(tmp_path, monkeypatch, capsys):
     """With the flush interval at 0 the JSON is rewritten after every step: whenever the next
     line is read, the file on disk parses and holds exactly the steps printed so far."""
@@ -293,6 +275,7 @@ def test_every_stop_writes_the_released_steps(tmp_path, monkeypatch, capsys, ope
     assert len(printed) >= 1 and opendp_calls.count("drawn") > 0
     assert cap.out.splitlines()[-1].startswith("# status: INCOMPLETE")
     assert "INCOMPLETE" in cap.err and reason in cap.err and "Traceback" not in cap.err
+    assert f"written to {str(out)!r} (status \"incomplete\")" in cap.err   # the JSON's status
 
 
 def test_a_signal_during_a_step_lets_the_step_finish(tmp_path, monkeypatch, capsys):
@@ -517,6 +500,26 @@ def test_non_positive_horizon_is_refused(tmp_path, capsys, opendp_calls, horizon
     assert opendp_calls.count("built") == 0
 
 
+def test_steps_must_be_positive(tmp_path, capsys, opendp_calls):
+    assert main(["stream", str(tmp_path / "not_read.csv"), "--column", "t", "--lower", "0",
+                 "--upper", "1", "--steps", "0", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps must be a positive integer" in err and "wider" not in err
+    assert opendp_calls.events == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes")
+def test_counts_from_a_pipe_points_to_standard_input(tmp_path, capsys, opendp_calls):
+    """--counts /dev/stdin (a pipe) or a FIFO is not a file that can be validated in full
+    before the noise: refused (without opening it: nothing blocks), naming --counts -."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main(["stream", "--counts", str(fifo), "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a regular file" in err and "--counts - (standard input)" in err
+    assert opendp_calls.events == []
+
+
 def test_counts_file_longer_than_horizon_is_refused_before_noise(tmp_path, capsys,
                                                                  opendp_calls):
     f = _counts_file(tmp_path, 9)
@@ -576,8 +579,10 @@ def test_steps_beyond_the_limit_are_refused_before_reading(tmp_path, capsys, ope
 
 @pytest.mark.parametrize("argv, match", [
     (["--horizon", str(2**41)], "--horizon must be a positive integer T <= 2\\^40"),
-    (["--horizon", str(2**22 + 1), "--out", "{tmp}/r.json"], "--out / --plot can hold"),
-    (["--horizon", str(2**22 + 1), "--plot", "{tmp}/r.png"], "--out / --plot can hold"),
+    (["--horizon", str(2**22 + 1), "--out", "{tmp}/r.json"],
+     (r"--horizon 4194305 \(with --out / --plot, which hold every step\) is above the limit "
+      r"of 2\^22 = 4194304")),
+    (["--horizon", str(2**22 + 1), "--plot", "{tmp}/r.png"], "with --out / --plot"),
 ])
 def test_horizon_limits_name_the_flag(tmp_path, monkeypatch, capsys, opendp_calls, argv,
                                       match):
@@ -739,7 +744,7 @@ def test_counts_file_and_stdin_follow_one_rule(tmp_path):
     assert rio.read_counts(str(f), None).tolist() == want
     assert [c for _, c in rio.count_lines(good, quote=False)] == want
     for bad in [b"1e3", b"7.5", b"-1", b"0x10", "\u0661".encode(), b"inf", b"1_000",
-                b"9007199254740992", b"7 7", b"", b"nan"][:-2] + [b"nan"]:
+                b"9007199254740992", b"7 7", b"nan"]:
         f.write_bytes(b"1\n" + bad + b"\n")
         for read in (lambda: stream_input.read_counts_file(str(f), 100, "x"),
                      lambda: rio.read_counts(str(f), None),
@@ -808,9 +813,10 @@ _PYTHON_NAMES = re.compile(r"\b(horizon|mechanism|estimator|branching|epsilon|rh
     (["--epsilon", "1", "--mechanism", "negative_digits", "--branching", "4"],
      "--branching must be an odd integer"),
     (["--epsilon", "1", "--mechanism", "tree_blue", "--horizon", str(2**22 + 1)],
-     r"--horizon 4194305 is above the 2\^22 steps of --mechanism tree_blue.*--estimator causal"),
+     (r"--horizon 4194305 \(--mechanism tree_blue\) is above the limit of 2\^22 = 4194304"
+      r".*--estimator causal")),
     (["--rho", "1", "--mechanism", "sqrt", "--horizon", str(2**24 + 1)],
-     r"2\^24 steps of --mechanism sqrt.*--mechanism blt"),
+     r"\(--mechanism sqrt\) is above the limit of 2\^24 = 16777216.*--mechanism blt"),
     (["--epsilon", "1", "--rho", "1"], "exactly one of --epsilon .* or --rho"),
     (["--epsilon", "0"], "--epsilon must be finite and > 0"),
     (["--epsilon", "1e300", "--mechanism", "tree_blue"], r"the noise of the leaves \(level 0\)"),
@@ -830,19 +836,23 @@ def test_stream_flag_messages_name_flags(tmp_path, capsys, opendp_calls, argv, m
     ("blt", "--rho"), ("tree_blue", "--epsilon")])
 def test_out_is_written_before_the_first_step(tmp_path, monkeypatch, capsys, opendp_calls,
                                                mechanism, budget):
-    """As the help says: --out is on disk (no steps) before the first step is drawn; only
-    tree_blue has drawn noise by then (all of it, ahead, added to no count yet)."""
+    """As the help says: --out is on disk (the account, no steps) before the first step is
+    drawn; only tree_blue has drawn noise by then (all of it, ahead, added to no count
+    yet)."""
     out, seen = tmp_path / "r.json", []
 
     def hook(i):
-        if i == 0:
+        if i == 0:   # the first line is read before the first step is drawn
             seen.append((json.loads(out.read_text()), opendp_calls.count("drawn")))
     monkeypatch.setattr("sys.stdin", _counts_stdin([4, 2, 5], hook=hook))
     assert main(["stream", "--counts", "-", "--horizon", "3", budget, "1", "--mechanism",
                  mechanism, "--out", str(out)]) == 0
     (first, drawn), = seen
-    assert first["status"] == "running" and first["steps"] == 0
+    assert first["status"] == "running" and first["steps"] == 0 and not first["simulation"]
+    assert first["account"]["budget"] == {budget.lstrip("-"): 1.0}
     assert (drawn > 0) == (mechanism == "tree_blue")
-    assert json.loads(out.read_text())["steps"] == 3
+    final = json.loads(out.read_text())
+    assert final["status"] == "complete"
+    _same_steps(final, _steps(capsys.readouterr().out))
     assert "tree_blue`` draws all its" in stream_cmd.__doc__ or \
         "tree_blue draws all its" in stream_cmd.__doc__

@@ -172,10 +172,19 @@ def test_a_huge_axis_is_refused_without_listing_its_trees(monkeypatch):
 
 def test_the_design_limit_is_within_the_search(monkeypatch, opendp_calls):
     """tree='optimal' takes axes of up to MAX_DESIGN_AXIS_BINS bins (their padded trees fit
-    the search: 560 737 at 4096 bins) and refuses longer ones before any search; a given
-    tree still works there."""
-    assert grid.MAX_DESIGN_AXIS_BINS == 4096
-    assert ogrid._padded_chain_count(4096, ogrid.MAX_AXIS_CHAINS) == 560737
+    the search) and refuses longer ones before any search; a given tree still works there.
+    The padded trees of an axis of n bins number sum_{w < n} H(w), H(w) the ordered
+    factorisations of w: here by a sieve over multiples (H(1) = 1, H(m) = sum of H(d) over
+    the proper divisors d of m), independent of the code's divisor lists."""
+    n = grid.MAX_DESIGN_AXIS_BINS
+    h = [0, 1] + [0] * (n - 1)
+    for d in range(1, n + 1):
+        for m in range(2 * d, n + 1, d):
+            h[m] += h[d]
+    assert h[2**11] == 2**10 and h[12] == 8          # compositions of 11; OEIS A074206
+    padded = sum(h[1:n])
+    assert padded <= ogrid.MAX_AXIS_CHAINS
+    assert ogrid._padded_chain_count(n, ogrid.MAX_AXIS_CHAINS) == padded
     searched = []
     monkeypatch.setattr(optimize, "best_grid_hierarchy",
                         lambda *a, **k: searched.append(a) or None)

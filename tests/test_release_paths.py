@@ -210,3 +210,54 @@ def test_a_plot_failure_after_the_noise_is_reported_not_raised(tmp_path, monkeyp
     assert code == 1 and json.loads(out.read_text())["complete"] is True
     assert "could not write the plot" in cap.err and "matplotlib exploded" in cap.err
     assert "Traceback" not in cap.err and "written:" in cap.out
+
+
+@pytest.mark.parametrize("where", ["json", "plot"])
+def test_ctrl_c_while_writing_keeps_the_release(tmp_path, monkeypatch, capsys, where):
+    """Ctrl-C while --out or --plot is written (after the noise) stopped the command and, with
+    the JSON not yet written, lost the release: now the failed file is reported, the summary
+    printed, the JSON written (or printed when it was the JSON); exit 1."""
+    from dptree_opt.cli import release_cmd
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "json":
+        monkeypatch.setattr(Release, "to_json", lambda self, path=None, **kw: (
+            interrupted() if path is not None else json.dumps({"complete": self.complete})))
+    else:
+        monkeypatch.setattr(release_cmd, "_plot", interrupted)
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(["release", "--counts", str(_counts(tmp_path)), "--lower", "0", "--upper",
+                 "4", "--bins", "4", "--tree", "4", "--epsilon", "1", "--out", str(out),
+                 "--plot", str(png)])
+    cap = capsys.readouterr()
+    assert code == 1 and "N (private" in cap.out and "Traceback" not in cap.err
+    if where == "json":
+        assert f"could not write {str(out)!r} (interrupted)" in cap.err and not out.exists()
+        assert '{"complete": true}' in cap.out
+    else:
+        assert f"could not write the plot {str(png)!r} (interrupted)" in cap.err
+        assert json.loads(out.read_text())["complete"] is True and not png.exists()
+
+
+def test_notes_follow_the_summary(tmp_path, monkeypatch):
+    """The notes (stderr) came before the header and summary (stdout) they are about."""
+    both = io.StringIO()
+    monkeypatch.setattr("sys.stdout", both)
+    monkeypatch.setattr("sys.stderr", both)
+    path = tmp_path / "c.txt"
+    path.write_text("0\n0\n0\n0\n")
+    assert main(["release", "--counts", str(path), "--lower", "0", "--upper", "4", "--bins",
+                 "4", "--tree", "4", "--rho", "1", "--neighbours", "swap"]) == 0
+    text = both.getvalue()
+    assert text.index("WARNING: swap") < text.index("private release of counts file")
+    assert text.index("note: N = 0: the data are empty") > text.index(" quantile ")
+
+
+def test_bins_take_a_capital_x(tmp_path):
+    """--bins 2X2 was refused ('expected an integer'); the other --bins options take it."""
+    src = tmp_path / "g.csv"
+    src.write_text("x,y\n1,1\n2,3\n")
+    assert main(["release", str(src), "--columns", "x,y", "--lower", "0,0", "--upper", "4,4",
+                 "--bins", "2X2", "--tree", "2;2", "--epsilon", "1"]) == 0

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dptree_opt.cli import main
 from dptree_opt import limits
 from dptree_opt.data_release import core, release, release_file
-from dptree_opt import files as out_mod
+from dptree_opt.files import write_text_atomic
 
 
 @pytest.fixture
@@ -235,6 +235,68 @@ def test_ctrl_c_after_the_noise_keeps_the_measurements(monkeypatch, grid):
     assert not r.complete and r.measurements.shape == (r.mechanism.released.n_rows,)
     note = " ".join(r.notes)
     assert "interrupted" in note and "bug" not in note
+    assert ("cdf_from_measurements" in note) is not grid   # how to re-run: 1-D only
+
+
+def test_cheap_arguments_are_checked_before_the_design(monkeypatch, opendp_calls):
+    """Neither data nor counts, counts of the wrong shape or negative, axis names of the wrong
+    length: refused before the tree design (which takes minutes at large K), not after it."""
+    from dptree_opt.data_release import grid as grid_mod
+
+    def no_design(*args, **kwargs):
+        pytest.fail("the design started")
+
+    monkeypatch.setattr(core, "_design", no_design)
+    monkeypatch.setattr(grid_mod, "_grid_design", no_design)
+    one = dict(lower=0, upper=1, bins=4096, epsilon=1.0)
+    two = dict(lower=(0, 0), upper=(1, 1), bins=(64, 64), epsilon=1.0)
+    for kw, match in (
+            (one, "exactly one of data"),
+            ({**one, "counts": np.ones(4095, dtype=np.int64)}, "^counts: .*shape"),
+            ({**one, "counts": -np.ones(4096, dtype=np.int64)}, "^counts: .*non-negative"),
+            (two, "exactly one of data"),
+            ({**two, "counts": np.ones((64, 63), dtype=np.int64)}, "^counts must have shape"),
+            ({**two, "counts": -np.ones((64, 64), dtype=np.int64)}, "^counts: .*non-negative"),
+            ({**two, "counts": np.ones((64, 64), dtype=np.int64), "names": ["x"]},
+             "^names: need 2 axis names")):
+        with pytest.raises(ValueError, match=match):
+            release(**kw)
+    assert opendp_calls.events == []
+
+
+def test_a_counts_file_is_read_before_the_design(tmp_path, monkeypatch, opendp_calls):
+    """A counts file with the wrong number of counts or a bad line was found only after the
+    tree design; now it is read first, and a good one releases as before."""
+    design = core._design
+    monkeypatch.setattr(core, "_design", lambda *a: pytest.fail("the design started"))
+    f = tmp_path / "c.txt"
+    for text, match in (("1\n" * 4095, "4095 counts for 4096 bins"),
+                        ("1\n" * 4095 + "-1\n", "line 4096")):
+        f.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            release_file(counts_file=f, lower=0, upper=1, bins=4096, epsilon=1.0)
+    assert opendp_calls.events == []
+    monkeypatch.setattr(core, "_design", design)
+    f.write_text("1\n2\n3\n4\n")
+    r = release_file(counts_file=f, lower=0, upper=4, bins=4, tree=[4], epsilon=1.0,
+                     neighbours="swap")
+    assert r.complete and r.total == 10 and r.timings["read_and_bin"] >= 0
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
+                   reason="quantile_intervals._level_kurtosis: m4 / (m2 * m2) with m2 * m2 "
+                          "underflowing to 0 for a discrete Gaussian of sigma ~0.03")
+@pytest.mark.parametrize("rho", [600.0, 1000.0])
+def test_large_rho_releases_or_is_refused_before_the_noise(rho, opendp_calls):
+    """rho in ~[600, 1400] (discrete Gaussian sigma ~0.02-0.04 per level, variance ~1e-200 to
+    1e-300: positive, so accepted by the budget rules) raised ZeroDivisionError from the
+    quantile tests' calibration, before the noise: a traceback in the CLI, not a refusal."""
+    try:
+        r = release(np.array([0.5]), lower=0, upper=1, bins=7, tree=[7], rho=rho)
+    except ValueError:
+        assert opendp_calls.count("drawn") == 0
+    else:
+        assert r.complete and r.total == 1 and int(r.consistent_cdf[-1]) == 1
 
 
 # ------------------------------------------------------------------ the default design
@@ -317,11 +379,11 @@ def test_cli_io_failure_after_the_release_prints_the_json(tmp_path, capsys, monk
 
 def test_write_text_atomic_never_clobbers(tmp_path):
     path = tmp_path / "a.json"
-    out_mod.write_text_atomic(path, "one")
+    write_text_atomic(path, "one")
     with pytest.raises(FileExistsError):
-        out_mod.write_text_atomic(path, "two")
+        write_text_atomic(path, "two")
     assert path.read_text() == "one"
-    out_mod.write_text_atomic(path, "three", force=True)
+    write_text_atomic(path, "three", force=True)
     assert path.read_text() == "three" and os.listdir(tmp_path) == ["a.json"]
     r = release(np.array([1.0]), **_kw())
     with pytest.raises(FileExistsError):

@@ -20,7 +20,9 @@ import scipy.linalg as sla
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.stream import Counter
+from dptree_opt.stream import base as stream_base
 from dptree_opt.stream.base import MAX_STRATEGY_STEPS, MAX_VARIANCE_BYTES
 
 THETA, OMEGA = [0.9, 0.3], [0.1, 0.2]
@@ -224,7 +226,7 @@ def test_the_unbounded_counter_stops_at_its_documented_reach(opendp_calls):
     c = Counter(None, epsilon=1.0)
     c.update(1)
     drawn = opendp_calls.count("drawn")
-    c.t = 2**62
+    c.engine.t = 2**62
     with pytest.raises(ValueError, match="2\\^62"):
         c.update(1)
     assert opendp_calls.count("drawn") == drawn
@@ -257,7 +259,8 @@ def test_inapplicable_options_name_the_mechanism_and_its_options(
 @pytest.mark.parametrize("horizon, mechanism, branching", [
     (8, "kary", 2**63), (None, "kary", 2**63), (8, "kary", 1), (8, "kary", 2.5),
     (8, "tree_blue", 2**63), (8, "tree_blue", 2.5), (8, "tree_blue", [2**40, 2**40]),
-    (8, "tree_blue", [4, 1, 2]), (8, "tree_blue", "ab"), (8, "binary", 3)])
+    (8, "tree_blue", [4, 1, 2]), (8, "tree_blue", "ab"), (8, "tree_blue", []),
+    (8, "tree_blue", [2, 2]), (8, "binary", 3)])
 def test_bad_branching_is_a_value_error_naming_the_mechanism(opendp_calls, horizon, mechanism,
                                                             branching):
     """Not an OverflowError (k^l or node bounds beyond int64) nor a TypeError (a float)."""
@@ -335,3 +338,108 @@ def test_a_random_secure_counter_is_refused_before_any_draw_or_runs_to_the_end(o
 @given(_settings())
 def test_many_random_secure_counters(opendp_calls, setting):
     _refused_before_any_draw_or_complete(opendp_calls, setting)
+
+
+# ------------------------------------------------------------------ nothing raises after a draw
+ENGINES = [  # (horizon, mechanism, options): every engine, secure
+    (8, "binary", dict(epsilon=1.0)),
+    (9, "kary", dict(epsilon=1.0, branching=3, estimator="causal")),
+    (8, "negative_digits", dict(rho=0.5, branching=3)),
+    (8, "tree_blue", dict(epsilon=1.0)),
+    (8, "sqrt", dict(rho=0.5)),
+    (8, "blt", dict(rho=0.5, theta=THETA, omega=OMEGA)),
+    (None, "binary", dict(epsilon=1.0)),
+]
+
+
+@pytest.mark.parametrize("horizon, mechanism, options", ENGINES)
+def test_every_engine_checks_the_step_before_anything_changes_or_is_drawn(
+        opendp_calls, horizon, mechanism, options):
+    """An engine's push refuses a bad count, a running count reaching 2^53 and a step past
+    its horizon (2^62 unbounded) with a ValueError, before it draws or changes anything
+    (the tree, drawn-ahead and unbounded engines used to take -5 or 2^70 as a count and
+    corrupt their state; "tree_blue" past its horizon raised IndexError); the front end
+    reads the engine's step count, so the two never disagree."""
+    c = Counter(horizon, mechanism=mechanism, **options)
+    e = c.engine
+    c.update(2)
+    drawn = opendp_calls.count("drawn")
+    for bad in (-5, 1.5, True, "3", None, 2**53 - 2, 2**70):
+        with pytest.raises(ValueError, match="count"):
+            e.push(bad)
+        with pytest.raises(ValueError, match="count"):
+            c.update(bad)
+    assert opendp_calls.count("drawn") == drawn and e.t == c.t == 1 and c.total == 2
+    assert np.isfinite(c.update(2**53 - 3)) and c.total == 2**53 - 1     # the last exact one
+    with pytest.raises(ValueError, match="2\\^53"):
+        c.update(1)
+    for _ in range(2, horizon or 8):
+        c.update(0)
+    assert c.t == e.t == (horizon or 8)
+    if horizon is None:
+        e.t = 2**62
+    drawn = opendp_calls.count("drawn")
+    with pytest.raises(ValueError, match="no more steps"):
+        e.push(0)
+    assert opendp_calls.count("drawn") == drawn
+
+
+def test_the_counter_does_not_forward_the_engines_stepping_methods(opendp_calls):
+    """``Counter.push`` / ``Counter.run`` reached the engine around ``update``: -5 was added
+    as a count and the front end's step count fell behind the engine's."""
+    c = Counter(8, epsilon=1.0)
+    s = Counter(8, rho=1.0, mechanism="sqrt")
+    for obj, name in ((c, "push"), (c, "run"), (s, "run"), (s, "push")):
+        with pytest.raises(AttributeError, match="update"):
+            getattr(obj, name)
+    assert opendp_calls.count("drawn") == 0 and c.t == s.t == 0
+    assert c.levels == 4                            # other engine attributes still forwarded
+
+
+def test_a_refused_block_start_draws_nothing_for_that_step(monkeypatch, opendp_calls):
+    """The unbounded counter makes each block's tree (its OpenDP measurements built and
+    checked) when the block's first step arrives, before that step draws anything: a
+    refusal there (injected) leaves the counter as it was, and the step can be retried.
+    It used to start the next block after the previous one's last draws: the step's release
+    was lost and the counter's state no longer matched its step count."""
+    spied = sn._opendp_measurement
+    fail = {"armed": False, "fired": 0}
+
+    def faulty(**kw):
+        if fail["armed"]:
+            fail["armed"] = False
+            fail["fired"] += 1
+            raise ValueError("injected: OpenDP refused the measurement")
+        return spied(**kw)
+
+    # level budgets >= 1000 / 2 / 4 = 125: P(any noise != 0) < 100 x 2 e^-125, so the
+    # released running counts are the exact ones
+    c = Counter(None, epsilon=1000.0)
+    monkeypatch.setattr(sn, "_opendp_measurement", faulty)
+    out = []
+    for step in range(1, 9):                   # blocks [0,1), [1,2), [2,4), [4,8)
+        fail["armed"] = step in (2, 3, 5)       # the first step of blocks 1, 2, 3
+        drawn, t = opendp_calls.count("drawn"), c.t
+        try:
+            out.append(c.update(3))
+        except ValueError as exc:
+            assert "injected" in str(exc)
+            assert opendp_calls.count("drawn") == drawn and c.t == t == step - 1
+            out.append(c.update(3))             # the retry runs the step
+    assert fail["fired"] == 3 and c.block == 3
+    np.testing.assert_array_equal(out, 3 * np.arange(1, 9))
+    assert c.variance == c.step_variances(8)[-1]
+
+
+def test_run_refuses_by_size_before_drawing(monkeypatch, opendp_calls):
+    """The factorisation counters' ``run`` computed the variances (refused above the memory
+    limit) after drawing every step's noise; now before."""
+    monkeypatch.setattr(stream_base, "MAX_VARIANCE_BYTES", 10 * 32)   # 10 steps at 32 B
+    for mechanism, options in (("sqrt", {}), ("blt", dict(theta=THETA, omega=OMEGA))):
+        e = Counter(64, rho=1.0, mechanism=mechanism, **options).engine
+        with pytest.raises(ValueError, match="at most 10 steps"):
+            e.run(np.ones(11, dtype=int))
+        assert opendp_calls.count("drawn") == 0 and e.t == 0
+        est, _ = e.run(np.ones(10, dtype=int))
+        assert len(est) == 10 and e.t == 10 and opendp_calls.count("drawn") > 0
+        opendp_calls.events.clear()

@@ -46,6 +46,8 @@ class _Parser(argparse.ArgumentParser):
         self.commands: dict[str, _Parser] = {}  # subcommand name -> its parser
 
     def add_argument(self, *args, **kwargs):
+        """``ArgumentParser.add_argument``, noting the one-value options; an option name that
+        would read as a negative number (``-1x``) is refused (ValueError)."""
         for opt in args:
             if isinstance(opt, str) and _NEGATIVE.match(opt):
                 raise ValueError(f"option {opt!r} would be read as a negative number")
@@ -84,10 +86,13 @@ class _Parser(argparse.ArgumentParser):
         return out
 
     def print_help(self, file=None):
-        # argparse drops a write error silently; let a closed pipe reach main (exit 141)
+        """Write the help to ``file`` (stdout); unlike argparse, a write error is not
+        dropped, so that a closed pipe reaches ``main`` (exit 141)."""
         (file or sys.stdout).write(self.format_help())
 
     def parse_known_args(self, args=None, namespace=None):
+        """``ArgumentParser.parse_known_args`` of ``args`` (default ``sys.argv[1:]``) after
+        :meth:`join_negative_values`."""
         args = sys.argv[1:] if args is None else list(args)
         return super().parse_known_args(self.join_negative_values(args), namespace)
 

@@ -1,5 +1,5 @@
 """Shared pieces of the ``dptree-opt`` subcommands: strategy specs, budget flags and the
-checks of the files and directorys a subcommand writes (:func:`output_file`,
+checks of the files and directories a subcommand writes (:func:`output_file`,
 :func:`output_dir`: run them before any work, so that a bad path never costs a long run)."""
 
 from __future__ import annotations
@@ -90,10 +90,7 @@ def output_file(path, *, flag: str, force: bool = False, suffixes: tuple = (),
     existing file unless ``force``: ValueError naming ``flag``), and a name ending in one of
     ``suffixes`` (when given). Write it afterwards atomically (``plotting.save_figure``,
     ``files.write_text_atomic``)."""
-    out = check_output_path(path, inputs=inputs, force=True, flag=flag)   # not the input
-    if suffixes and out.suffix.lower() not in suffixes:
-        raise ValueError(f"{flag} {str(out)!r}: name a {' / '.join(suffixes)} file")
-    return check_output_path(out, inputs=inputs, force=force, flag=flag)
+    return check_output_path(path, inputs=inputs, force=force, flag=flag, suffixes=suffixes)
 
 
 def output_dir(path, *, flag: str, files, force: bool = False) -> Path:
@@ -114,7 +111,7 @@ def output_dir(path, *, flag: str, files, force: bool = False) -> Path:
 
 def _output_dir(out: Path, flag: str, files, force: bool) -> Path:
     if not os.path.lexists(out):
-        parent = out.parent if str(out.parent) else Path(".")
+        parent = out.parent   # "." for a bare directory name
         if not parent.is_dir():
             raise ValueError(f"{flag}: directory {str(parent)!r} does not exist; create it "
                              f"first (only the last directory of {flag} is created)")

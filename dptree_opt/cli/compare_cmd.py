@@ -194,7 +194,8 @@ def run(args) -> int:
     if plot is not None:
         try:
             _plot(res, plot, force=args.force)
-        except OSError as exc:  # the comparison is done: report, and still print it
+        except (OSError, ValueError) as exc:  # done: report (a full disk, a directory
+            # removed meanwhile), and still print the comparison
             print(f"dptree-opt: error: could not write the plot {str(plot)!r} ({exc})",
                   file=sys.stderr)
             code, plot = 1, None

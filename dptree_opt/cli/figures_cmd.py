@@ -175,7 +175,8 @@ def run(args) -> int:
         write_text_atomic(out_dir / SUMMARY, json.dumps(
             {"mode": mode, "seconds": total_seconds, "items": summaries}, indent=1,
             default=str) + "\n", force=args.force)
-    except OSError as exc:  # the figures are made: report it, and still print the table
+    except (OSError, ValueError) as exc:  # the figures are made (a full disk, a directory
+        # removed meanwhile): report it, and still print the table
         print(f"dptree-opt: error: could not write {str(out_dir / SUMMARY)!r} ({exc})",
               file=sys.stderr)
         bad = True

@@ -45,7 +45,7 @@ def _tree(text: str, grid: bool = False):
 
 
 def _ints(text: str, flag: str) -> tuple:
-    items = _items(text.replace("x", ","), flag)
+    items = _items(text.lower().replace("x", ","), flag)
     try:
         return tuple(int(v) for v in items)
     except ValueError:
@@ -81,28 +81,27 @@ def _grid_run(args, out) -> int:
 
 
 def _finish(args, out, result, header: str) -> int:
-    """Write the JSON (``--out``) and the plot FIRST, then print the header, summary and
-    notes; the exit status. The release is made (the budget is spent): nothing here may
+    """Write the JSON (``--out``) and the plot FIRST, then print the header and summary, then
+    the notes; the exit status. The release is made (the budget is spent): nothing here may
     lose it, so the files are written before anything goes to standard output (which may be
-    a pipe closed early), and a failure to write is reported, not raised."""
+    a pipe closed early), and a failure to write (or Ctrl-C while writing) is reported, not
+    raised: the release then goes to standard output."""
     code = 0 if result.complete else 1
     json_error = plot_error = None
     if out is not None:
         try:
             result.to_json(out, force=args.force,
                            include_measurements=args.include_measurements)
-        except (OSError, ValueError) as exc:  # the release is made: never lose it
-            json_error, code = f"{exc}", 1
+        except (OSError, ValueError, KeyboardInterrupt) as exc:  # never lose the release
+            json_error, code = _failure(exc, with_type=False), 1
     if args.plot:
         try:
             _plot(result, args.plot, args.force)
-        except Exception as exc:  # noqa: BLE001 - the release is made: report, keep going
-            plot_error, code = f"{type(exc).__name__}: {exc}", 1
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - report, keep going
+            plot_error, code = _failure(exc, with_type=True), 1
     if result.total_public:
         print("WARNING: swap neighbours: N is released exactly and is not protected",
               file=sys.stderr)
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
     if json_error is not None:
         print(f"dptree-opt: error: could not write {str(out)!r} ({json_error}); the release "
               "follows on stdout", file=sys.stderr)
@@ -132,7 +131,16 @@ def _finish(args, out, result, header: str) -> int:
                 print(result.to_json(include_measurements=True), file=sys.stderr)
             except OSError:
                 pass
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
     return code
+
+
+def _failure(exc: BaseException, with_type: bool) -> str:
+    """What went wrong while writing an output file, for the error message."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}" if with_type else str(exc)
 
 
 def _plot(result, path, force: bool) -> None:

@@ -65,6 +65,7 @@ import numpy as np
 
 from ..data_release.binning import BinSpec
 from ..data_release.io import histogram_from_file
+from ..limits import check_count
 from ..privacy import check_budget
 from ..stream import MECHANISMS, Counter
 from ..stream.ahead import MAX_AHEAD_HORIZON
@@ -83,10 +84,10 @@ _TREES = ("binary", "kary")             # the mechanisms with --estimator and --
 _GAUSSIAN_ONLY = ("sqrt", "blt")
 # mechanisms whose noise is held in memory: their longest --horizon, and what to use beyond
 _HORIZON_LIMITS = {
-    "tree_blue": (MAX_AHEAD_HORIZON, "2^22", ("all its noise is drawn and held when the stream "
-                                              "starts; use --mechanism negative_digits, or "
-                                              "binary / kary with --estimator causal")),
-    "sqrt": (MAX_SQRT_HORIZON, "2^24", "it keeps every past draw; use --mechanism blt"),
+    "tree_blue": (MAX_AHEAD_HORIZON, ("all its noise is drawn and held when the stream starts; "
+                                      "use --mechanism negative_digits, or binary / kary with "
+                                      "--estimator causal")),
+    "sqrt": (MAX_SQRT_HORIZON, "it keeps every past draw; use --mechanism blt"),
 }
 
 
@@ -111,7 +112,7 @@ def register(sub) -> None:
     p.add_argument("--lower", type=float, help="start of the time range (with --column)")
     p.add_argument("--upper", type=float, help="end of the time range (with --column)")
     p.add_argument("--steps", type=int, help=f"number of time steps (with --column; at most "
-                   f"2^22 = {MAX_STEPS})")
+                   f"{MAX_STEPS})")
     p.add_argument("--out-of-range", choices=("error", "clip"), default=None,
                    help="event times outside [lower, upper) (with --column): error (default) "
                         "or clip to the first/last step")
@@ -219,14 +220,13 @@ def _horizon(args, keeps: bool):
         raise ValueError(f"--horizon must be a positive integer T <= 2^40 (the declared number "
                          f"of steps), got {args.horizon}")
     if args.mechanism in _HORIZON_LIMITS:
-        top, top_text, why = _HORIZON_LIMITS[args.mechanism]
-        if args.horizon > top:
-            raise ValueError(f"--horizon {args.horizon} is above the {top_text} steps of "
-                             f"--mechanism {args.mechanism}: {why}")
-    if keeps and args.horizon > MAX_STEPS:
-        raise ValueError(f"--horizon {args.horizon} is above the {MAX_STEPS} steps (2^22) that "
-                         "--out / --plot can hold; declare a shorter stream, or run without "
-                         "--out / --plot (steps are then only printed)")
+        top, why = _HORIZON_LIMITS[args.mechanism]
+        check_count(args.horizon, top, f"--horizon {args.horizon} (--mechanism "
+                    f"{args.mechanism})", why)
+    if keeps:
+        check_count(args.horizon, MAX_STEPS, f"--horizon {args.horizon} (with --out / --plot, "
+                    "which hold every step)", "declare a shorter stream, or run without "
+                    "--out / --plot (steps are then only printed)")
     return args.horizon
 
 
@@ -262,8 +262,8 @@ def _plan(args, keeps: bool) -> _Plan:
         if horizon is not None and horizon < MAX_STEPS:
             cap, why = horizon, f"the --horizon {horizon}"
         else:
-            cap, why = MAX_STEPS, ("the limit of a counts file, 2^22; pipe longer streams to "
-                                   "--counts - (answered line by line)")
+            cap, why = MAX_STEPS, (f"the limit of a counts file, {MAX_STEPS}; pipe longer "
+                                   "streams to --counts - (answered line by line)")
         counts = read_counts_file(args.counts, cap, why)
         return _Plan(f"counts file {args.counts}", None if args.unbounded else
                      horizon or counts.size, lambda wait: enumerate(counts.tolist(), 1))
@@ -271,10 +271,11 @@ def _plan(args, keeps: bool) -> _Plan:
         raise ValueError("give --counts FILE (or -), or a data FILE with --column")
     if None in (args.lower, args.upper, args.steps):
         raise ValueError("--column needs --lower, --upper and --steps (the time bins)")
-    if not 1 <= args.steps <= MAX_STEPS:
-        raise ValueError(f"--steps must be an integer in 1..{MAX_STEPS} (2^22: the steps are "
-                         f"held in memory, and secure noise costs ~0.2 ms a step), got "
-                         f"{args.steps}; use wider time steps")
+    if args.steps < 1:
+        raise ValueError(f"--steps must be a positive integer (the number of time steps), got "
+                         f"{args.steps}")
+    check_count(args.steps, MAX_STEPS, f"--steps {args.steps}", "the steps are held in memory "
+                "and secure noise costs ~0.2 ms a step: use wider time steps")
     if horizon is not None and horizon < args.steps:
         raise ValueError(f"--steps {args.steps} exceed the --horizon {horizon}")
     try:
@@ -370,9 +371,9 @@ def _release_steps(plan, counter, release, lines, signals) -> None:
                                  f"T = {horizon}: the stream is longer than declared "
                                  "(--horizon)")
             if release.full():   # only unbounded: a bounded stream stops at its horizon
-                raise ValueError(f"{plan.source}: {MAX_STEPS} steps (2^22) released: the "
-                                 "most --out / --plot can hold; run without them for a "
-                                 "longer stream")
+                raise ValueError(f"{plan.source}: {MAX_STEPS} steps released: the most "
+                                 "--out / --plot can hold; run without them for a longer "
+                                 "stream")
             estimate = counter.update(count)
             se = math.sqrt(counter.variance)
             release.add(estimate, se)
@@ -392,7 +393,8 @@ def _finish(release, lines, plot, force, stop, code) -> int:
     if release.out is not None:
         try:
             release.write()
-            where = f", written to {str(release.out)!r}"
+            where = f", written to {str(release.out)!r}" + (
+                "" if stop is None else ' (status "incomplete")')
         except (OSError, ValueError) as exc:   # never lose the release: to stdout / stderr
             to_stderr(f"dptree-opt: error: could not write {str(release.out)!r} "
                       f"({getattr(exc, 'strerror', None) or exc}); the release follows on "
@@ -420,8 +422,7 @@ def _finish(release, lines, plot, force, stop, code) -> int:
     else:
         to_stderr(f"dptree-opt: error: {stop}")
         to_stderr(f"dptree-opt: {sim}the release is INCOMPLETE: {release.n} steps released "
-                  f"before the stop{where}" + (' (status "incomplete")'
-                                               if release.out is not None and where else ""))
+                  f"before the stop{where}")
     return code
 
 

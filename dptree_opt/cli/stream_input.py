@@ -57,7 +57,13 @@ def byte_lines(read, source: str, wait=None):
 def read_counts_file(path: str, cap: int, why: str) -> np.ndarray:
     """The counts of a counts-stream file (int64, one per line), validated in full; more than
     ``cap`` counts is refused (``why`` says which limit) after reading at most cap + 1."""
-    path = check_input_path(path, "--counts")
+    try:
+        path = check_input_path(path, "--counts")
+    except ValueError as exc:
+        if os.path.exists(path) and not os.path.isdir(path):   # a pipe, a FIFO, a device
+            raise ValueError(f"{exc}; to read a stream line by line as it comes, pipe it to "
+                             "--counts - (standard input)") from None
+        raise
     source = f"counts file {path}"
     try:
         with open(path, "rb") as f:

@@ -66,16 +66,16 @@ from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
 from ..limits import check_memory
-from ..privacy import EXACT_LIMIT, NOISE_TAIL, check_budget
+from ..privacy import EXACT_LIMIT, NOISE_TAIL, check_budget, check_noise_scales
 from ..queries import (cdf_standard_errors, check_level, check_probabilities,
                        quantiles as _quantiles)
 from ..quantile_intervals import (NORMAL_SIGMA, QuantileCalibration, calibrate_quantile_tests,
                                   check_quantile_intervals, quantile_intervals)
 from ..strategies.base import check_neighbours
 from .binning import BinSpec, check_out_of_range
-from .io import (check_chunk_bytes, check_columns, check_input_path, histogram_from_file,
-                 histogram_from_values, read_counts)
-from .result import Release
+from .io import (check_chunk_bytes, check_columns, histogram_from_file, histogram_from_values,
+                 read_counts)
+from .result import Release, incomplete_note
 from .secure_noise import sampler_description, secure_measure
 from .grid import is_grid_bins, release_grid, release_grid_file
 
@@ -268,7 +268,6 @@ def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> Non
     a level whose discrete noise is identically 0 in double precision (the release would
     publish exact counts), or so wide that answers + noise leave the exact integer range of
     doubles (NOISE_TAIL scales reach 2^53)."""
-    from ..privacy import check_noise_scales
     levels = sorted(mech.level_scales)
     check_noise_scales([mech.level_scales[lvl] for lvl in levels],
                        [mech.level_variances[lvl] for lvl in levels],
@@ -284,7 +283,6 @@ def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
     variance underflowing to 0 means the design search cannot tell noisy from exact rows;
     after the design, any level whose discrete noise is identically 0 is refused by
     :func:`_check_noise_scales`)."""
-    from ..privacy import check_noise_scales
     least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
     # least is 0 when 2 rho overflows: variance 0, refused (the true scale goes in the message)
     check_noise_scales([least or math.sqrt(0.5 / budget)], [least * least],
@@ -519,12 +517,8 @@ def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, tim
                      total_public=plan.mechanism.public_total, description=description,
                      consistency=plan.consistency, estimator="blue", integer=False,
                      weighted=False, mechanism=plan.mechanism)
-    why = ("was interrupted" if isinstance(exc, KeyboardInterrupt)
-           else f"failed ({type(exc).__name__}: {exc})")
-    note = (f"post-processing {why} after the noise was drawn; the noisy measurements (the DP "
-            "output) are kept in `measurements` and written to the JSON: re-run the "
-            "estimation from them (dptree_opt.cdf_from_measurements)"
-            + ("" if isinstance(exc, KeyboardInterrupt) else ". This is a bug: please report it"))
+    note = incomplete_note(exc, ": re-run the estimation from them "
+                                "(dptree_opt.cdf_from_measurements)")
     return Release(spec=plan.spec, cdf=cdf, quantile_levels=tuple(plan.quantiles),
                    quantiles=_readonly(nan_q), quantile_lower=_readonly(nan_q),
                    quantile_upper=_readonly(nan_q), quantile_noise_lower=_readonly(nan_q),
@@ -594,13 +588,19 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
                             names=names)
     _check_one_axis(workload, names)
     timings: dict = {}
-    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-                 consistency, budgets, interval_level)
-    t0 = time.perf_counter()
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (the values) or counts (the K bin counts)")
+
+    def counts_ready():  # bins is validated here; the counts before the (slow) design
+        nonlocal counts
+        if counts is not None:
+            counts = _check_counts(counts, int(bins))
+
+    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+                 consistency, budgets, interval_level, before_design=counts_ready)
+    t0 = time.perf_counter()
     if counts is not None:
-        hist = _check_counts(counts, plan.spec.bins)
+        hist = counts   # checked by counts_ready
     else:
         hist, _ = histogram_from_values(data, plan.spec, out_of_range=out_of_range, name="data")
     timings["read_and_bin"] = time.perf_counter() - t0
@@ -618,8 +618,8 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
     ``bin,count`` lines). With ``columns`` (one per axis) and per-axis ``lower``, ``upper``,
     ``bins``: a grid release of those columns (``grid.release_grid_file``). ``path`` and
     ``counts_file`` are paths (str or os.PathLike; a bytes path or an open file object is a
-    ValueError); the file, its header and the column are checked before the tree design.
-    Other parameters as for :func:`release`."""
+    ValueError); a counts file is read, and a data file's header and column checked, before
+    the tree design. Other parameters as for :func:`release`."""
     if columns is not None or is_grid_bins(bins):
         if column is not None or counts_file is not None:
             raise ValueError("a grid release reads columns=[...] of a data file (not column= "
@@ -648,18 +648,21 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
     if delimiter is not None:
         kw["delimiter"] = delimiter
 
-    def inputs_ready():  # the file and its header, before the (slow) design
+    hist = None
+
+    def inputs_ready():  # bins is validated here; before the (slow) design: the counts file
+        nonlocal hist    # (O(K), read whole), or the data file and its header
         if counts_file is not None:
-            check_input_path(counts_file, "counts file")
+            t0 = time.perf_counter()
+            hist = read_counts(counts_file, int(bins))
+            timings["read_and_bin"] = time.perf_counter() - t0
         else:
             check_columns(path, (column,), **kw)
 
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                  consistency, budgets, interval_level, before_design=inputs_ready)
-    t0 = time.perf_counter()
-    if counts_file is not None:
-        hist = read_counts(counts_file, plan.spec.bins)
-    else:
+    if counts_file is None:
+        t0 = time.perf_counter()
         hist, _ = histogram_from_file(path, column, plan.spec, out_of_range=out_of_range, **kw)
-    timings["read_and_bin"] = time.perf_counter() - t0
+        timings["read_and_bin"] = time.perf_counter() - t0
     return _release_histogram(hist, plan, timings)

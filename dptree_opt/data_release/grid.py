@@ -59,6 +59,7 @@ from ..mechanism import Mechanism
 from ..strategies.base import check_neighbours
 from .binning import BinSpec, check_out_of_range
 from .grid_result import GridRelease
+from .result import incomplete_note
 from .io import (check_chunk_bytes, check_columns, grid_histogram_from_file,
                  grid_histogram_from_values)
 from .secure_noise import sampler_description, secure_measure
@@ -550,18 +551,12 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
                            timings=timings, expected_error=expected, notes=tuple(notes))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - never lose the DP output
         nan = np.full(plan.shape, np.nan)
-        why = ("was interrupted" if isinstance(exc, KeyboardInterrupt)
-               else f"failed ({type(exc).__name__}: {exc})")
-        note = (f"post-processing {why} after the noise was drawn; the noisy measurements "
-                "(the DP output) are kept in `measurements` and written to the JSON"
-                + ("" if isinstance(exc, KeyboardInterrupt)
-                   else ". This is a bug: please report it"))
         return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(nan),
                            consistent=None, consistency=plan.consistency, total=None,
                            total_public=plan.mechanism.public_total, mechanism=plan.mechanism,
                            branchings=plan.branchings, measurements=y, privacy=privacy,
                            description=description, timings=timings, expected_error=expected,
-                           notes=(note,), complete=False)
+                           notes=(incomplete_note(exc),), complete=False)
 
 
 def _readonly(a) -> np.ndarray:
@@ -600,15 +595,22 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
     1-D options (refused unless left at their defaults). Every argument and the data are
     validated BEFORE the noise (ValueError); after it nothing raises."""
     timings: dict = {}
-    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
-                      quantiles, consistency, budgets, interval_level, workload)
-    names = _check_names(names, len(plan.specs))
-    t0 = time.perf_counter()
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (records of shape (N, d)) or counts (the "
                          "cell counts)")
+
+    def inputs_ready():  # bins is a validated sequence here; before the (slow) design
+        nonlocal names, counts
+        names = _check_names(names, len(bins))
+        if counts is not None:
+            counts = _check_grid_counts(counts, tuple(int(k) for k in bins))
+
+    plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
+                      quantiles, consistency, budgets, interval_level, workload,
+                      before_design=inputs_ready)
+    t0 = time.perf_counter()
     if counts is not None:
-        hist = _check_grid_counts(counts, plan.shape)
+        hist = counts   # checked by inputs_ready
     else:
         hist, _ = grid_histogram_from_values(data, plan.specs, out_of_range=out_of_range)
     timings["read_and_bin"] = time.perf_counter() - t0

@@ -85,6 +85,8 @@ _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 _UTF8_BOM = b"\xef\xbb\xbf"
+_LINE_END = re.compile(rb"[\r\n]")
+_TEXT_BYTE = re.compile(rb"[^\r\n]")
 
 
 def _utf8_start(raw: bytes, where: str) -> int:
@@ -94,8 +96,6 @@ def _utf8_start(raw: bytes, where: str) -> int:
         if raw.startswith(bom):
             raise ValueError(f"{where}: {name} text; convert it to UTF-8")
     return len(_UTF8_BOM) if raw.startswith(_UTF8_BOM) else 0
-_LINE_END = re.compile(rb"[\r\n]")
-_TEXT_BYTE = re.compile(rb"[^\r\n]")
 
 
 def check_input_path(path, name: str = "file") -> str:

@@ -27,6 +27,17 @@ INTERVAL_GUARANTEE = (
     "contain the estimate")
 
 
+def incomplete_note(exc: BaseException, rerun: str = "") -> str:
+    """The note of a release whose post-processing failed (``exc``: a bug) or was interrupted
+    (KeyboardInterrupt: Ctrl-C) after the noise was drawn: the noisy measurements are kept;
+    ``rerun`` (appended) says how to redo the estimation from them."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    why = "was interrupted" if interrupted else f"failed ({type(exc).__name__}: {exc})"
+    return (f"post-processing {why} after the noise was drawn; the noisy measurements (the DP "
+            f"output) are kept in `measurements` and written to the JSON{rerun}"
+            + ("" if interrupted else ". This is a bug: please report it"))
+
+
 def _floats(a) -> list:
     """JSON-safe list: integers kept, floats as floats, NaN/inf as None (null)."""
     arr = np.asarray(a)
@@ -187,7 +198,7 @@ class Release:
         """The release as JSON text (``to_dict`` keywords pass through); written to ``path``
         when given: atomically (a temporary file in the same directory, then a rename), never
         over an existing file unless ``force`` (FileExistsError), with the permissions
-        ``open`` would give (``output.write_text_atomic``). A path that is not a str /
+        ``open`` would give (``files.write_text_atomic``). A path that is not a str /
         os.PathLike, is a directory, or lies in a missing or read-only directory raises
         ValueError before anything is done. Returns the text."""
         if path is not None:  # a bad path is refused before any work (ValueError)

@@ -225,14 +225,19 @@ _BLOCK = 1 << 22                 # floats per block of candidate combinations
 _MAX_FINEST = 64                 # products of finest chains optimised (orderings of primes)
 
 
+def _prime_exponents(w: int) -> list[tuple[int, int]]:
+    """[(p, e)]: the prime factorisation of w >= 1, primes ascending (``finest_refinement``:
+    trial division up to sqrt(w)); w = 1: []."""
+    from .search import finest_refinement
+    return [(p, len(list(run))) for p, run in itertools.groupby(finest_refinement((w,)))]
+
+
 def _divisors(w: int) -> list[int]:
     """The divisors of w >= 1, ascending, built from its prime factorisation
-    (``finest_refinement``: trial division up to sqrt(w)); only the divisors are held."""
-    from .search import finest_refinement
+    (:func:`_prime_exponents`); only the divisors are held."""
     divs = [1]
-    primes = finest_refinement((w,))
-    for p in sorted(set(primes)):
-        divs = [d * p**i for d in divs for i in range(primes.count(p) + 1)]
+    for p, e in _prime_exponents(w):
+        divs = [d * p**i for d in divs for i in range(e + 1)]
     return sorted(divs)
 
 
@@ -261,16 +266,14 @@ def _factorisations_by_height(w: int) -> dict:
     exclusion over the factors equal to 1, F_h = sum_j (-1)^j C(h, j) G_(h - j), where
     G_m = prod_p C(e_p + m - 1, m - 1) counts ordered factorisations into m factors >= 1
     (stars and bars per prime exponent e_p)."""
-    from .search import finest_refinement
     if w == 1:
         return {0: 1}
-    primes = finest_refinement((w,))
-    exps = [primes.count(p) for p in set(primes)]
+    exps = [e for _, e in _prime_exponents(w)]
 
     def g(m: int) -> int:
         return math.prod(math.comb(e + m - 1, m - 1) for e in exps) if m else 0
     return {h: sum((-1) ** j * math.comb(h, j) * g(h - j) for j in range(h + 1))
-            for h in range(1, len(primes) + 1)}
+            for h in range(1, sum(exps) + 1)}   # at most one factor per prime factor
 
 
 def _padded_chain_count(n: int, limit: int) -> int:
@@ -914,7 +917,9 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         found["kron"] = _kron_equal_search(st, groups, k)
     if "quadtree" in fams:   # counted before any axis tree is listed
         by_h = [_factorisations_by_height(n) for n in dims]
-        common = set.intersection(*[set(f) for f in by_h]) & ({qh} if qh else set(by_h[0]))
+        common = set.intersection(*[set(f) for f in by_h])
+        if qh is not None:
+            common &= {qh}
         counts["quadtree"] = sum(math.prod(f[h] for f in by_h) for h in common)
         check_count(counts["quadtree"], MAX_QUADTREE_CANDIDATES, f"the number of quadtrees "
                     f"to evaluate ({counts['quadtree']})", "each is evaluated exactly, in "

@@ -71,7 +71,9 @@ def _branching(horizon: int, branching) -> list[int]:
         raise ValueError(f"mechanism 'tree_blue' needs branching = an integer >= 2 or a list "
                          f"of them (root first), got {branching!r}") from None
     if math.prod(ks) < horizon:
-        raise ValueError(f"branching {ks} covers {math.prod(ks)} < horizon {horizon} steps")
+        raise ValueError(f"mechanism 'tree_blue': branching {ks} covers {math.prod(ks)} < "
+                         f"horizon {horizon} steps; give factors whose product is at least "
+                         "the horizon")
     if math.prod(ks) > MAX_BRANCHING:
         raise ValueError(f"mechanism 'tree_blue': branching {ks} covers {math.prod(ks)} "
                          "steps, more than 2^62 (the node bounds are int64); give factors "
@@ -127,7 +129,7 @@ class AheadEngine(CounterEngine):
         self._noise_path = NoiseBuffer(np.cumsum(blue_estimate(self.mechanism, z)),
                                        secure=self.secure, readonly=True)
         self.t = 0
-        self._exact = 0
+        self.total = 0
 
     def _step_variances_checked(self, name: str) -> np.ndarray:
         """The offline BLUE's variances of the T running counts, computed on the mechanism
@@ -169,9 +171,9 @@ class AheadEngine(CounterEngine):
         return z
 
     def push(self, count: int) -> tuple[float, float]:
-        self._exact += count
+        self.total += self.check_step(count)
         self.t += 1
-        return self._exact + float(self._noise_path.values[self.t - 1]), \
+        return self.total + float(self._noise_path.values[self.t - 1]), \
             float(self._variances[self.t - 1])
 
     def _step_variances(self, steps: int) -> np.ndarray:

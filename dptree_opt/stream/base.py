@@ -1,8 +1,10 @@
 """The interface every streaming counter implements (one engine per mechanism).
 
-``stream.Counter`` validates what is common (horizon, budget, rng, each step's count, the
-option names: each engine declares its ``options``) and delegates to an engine:
-``push(count) -> (estimate, variance)`` for the next step, ``step_variances(steps)`` (the exact
+``stream.Counter`` validates what is common (horizon, budget, rng, the option names: each
+engine declares its ``options``) and delegates to an engine: ``push(count) -> (estimate,
+variance)`` for the next step (every engine checks the step first with
+:meth:`~CounterEngine.check_step`, and keeps ``t`` and ``total``, the steps and the exact count
+so far: one state, which the front end reads), ``step_variances(steps)`` (the exact
 variance of the running count after each of steps 1..steps, vectorised; refused above
 ``MAX_VARIANCE_BYTES`` of estimated memory, from the engine's ``variance_bytes_per_step``),
 ``account()`` (a JSON-able privacy account) and, for checks on small horizons,
@@ -19,10 +21,14 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 
+from ..privacy import EXACT_LIMIT
 from .secret import SecretState
 
 __all__ = ["CounterEngine", "StrategyRows", "MAX_VARIANCE_BYTES", "VARIANCE_CHUNK",
-           "MAX_STRATEGY_STEPS"]
+           "MAX_STRATEGY_STEPS", "MAX_UNBOUNDED_STEPS"]
+
+# an unbounded counter's reach: steps and node bounds are int64 (module unbounded)
+MAX_UNBOUNDED_STEPS = 1 << 62
 
 # step_variances(steps) allocates its result and temporaries: refused when the estimate
 # steps x variance_bytes_per_step exceeds 2 GiB (8 to 40 bytes per step: 2^25.7 to 2^28 steps)
@@ -52,16 +58,35 @@ class CounterEngine(SecretState):
     (True for OpenDP noise: copies and pickles are refused), and declare ``options`` (the
     keyword options ``stream.Counter`` passes on; anything else is refused by name there),
     ``option_hints`` (what to say about a refused option, by name) and
-    ``variance_bytes_per_step`` (the peak memory of ``step_variances`` per step, measured)."""
+    ``variance_bytes_per_step`` (the peak memory of ``step_variances`` per step, measured).
+    ``t`` and ``total``: the steps pushed and their exact count (set by every engine)."""
 
     name = "abstract"
     options: tuple[str, ...] = ()
     option_hints: dict[str, str] = {}
     variance_bytes_per_step = 64
 
+    def check_step(self, count) -> int:
+        """The next step's count, checked before anything changes or is drawn: a
+        non-negative integer (not a bool), a step within the horizon (``MAX_UNBOUNDED_STEPS``
+        when unbounded), and a running count below 2^53 (exact in double); ValueError
+        otherwise. Every ``push`` calls it first."""
+        if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count!r}")
+        count = int(count)
+        if self.horizon is not None and self.t >= self.horizon:
+            raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
+        if self.horizon is None and self.t >= MAX_UNBOUNDED_STEPS:
+            raise ValueError("the unbounded counter's limit of 2^62 steps is reached: no "
+                             "more steps")
+        if self.total + count >= EXACT_LIMIT:
+            raise ValueError(f"count = {count}: the running count would reach 2^53 (not "
+                             "exact in double)")
+        return count
+
     def push(self, count: int) -> tuple[float, float]:
-        """Add the next step's exact count; return (private running count, its exact
-        variance)."""
+        """Add the next step's exact count (checked first: :meth:`check_step`); return
+        (private running count, its exact variance)."""
         raise NotImplementedError
 
     def step_variances(self, steps: int | None = None) -> np.ndarray:

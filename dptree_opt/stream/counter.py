@@ -53,11 +53,11 @@ from numbers import Integral
 
 import numpy as np
 
-from ..privacy import EXACT_LIMIT, check_budget
+from ..privacy import check_budget
 from .base import MAX_VARIANCE_BYTES
 from .noise import check_rng
 from .secret import SecretState
-from .unbounded import MAX_UNBOUNDED_STEPS, HybridEngine
+from .unbounded import HybridEngine
 
 __all__ = ["Counter", "MECHANISMS", "MAX_HORIZON", "MAX_VARIANCE_BYTES"]
 
@@ -165,35 +165,39 @@ class Counter(SecretState):
             self.engine = engine(self.horizon, noise=self.noise, budget=self.budget, rng=rng,
                                  **options)
         self.secure = rng is None
-        self.t = 0
-        self.total = 0
         self.estimate = 0.0
         self.variance = 0.0
+
+    # the engine's stepping methods: a step goes through update() (which keeps estimate and
+    # variance), never around it
+    _NOT_FORWARDED = ("push", "run")
 
     def __getattr__(self, name):
         # mechanism-specific public attributes (branching, levels, level_budgets, ...) of the
         # engine; never private or special names (copy / pickle hooks must not be forwarded)
         if name.startswith("_") or name == "engine":
             raise AttributeError(name)
+        if name in self._NOT_FORWARDED:
+            raise AttributeError(f"'Counter' has no attribute {name!r}: add a step with "
+                                 "update(count)")
         return getattr(self.engine, name)
+
+    @property
+    def t(self) -> int:
+        """Steps added so far (the engine's count: one state)."""
+        return self.engine.t
+
+    @property
+    def total(self) -> int:
+        """The exact count of the steps added so far (private: never released)."""
+        return self.engine.total
 
     def update(self, count) -> float:
         """Add the next step's count (a non-negative integer) and return the private running
-        count after it; ``variance`` is its exact variance. ValueError for a bad count or a
-        step beyond the horizon (nothing drawn)."""
-        if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
-            raise ValueError(f"count must be a non-negative integer, got {count!r}")
-        if self.horizon is not None and self.t >= self.horizon:
-            raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
-        if self.horizon is None and self.t >= MAX_UNBOUNDED_STEPS:
-            raise ValueError("the unbounded counter's limit of 2^62 steps is reached: no "
-                             "more steps")
-        count = int(count)
-        if self.total + count >= EXACT_LIMIT:
-            raise ValueError("the running count would reach 2^53 (not exact in double)")
+        count after it; ``variance`` is its exact variance. ValueError for a bad count, a step
+        beyond the horizon (2^62 steps unbounded) or a running count reaching 2^53, checked
+        before anything is drawn."""
         self.estimate, self.variance = self.engine.push(count)
-        self.total += count
-        self.t += 1
         return self.estimate
 
     def step_variances(self, steps: int | None = None) -> np.ndarray:

@@ -91,12 +91,6 @@ CAVEAT = ("the correlated noise B z (B = M C^-1) is computed in double precision
           "effects of the post-processing are not analysed)")
 
 
-def _check_count(count) -> int:
-    if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
-        raise ValueError(f"count must be a non-negative integer, got {count!r}")
-    return int(count)
-
-
 def _sampler(secure: bool) -> str:
     if not secure:
         return "numpy simulation (Generator.normal; no privacy guarantee)"
@@ -139,7 +133,7 @@ class ToeplitzEngine(CounterEngine):
         self._measurement = (checked_float_gaussian(self.sigma, self.sensitivity, self.budget)
                              if self.secure else None)
         self.t = 0
-        self._prefix = 0
+        self.total = 0
         self._var_sum = 0.0
         self._block = NoiseBuffer(np.zeros(0), secure=self.secure)
         self._pos = 0
@@ -210,16 +204,12 @@ class ToeplitzEngine(CounterEngine):
         """Add the next step's exact count; return (private running count, its exact variance
         sigma^2 sum_(k<t) b_k^2). ValueError for a bad count or beyond the horizon (nothing
         drawn)."""
-        count = _check_count(count)
-        if self.t >= self.horizon:
-            raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
-        if self._prefix + count >= EXACT_LIMIT:
-            raise ValueError("the running count would reach 2^53 (not exact in double)")
+        count = self.check_step(count)
         noise, b_t = self._step(self._draw())
         self.t += 1
-        self._prefix += count
+        self.total += count
         self._var_sum += b_t * b_t
-        self.estimate = float(self._prefix) + noise
+        self.estimate = float(self.total) + noise
         self.variance = self.sigma2 * self._var_sum
         return self.estimate, self.variance
 
@@ -242,11 +232,11 @@ class ToeplitzEngine(CounterEngine):
         prefix = np.cumsum(x.astype(np.int64))
         if int(prefix[-1]) >= EXACT_LIMIT:
             raise ValueError("the running count would reach 2^53 (not exact in double)")
+        var = self.step_variances(x.size)      # refused by size here, before any draw
         z = gaussian_vector(self.sigma, x.size, self._rng, self._measurement)
         noise = self._run(z)
-        var = self.step_variances(x.size)
         self.t = int(x.size)
-        self._prefix = int(prefix[-1])
+        self.total = int(prefix[-1])
         self._var_sum = var[-1] / self.sigma2       # sigma2 > 0: c_0 = 1 and rho < inf
         est = prefix.astype(float) + noise
         self.estimate, self.variance = float(est[-1]), float(var[-1])

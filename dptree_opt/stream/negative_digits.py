@@ -276,11 +276,7 @@ class NegativeDigitsEngine(CounterEngine):
     # ---------------------------------------------------------------- interface
     def push(self, count: int) -> tuple[float, float]:
         """Add the next step's count; return (y_t, Var y_t) (module docstring)."""
-        if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
-            raise ValueError(f"count must be a non-negative integer, got {count!r}")
-        if self.t >= self.horizon:
-            raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
-        self.total += int(count)
+        self.total += self.check_step(count)
         self.t += 1
         top = self.levels - 1
         noise, variance = [], 0.0

@@ -145,14 +145,15 @@ def checked_float_gaussian(sigma: float, sensitivity: float, rho: float):
 
 def gaussian_vector(sigma: float, size: int, rng=None, measurement=None) -> np.ndarray:
     """``size`` i.i.d. N(0, sigma^2) draws (float64): ``rng.normal`` when ``rng`` is a
-    Generator (simulation), else OpenDP's float Gaussian on zeros: ``measurement`` (of scale
-    sigma, from :func:`checked_float_gaussian`) or a new one. The caller checks the privacy of
-    what the draws protect (the strategy's l2 sensitivity times 1 / sigma)."""
+    Generator (simulation), else OpenDP's float Gaussian on zeros: ``measurement``, of scale
+    sigma, from :func:`checked_float_gaussian` (its privacy map checked when the counter was
+    made; required on the secure path)."""
     check_rng(rng)
     if size == 0:
         return np.zeros(0)
     if rng is not None:
         return rng.normal(0.0, sigma, size)
     if measurement is None:
-        measurement = float_gaussian_measurement(sigma)
+        raise ValueError("measurement: secure draws need the OpenDP measurement built and "
+                         "checked when the counter was made")
     return np.asarray(measurement([0.0] * int(size)), dtype=float)

@@ -155,6 +155,7 @@ class TreeEngine(CounterEngine):
         self.node_variances = (self.level_variances if estimator == "covering"
                                else from_below_variances(self.level_variances, k))
         self.t = 0
+        self.total = 0
         self._open = [0] * self.levels          # exact count of each level's open node
         self._kept: list[list[float]] = [[] for _ in range(self.levels)]
 
@@ -168,9 +169,11 @@ class TreeEngine(CounterEngine):
                        below)[0]
 
     def push(self, count: int) -> tuple[float, float]:
+        count = self.check_step(count)
         for level in range(self.levels):
             self._open[level] += count
         self.t += 1
+        self.total += count
         t, width = self.t, 1
         for level in range(self.levels):
             if t % width:

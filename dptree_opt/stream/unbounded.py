@@ -36,14 +36,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..privacy import calibrate
-from .base import CounterEngine, StrategyRows
+from .base import MAX_UNBOUNDED_STEPS, CounterEngine, StrategyRows
 from .noise import GroupNoise, check_group_scales, group_variances
 from .tree import (ESTIMATORS, MIN_VARIANCE, TreeEngine, check_branching, combine,
                    digit_variances, from_below_variances, tree_levels)
 
 __all__ = ["HybridEngine", "block_bounds", "MAX_UNBOUNDED_STEPS"]
-
-MAX_UNBOUNDED_STEPS = 1 << 62
 
 
 def block_bounds(i: int, k: int) -> tuple[int, int]:
@@ -88,6 +86,8 @@ class HybridEngine(CounterEngine):
         self.total_variance = float(self._totals.variances[0])
         self._tree_kw = dict(noise=noise, budget=self.split * budget, rng=rng,
                              mechanism=mechanism, branching=branching, estimator=estimator)
+        self.t = 0
+        self.total = 0
         self.block = -1
         self._start_block()
         self._done_estimate = 0.0     # sum of completed blocks' estimates
@@ -109,27 +109,33 @@ class HybridEngine(CounterEngine):
                            min_variance=MIN_VARIANCE[self.estimator])
 
     def _start_block(self) -> None:
-        self.block += 1
-        start, end = block_bounds(self.block, self.branching)
-        self._exact = 0
+        """Make the next block's tree counter (its measurements built and checked); on a
+        refusal the counter is left as it was."""
+        start, end = block_bounds(self.block + 1, self.branching)
         self._tree = TreeEngine(end - start, **self._tree_kw)
+        self.block += 1
 
     def _block_estimate(self, tree_estimate: float, tree_variance: float) -> tuple[float, float]:
         """A completed block's estimate: its noisy total (covering), or that combined with the
         block tree's estimate of the whole block (causal BLUE)."""
-        noisy = self._totals.draw(0, self._exact)
+        noisy = self._totals.draw(0, self._tree.total)
         if self.estimator == "covering":
             return noisy, self.total_variance
         return combine(noisy, self.total_variance, tree_estimate, tree_variance)
 
     def push(self, count: int) -> tuple[float, float]:
+        count = self.check_step(count)
+        if self._tree.t == self._tree.horizon:
+            # the next block starts here, before this step draws anything: a refusal while
+            # its measurements are built leaves the counter as it was
+            self._start_block()
         est, var = self._tree.push(count)
-        self._exact += count
+        self.t += 1
+        self.total += count
         if self._tree.t == self._tree.horizon:          # the block ends: release its total
             b_est, b_var = self._block_estimate(est, var)
             self._done_estimate += b_est
             self._done_variance += b_var
-            self._start_block()
             return self._done_estimate, self._done_variance
         return self._done_estimate + est, self._done_variance + var
 
