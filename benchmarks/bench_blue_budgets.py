@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from dptree_opt.optimize.blue_budgets import blue_budget_problem, optimal_blue_budgets
-from dptree_opt.error.tree import blue_error, blue_haar_variances, haar_workload_weights
+from dptree_opt.engines.tree_error import blue_error, blue_haar_variances, haar_workload_weights
 
 MIXED = {
     2**10: [(8, 8, 16), (16, 8, 8), (4, 16, 16), (16, 64), (2, 4, 8, 16)],

@@ -3,7 +3,7 @@
 Run:  python benchmarks/bench_operators.py [n ...]        (default 8192 65536 1048576)
 
 Part 1, Toeplitz strategies (square-root factorisation). Part 2, interval strategies and
-Haar (the bridge decomposition, dptree_opt.estimation.laminar / .haar): OpenDP's truncated
+Haar (the bridge decomposition, dptree_opt.engines.laminar / .haar): OpenDP's truncated
 tree (known-zero padding: a ragged, non-level-uniform hierarchy), Haar on 2^L bins, and the
 level-uniform binary tree for reference (its own O(h) path): mechanism build, exact total error (prefix, identity,
 all-range; cold = fresh mechanism, so the decomposition is rebuilt), per-query prefix /

@@ -22,14 +22,14 @@ How each error is computed (all exact)
   BLUE, covering and refined estimators). A padded tree (K' > K bins) is scored on the
   first K prefixes / bins.
 * Other interval strategies (hierarchies such as OpenDP's truncated tree, the histogram, the
-  prefix sums) with the BLUE: :func:`~dptree_opt.error.interval.interval_blue_errors`, the
-  bridge decomposition in cumulative coordinates (:mod:`dptree_opt.estimation.laminar`, O(K)),
+  prefix sums) with the BLUE: :func:`~dptree_opt.engines.interval.interval_blue_errors`, the
+  bridge decomposition in cumulative coordinates (:mod:`dptree_opt.engines.laminar`, O(K)),
   checked against the dense GLS in the tests.
 * Toeplitz strategies (square-root factorisation) and Haar on 2^L bins: their structured
   paths through ``expected_error`` at any K.
 * Any other strategy: the dense generic GLS through ``expected_error`` for K <= 8192.
 * The covering estimator answers bins and ranges by differences of its prefixes
-  (:func:`~dptree_opt.estimation.covering.covering_moments`, O(K)).
+  (:func:`~dptree_opt.engines.covering.covering_moments`, O(K)).
 * ``all_range`` totals use sum_{0 <= a < b <= K} Var(c_b - c_a) = (K + 1) tr Z - 1'Z1 with Z the
   covariance of the estimated cumulative counts c_1..c_K (one solve). The all-range *max*
   needs every one of the K (K + 1) / 2 variances and is given for K' <= 4096 only.
@@ -47,15 +47,15 @@ import numpy as np
 
 from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
-from .error.interval import MAX_LAMINAR_DENSE_BINS, interval_blue_errors  # noqa: F401 (re-export)
-from .error.interval import has_bridge_structure
-from .error.refined import padded_refined_all_range_total
-from .error.tree import _padded_tree_all_range_total
+from .engines.interval import interval_blue_errors
+from .engines.interval import has_bridge_structure
+from .engines.refined import padded_refined_all_range_total
+from .engines.tree_error import _padded_tree_all_range_total
 from .optimize.search import _smooth_finest_trees
-from .estimation.tree import tree_parameters
-from .estimation.covering import covering_moments
-from .estimation.implicit import is_implicit_mechanism
-from .estimation.toeplitz import is_toeplitz_mechanism
+from .engines.tree import tree_parameters
+from .engines.covering import covering_moments
+from .engines.implicit import is_implicit_mechanism
+from .engines.toeplitz import is_toeplitz_mechanism
 from .limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory, rescaled
 from .mechanism import Mechanism
 from .privacy import infer_noise, resolve_budget, resolve_public

@@ -66,9 +66,9 @@ import numpy as np
 from . import bounds, strategies, workloads
 from .compare import BudgetSetting, CompareRow, NotAvailable, WorkloadError, format_number
 from .error import expected_error
-from .error.kron_product import (TooManyQueries, grid_tree_summary,
+from .engines.kron_product import (TooManyQueries, grid_tree_summary,
                                  is_kron_product_mechanism, kron_product_max, product_form_max)
-from .error.kronecker import is_grid_tree_mechanism
+from .engines.kronecker import is_grid_tree_mechanism
 from .limits import (COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, at_budget, check_count,
                      check_memory, rescaled)
 from .mechanism import Mechanism

@@ -135,9 +135,9 @@ import scipy.sparse as sp
 from scipy.special import ndtri
 
 from . import queries as _queries
-from .error.tree import blue_covariance_coefficients
-from .estimation.gls import gls
-from .estimation.tree import is_tree_mechanism, tree_parameters
+from .engines.tree_error import blue_covariance_coefficients
+from .engines.gls import gls
+from .engines.tree import is_tree_mechanism, tree_parameters
 from .mechanism import Mechanism
 
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",

@@ -57,10 +57,10 @@ from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0
 from . import strategies as S
 from . import workloads
 from .error import ESTIMATORS, expected_error
-from .error.tree import blue_range_variances
+from .engines.tree_error import blue_range_variances
 from .estimation.blue import blue
-from .estimation.covering import covering_cdf, covering_operator
-from .estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from .engines.covering import covering_cdf, covering_operator
+from .engines.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from .mechanism import Mechanism, as_generator
 
 __all__ = [

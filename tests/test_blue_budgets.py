@@ -32,7 +32,7 @@ from dptree_opt.optimize.blue_budgets import (
     optimal_blue_budgets,
 )
 from dptree_opt.optimize.result import error_unit
-from dptree_opt.error.tree import blue_error, blue_haar_variances, haar_workload_weights
+from dptree_opt.engines.tree_error import blue_error, blue_haar_variances, haar_workload_weights
 
 
 SETTINGS = [  # (neighbours, public_total, measure_root)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 import dptree_opt as dp
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
-from dptree_opt.error.causal import (causal_error, laminar_causal_prefix_variances,
+from dptree_opt.engines.causal_error import (causal_error, laminar_causal_prefix_variances,
                                      tree_causal_all_range_total, tree_causal_prefix_variances,
                                      tree_causal_range_variances)
 from dptree_opt.estimation import causal_blue
-from dptree_opt.estimation.causal import MAX_CAUSAL_DENSE_BINS, from_below_variances
+from dptree_opt.engines.causal import MAX_CAUSAL_DENSE_BINS, from_below_variances
 
 RTOL = 1e-8
 

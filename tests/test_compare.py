@@ -13,8 +13,8 @@ import dptree_opt as dp
 from dptree_opt import anchors, compare
 from dptree_opt import strategies as S
 from dptree_opt.cli import main
-from dptree_opt.error.interval import interval_blue_errors
-from dptree_opt.error.tree import _padded_tree_all_range_total
+from dptree_opt.engines.interval import interval_blue_errors
+from dptree_opt.engines.tree_error import _padded_tree_all_range_total
 
 
 def cdf_means(K, keys):

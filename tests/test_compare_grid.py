@@ -20,7 +20,7 @@ from dptree_opt.cli import main
 from dptree_opt.compare_grid import (compare_grid, ektelo_hb2d_branchings, ektelo_hb_branching,
                                      ektelo_quadtree_plan, grid_error_lower_bound,
                                      grid_svd_bound, uniform_grid_noise, uniform_grid_side)
-from dptree_opt.error.kron_product import (grid_tree_summary, kron_product_error,
+from dptree_opt.engines.kron_product import (grid_tree_summary, kron_product_error,
                                            kron_product_max, kron_product_supports)
 from dptree_opt.strategies.base import Strategy
 from dptree_opt.strategies.optimized import _SingleLevelKronecker

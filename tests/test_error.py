@@ -162,7 +162,7 @@ def test_covering_identity_and_all_range_from_prefix_differences(strat, kw, K):
     """The covering estimator answers bins and ranges by C_hi - C_lo: its structured
     identity / all-range errors equal the covariance of the estimator's own linear map
     (covering_cdf applied to unit answers)."""
-    from dptree_opt.estimation.covering import covering_cdf, covering_moments
+    from dptree_opt.engines.covering import covering_cdf, covering_moments
 
     mech = dp.Mechanism(strat, **kw)
     rows = mech.released.n_rows

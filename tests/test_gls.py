@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import dptree_opt as dp
 from dptree_opt import strategies as S
-from dptree_opt.estimation.gls import gls
+from dptree_opt.engines.gls import gls
 
 
 def dense_gls(a: np.ndarray, v: np.ndarray, y: np.ndarray):

@@ -256,7 +256,7 @@ def test_refusals_shape_and_workload():
 def test_axis_weights_match_the_1d_haar_weights(n, kind):
     """The search's per-axis workload weights (exact integer sums, padded trees included)
     equal error.tree.haar_workload_weights(..., n_queries=n) on every tree of the axis."""
-    from dptree_opt.error.tree import haar_workload_weights
+    from dptree_opt.engines.tree_error import haar_workload_weights
     from dptree_opt.optimize.grid import _axis_groups
     groups = _axis_groups(n, kind, True, None)
     rng = np.random.default_rng(n)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dptree_opt import Mechanism, expected_error, strategies, workloads
-from dptree_opt.error.kronecker import is_kron_tree_mechanism, kron_tree_error
+from dptree_opt.engines.kronecker import is_kron_tree_mechanism, kron_tree_error
 
 KINDS = ("prefix", "identity", "total", "all_range")
 
@@ -190,7 +190,7 @@ def test_kron_tree_blue_equals_dense_gls(b1, b2, neighbours, noise, seed):
 def test_kron_tree_blue_three_axes_monte_carlo_and_refusals():
     from dptree_opt import blue
     from dptree_opt.error import monte_carlo_error
-    from dptree_opt.estimation.kronecker import haar_analysis, haar_synthesis
+    from dptree_opt.engines.kronecker import haar_analysis, haar_synthesis
     A = strategies.kron(strategies.tree(4, (2, 2)), strategies.tree(3, (3,)),
                         strategies.tree(2, (2,)))
     mech = Mechanism(A, rho=0.5, neighbours="add_remove")

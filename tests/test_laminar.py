@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from dptree_opt import Mechanism, expected_error, strategies, workloads
 from dptree_opt.anchors import opendp_default
-from dptree_opt.error.interval import interval_blue_errors, laminar_errors
+from dptree_opt.engines.interval import interval_blue_errors, laminar_errors
 from dptree_opt.estimation.blue import blue, blue_covariance
-from dptree_opt.estimation.haar import is_haar_mechanism
-from dptree_opt.estimation.laminar import (SegmentPlan, is_laminar_mechanism, laminar_blue,
+from dptree_opt.engines.haar import is_haar_mechanism
+from dptree_opt.engines.laminar import (SegmentPlan, is_laminar_mechanism, laminar_blue,
                                            laminar_model, point_moments, point_sum_variance)
 from dptree_opt.strategies.interval import IntervalStrategy
 
@@ -294,7 +294,7 @@ def test_structured_blue_refuses_non_finite_answers(make):
 @given(st.lists(st.integers(2, 3), min_size=1, max_size=4), st.integers(0, 2**31))
 def test_laminar_model_of_any_per_row_variances_equals_dense_gls(branching, seed):
     """Per-row (per-node) variances without a Mechanism: prefix variances = the dense GLS."""
-    from dptree_opt.estimation.laminar import laminar_model_of, point_moments
+    from dptree_opt.engines.laminar import laminar_model_of, point_moments
     n = int(np.prod(branching))
     strat = strategies.truncated_tree(n, branching)
     rng = np.random.default_rng(seed)

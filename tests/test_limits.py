@@ -21,8 +21,8 @@ import dptree_opt as dp
 from dptree_opt import bounds, closed_forms, compare, compare_grid, optimize
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
-from dptree_opt.error.causal import tree_causal_prefix_variances
-from dptree_opt.error.refined import refined_workload_error
+from dptree_opt.engines.causal_error import tree_causal_prefix_variances
+from dptree_opt.engines.refined import refined_workload_error
 from dptree_opt.optimize import rts
 from dptree_opt.optimize.levels import level_variances
 

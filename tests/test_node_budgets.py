@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dptree_opt import Mechanism, blue, expected_error, strategies, workloads
 from dptree_opt.error import monte_carlo_error
-from dptree_opt.estimation.tree import is_tree_mechanism
+from dptree_opt.engines.tree import is_tree_mechanism
 from dptree_opt.mechanism import discrete_variance, row_sensitivities
 from dptree_opt.optimize import optimal_blue_budgets
 from dptree_opt.optimize.node_budgets import (optimal_node_budgets, path_budgets,

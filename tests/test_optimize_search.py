@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import dptree_opt as dp
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
-from dptree_opt.estimation.honaker import refined_error
+from dptree_opt.engines.honaker import refined_error
 from dptree_opt.optimize.levels import noisy_levels
 from dptree_opt.optimize.search import (
     blue_level_sums,
@@ -96,7 +96,7 @@ def test_refined_closed_form_equals_the_recursion():
 
 
 def test_blue_level_sums_give_the_blue_error():
-    from dptree_opt.error.tree import blue_error, blue_haar_variances
+    from dptree_opt.engines.tree_error import blue_error, blue_haar_variances
 
     for ks, K, rng in random_padded_cases(9, 40):
         v = np.append(0.0 if rng.random() < 0.5 else rng.uniform(0.1, 3),
@@ -476,7 +476,7 @@ def test_all_range_optimal_budgets_reach_the_issue_anchor():
     reaches 260.87 per range (issue 14's anchor); the optimal-budget search must do at least
     as well, and its reported error is the mechanism's (padded-tree formula)."""
     from dptree_opt import Mechanism, strategies
-    from dptree_opt.error.tree import _padded_tree_all_range_total
+    from dptree_opt.engines.tree_error import _padded_tree_all_range_total
 
     K = 4096
     d = level_uniform(K, 1.0, estimator="blue", workload="all_range", budgets="optimal",

@@ -15,7 +15,7 @@ from scipy.stats import norm
 import dptree_opt as dp
 from dptree_opt import queries, workloads
 from dptree_opt import strategies as S
-from dptree_opt.estimation.covering import covering_operator
+from dptree_opt.engines.covering import covering_operator
 
 
 def examples(n):

@@ -1,4 +1,4 @@
-"""Tests of dptree_opt.error.refined: the [RTS] App. B refined estimator's exact error on the
+"""Tests of dptree_opt.engines.refined: the [RTS] App. B refined estimator's exact error on the
 identity and all-range workloads, against a dense oracle built here from the estimator's own
 linear map (unit vectors fed through ``honaker.refined_recursion``), closed forms, the BLUE
 lower bound and a seeded Monte Carlo simulation."""
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from dptree_opt.estimation.honaker import refined_error, refined_recursion
-from dptree_opt.error.refined import refined_workload_error
-from dptree_opt.error.tree import MAX_ALL_RANGE_PER_QUERY_K, blue_error
+from dptree_opt.engines.honaker import refined_error, refined_recursion
+from dptree_opt.engines.refined import refined_workload_error
+from dptree_opt.engines.tree_error import MAX_ALL_RANGE_PER_QUERY_K, blue_error
 from oracles import tree_matrix
 from builders import tree_variances
 
@@ -345,9 +345,9 @@ def test_padded_refined_all_range_total_equals_dense(ks, n, neighbours):
     import math
 
     from dptree_opt import Mechanism, strategies
-    from dptree_opt.error.refined import (_refined_histogram_covariance,
+    from dptree_opt.engines.refined import (_refined_histogram_covariance,
                                           padded_refined_all_range_total)
-    from dptree_opt.estimation.tree import tree_parameters
+    from dptree_opt.engines.tree import tree_parameters
 
     kp = math.prod(ks)
     mech = Mechanism(strategies.tree(kp, list(ks)), epsilon=1.0, neighbours=neighbours)

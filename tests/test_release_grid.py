@@ -17,8 +17,8 @@ from dptree_opt import strategies
 from dptree_opt.cli import main
 from dptree_opt.data_release import GridRelease, grid, release, release_file
 from dptree_opt.data_release import secure_noise as sn
-from dptree_opt.error.kronecker import axis_interval_weights, kron_box_variances
-from dptree_opt.error.tree import haar_workload_weights
+from dptree_opt.engines.kronecker import axis_interval_weights, kron_box_variances
+from dptree_opt.engines.tree_error import haar_workload_weights
 from dptree_opt.mechanism import Mechanism
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from dptree_opt.cli import main
-from dptree_opt.estimation.honaker import _ivw
+from dptree_opt.engines.honaker import _ivw
 from dptree_opt.stream import Counter
 from dptree_opt.stream import noise as stream_noise
 from dptree_opt.stream.tree import combine

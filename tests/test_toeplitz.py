@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from oracles import brute_loss
 
 from dptree_opt import Mechanism, blue, expected_error, monte_carlo_error, workloads
-from dptree_opt.estimation.toeplitz import is_toeplitz_mechanism
+from dptree_opt.engines.toeplitz import is_toeplitz_mechanism
 from dptree_opt.strategies import (
     SqrtFactorization,
     Strategy,

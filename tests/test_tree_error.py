@@ -1,4 +1,4 @@
-"""Tests of dptree_opt.error.tree against an independent dense GLS oracle and MATH.md anchors."""
+"""Tests of dptree_opt.engines.tree_error against an independent dense GLS oracle and MATH.md anchors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from dptree_opt.error.tree import (
+from dptree_opt.engines.tree_error import (
     MAX_ALL_RANGE_PER_QUERY_K,
     blue_covariance_coefficients,
     blue_error,
@@ -310,7 +310,7 @@ def test_all_range_weights_of_the_first_n_bins_equal_dense(ks, n):
     """haar_workload_weights(ks, "all_range", n): the ranges within the first n bins of a
     padded tree; sum_j q_j mu_j equals the dense GLS error of those ranges."""
     from dptree_opt import Mechanism, strategies
-    from dptree_opt.error.tree import blue_haar_variances, haar_workload_weights
+    from dptree_opt.engines.tree_error import blue_haar_variances, haar_workload_weights
     from dptree_opt.estimation.blue import blue_covariance
 
     kp = math.prod(ks)

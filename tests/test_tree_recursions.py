@@ -1,4 +1,4 @@
-"""Tests for dptree_opt.estimation.tree: Honaker's recursions and the [RTS] refined CDF.
+"""Tests for dptree_opt.engines.tree: Honaker's recursions and the [RTS] refined CDF.
 
 Every exact check is against an independent dense oracle built here from the definitions
 (the 0/1 tree strategy matrix and generalised least squares), never against the module's own
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dptree_opt.estimation.honaker import (
+from dptree_opt.engines.honaker import (
     TreeEstimates,
     honaker_recursions,
     refined_recursion,

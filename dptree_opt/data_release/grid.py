@@ -51,9 +51,9 @@ import numpy as np
 
 from .. import optimize, strategies, workloads
 from ..consistency import project_histogram
-from ..error.kronecker import axis_interval_weights, kron_box_variances
-from ..error.tree import haar_workload_weights
-from ..estimation.kronecker import kron_tree_blue, level_tuple_lambdas
+from ..engines.kronecker import axis_interval_weights, kron_box_variances
+from ..engines.tree_error import haar_workload_weights
+from ..engines.kronecker import kron_tree_blue, level_tuple_lambdas
 from ..limits import check_memory
 from ..mechanism import Mechanism
 from ..strategies.base import check_neighbours

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..error.kronecker import kron_box_variances
+from ..engines.kronecker import kron_box_variances
 from ..mechanism import Mechanism
 from ..files import check_writable_path, write_text_atomic
 from .result import BIN_RULE, _floats

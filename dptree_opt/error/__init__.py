@@ -6,32 +6,32 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
 
 * "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
   identity and all-range workloads it comes from the tree's Haar structure
-  (:mod:`dptree_opt.error.tree`, O(h) totals, O(K) per query, no K x K matrix); on
+  (:mod:`dptree_opt.engines.tree_error`, O(h) totals, O(K) per query, no K x K matrix); on
   Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private,
   public or measured by noisy total rows, for prefix, identity, all-range, total and custom ranges from the power-series
-  inverse (:mod:`dptree_opt.error.toeplitz`, O(K log K); per-query all-range O(K^2),
+  inverse (:mod:`dptree_opt.engines.toeplitz`, O(K log K); per-query all-range O(K^2),
   ranges O(K log K + sum_q min(lo_q, K - hi_q)));
   on any other interval (laminar) strategy (OpenDP's truncated tree, padded or ragged
   trees, hierarchies, the histogram) for prefix, identity, all-range and total from the
-  bridge decomposition (:mod:`dptree_opt.error.interval`, O(K) numpy; custom ranges
+  bridge decomposition (:mod:`dptree_opt.engines.interval`, O(K) numpy; custom ranges
   O(depth) each; per-query all-range uses the dense path);
-  Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.estimation.haar`);
+  Privelet's Haar strategy on 2^L bins has the same structure (:mod:`dptree_opt.engines.haar`);
   the implicit Gaussian optimum (``strategies.implicit_optimum``) for prefix, identity, total
   and all-range totals from quadratures over tridiagonal resolvents (O(n) per node);
   otherwise from the dense covariance of the generic GLS (K <= 8192).
 * "covering": the [RTS] covering sums, the sum of the covering rows' variances (Thm IV.1
   proof); other workloads from differences of the covering prefixes (identity and all-range
   totals structured, O(K); others from the dense covariance, K <= 8192;
-  :mod:`dptree_opt.estimation.covering`).
+  :mod:`dptree_opt.engines.covering`).
 * "refined": [RTS] App. B on level-uniform trees; other workloads use differences of the
   refined prefixes. Prefix, identity and all-range are structured
-  (:mod:`dptree_opt.error.refined`, O(K)); other workloads use the estimator's exact linear
-  map (K <= 4096, :mod:`dptree_opt.error.refined` as well).
+  (:mod:`dptree_opt.engines.refined`, O(K)); other workloads use the estimator's exact linear
+  map (K <= 4096, :mod:`dptree_opt.engines.refined` as well).
 * "causal": the causal BLUE, each query (answered at step 1 + its last bin) from the rows
-  complete by then (MATH.md section 9, :mod:`dptree_opt.estimation.causal`); level-uniform
+  complete by then (MATH.md section 9, :mod:`dptree_opt.engines.causal`); level-uniform
   trees in O(K) / O(h) (prefix), O(h) per range; lower-triangular cores (Toeplitz,
   square-root factorisation: causal = offline) by the offline engines; interval strategies'
-  prefixes in O(rows); otherwise a dense filter (n <= 4096) (:mod:`dptree_opt.error.causal`).
+  prefixes in O(rows); otherwise a dense filter (n <= 4096) (:mod:`dptree_opt.engines.causal_error`).
 
 One module per structure: ``tree`` (level-uniform trees, BLUE), ``refined`` (level-uniform
 trees, refined estimator), ``toeplitz`` (Toeplitz strategies), ``interval`` (interval / laminar
@@ -46,26 +46,26 @@ import numpy as np
 
 from .._progress import Progress
 from ..estimation.blue import blue, blue_covariance
-from ..estimation.causal import causal_blue
-from ..estimation.implicit import implicit_parameters, is_implicit_mechanism
-from ..estimation.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
+from ..engines.causal import causal_blue
+from ..engines.implicit import implicit_parameters, is_implicit_mechanism
+from ..engines.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                                    covering_moments, covering_variances)
-from ..estimation.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from ..engines.tree import is_tree_mechanism, refined_cdf, tree_parameters
 from ..limits import MAX_MONTE_CARLO_TRIALS, check_count, rescaled
 from ..mechanism import Mechanism, as_generator, check_histogram
 from ..workloads import KroneckerWorkload, Workload
-from . import tree
-from .causal import causal_error
-from .kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
-from .kron_product import kron_product_error, kron_product_supports
-from .interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
+from ..engines import tree_error as tree
+from ..engines.causal_error import causal_error
+from ..engines.kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
+from ..engines.kron_product import kron_product_error, kron_product_supports
+from ..engines.interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
                        laminar_errors, laminar_range_variances)
-from .refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
+from ..engines.refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
     MAX_REFINED_DENSE_BINS,
     _refined_histogram_covariance,
     refined_workload_error,
 )
-from .toeplitz import toeplitz_error, toeplitz_supports
+from ..engines.toeplitz import toeplitz_error, toeplitz_supports
 
 __all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
            "MonteCarloResult", "interval_blue_errors"]

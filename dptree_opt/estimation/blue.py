@@ -3,11 +3,11 @@
 On a level-uniform tree it is Honaker's O(n) efficient estimator (the leaf level of t^*); on a
 Toeplitz strategy with equal noise it is A^-1 y by the FFT power-series inverse, plus the
 rank-one step when N is public or measured by noisy total rows
-(:mod:`dptree_opt.estimation.toeplitz`, O(n log n));
+(:mod:`dptree_opt.engines.toeplitz`, O(n log n));
 on any other interval (laminar) strategy the bridge recursion of
-:mod:`dptree_opt.estimation.laminar` (O(n), Honaker's passes on any hierarchy), on Haar
-(n = 2^L) its top-down solve (:mod:`dptree_opt.estimation.haar`), on the implicit Gaussian
-optimum A^-1 y (:mod:`dptree_opt.estimation.implicit`); otherwise the
+:mod:`dptree_opt.engines.laminar` (O(n), Honaker's passes on any hierarchy), on Haar
+(n = 2^L) its top-down solve (:mod:`dptree_opt.engines.haar`), on the implicit Gaussian
+optimum A^-1 y (:mod:`dptree_opt.engines.implicit`); otherwise the
 generic GLS (sparse KKT LU or dense Cholesky). All paths give the same answer
 to rounding (tests pin it)."""
 
@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..mechanism import Mechanism
-from .gls import gls
-from .haar import haar_blue, is_haar_mechanism
-from .implicit import implicit_blue, is_implicit_mechanism
-from .kronecker import (is_kron_tree_mechanism, is_quadtree_mechanism, kron_tree_blue,
+from ..engines.gls import gls
+from ..engines.haar import haar_blue, is_haar_mechanism
+from ..engines.implicit import implicit_blue, is_implicit_mechanism
+from ..engines.kronecker import (is_kron_tree_mechanism, is_quadtree_mechanism, kron_tree_blue,
                         quadtree_blue)
-from .laminar import is_laminar_mechanism, laminar_blue
-from .toeplitz import is_toeplitz_mechanism, toeplitz_blue
-from .tree import is_tree_mechanism, tree_blue
+from ..engines.laminar import is_laminar_mechanism, laminar_blue
+from ..engines.toeplitz import is_toeplitz_mechanism, toeplitz_blue
+from ..engines.tree import is_tree_mechanism, tree_blue
 
 __all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
 

@@ -3,7 +3,7 @@
 The problem
 -----------
 On a level-uniform tree (branching k_1..k_h, K = prod k_l, level widths w_l) with per-level
-noise variances v_l, the BLUE's exact total error on a workload is (dptree_opt.error.tree)
+noise variances v_l, the BLUE's exact total error on a workload is (dptree_opt.engines.tree_error)
 
     E = sum_j q_j / lambda_j,   lambda_j = sum_{l >= j} w_l p_l,   p_l = 1 / v_l,
 
@@ -76,7 +76,7 @@ import numpy as np
 from ..privacy import check_budget, check_noise, norm_of, split_budget
 from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
-from ..error.tree import (
+from ..engines.tree_error import (
     WORKLOADS,
     _check_branching,
     blue_error,

@@ -55,9 +55,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..error import expected_error
-from ..error.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
+from ..engines.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
                                is_grid_tree_mechanism)
-from ..estimation.kronecker import grid_trees, level_tuple_of
+from ..engines.kronecker import grid_trees, level_tuple_of
 from ..limits import (MAX_GRID_LEVEL_TUPLES, MAX_KRON_PRODUCTS, MAX_QUADTREE_CANDIDATES,
                       MAX_SEARCH_CELLS, at_budget, check_count)
 from ..mechanism import Mechanism

@@ -85,7 +85,7 @@ import numpy as np
 
 from ..privacy import check_budget, check_noise, infer_noise, resolve_budget
 from ..strategies.base import check_neighbours
-from ..error.tree import (_block_gram, all_range_level_weight, all_range_parent_energy,
+from ..engines.tree_error import (_block_gram, all_range_level_weight, all_range_parent_energy,
                           haar_workload_weights)
 from .levels import level_variances, noisy_levels, resolve_public, unit_variances
 from ..limits import (MAX_SEARCH_BINS, SEARCH_BYTES_PER_BIN, at_budget, check_count,
@@ -416,7 +416,7 @@ def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "cove
     elif estimator == "refined":
         err = refined_prefix_error(ks, v, s.K)
     elif estimator == "blue":
-        from ..error.tree import blue_haar_variances
+        from ..engines.tree_error import blue_haar_variances
         mu = blue_haar_variances(ks, v)
         err = float(np.dot(mu, blue_level_sums(ks, s.K)))
     else:
@@ -1120,7 +1120,7 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
     [K, max_padding K] (or K' = K) scored exactly (``error.tree.blue_error`` per bin,
     ``blue_range_variances`` per range, O(h) each); refused above
     MAX_WORKLOAD_SEARCH_TREES trees."""
-    from ..error.tree import blue_error, blue_range_variances
+    from ..engines.tree_error import blue_error, blue_range_variances
 
     if estimator != "blue":
         raise ValueError(f"identity / custom-range workloads are searched for estimator='blue' "

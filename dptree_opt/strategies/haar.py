@@ -24,7 +24,7 @@ the L - 1 nodes below on each side by 1):
 
 For n = 2^L, :func:`haar` returns a :class:`HaarStrategy`: no matrix until asked for, the
 fast transform for A x (O(n)), these closed-form sensitivities for equal node weights, and
-the structure the exact error and BLUE paths use (:mod:`dptree_opt.estimation.haar`).
+the structure the exact error and BLUE paths use (:mod:`dptree_opt.engines.haar`).
 
 n not a power of two: the strategy is the Haar matrix of n' = 2^ceil(log2 n) bins restricted
 to the first n columns (the n' - n padding bins are known to be empty), all-zero rows

@@ -12,7 +12,7 @@ the smallest row containing bin c (-1 if none). This structure gives, without th
   P(bin_row[a]) + P(bin_row[b]) - 2 P(lca), maximised by a bottom-up pass over depths that
   keeps, per row, the two heaviest child branches (O(m) numpy work per pass, one pass per
   depth level);
-* the [RTS] covering of every prefix (see ``dptree_opt.estimation.covering``).
+* the [RTS] covering of every prefix (see ``dptree_opt.engines.covering``).
 """
 
 from __future__ import annotations

@@ -325,7 +325,7 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
 
     Row i measures d_i (T(a) x)_i (d_i > 0). Measuring D T(a) x with noise of variance v per
     row is measuring T(a) x with variance v / d_i^2 on row i, so the BLUE and its errors keep
-    the Toeplitz structure (:mod:`dptree_opt.estimation.toeplitz`). Sensitivity with equal
+    the Toeplitz structure (:mod:`dptree_opt.engines.toeplitz`). Sensitivity with equal
     weight u on the scaled rows: column j is (d_i a_(i-j))_(i >= j), so
 
         add/remove:  l_p^p = u^p max_j sum_(k < n-j) d_(k+j)^p |a_k|^p  (+ the totals)

@@ -45,7 +45,7 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 
-from ..estimation.causal import from_below_variances as _from_below_root_first
+from ..engines.causal import from_below_variances as _from_below_root_first
 from ..privacy import split_budget
 from .base import VARIANCE_CHUNK, CounterEngine, StrategyRows
 from .noise import GroupNoise
@@ -70,7 +70,7 @@ def tree_levels(horizon: int, k: int) -> int:
 def from_below_variances(v, k: int) -> np.ndarray:
     """Honaker's from-below variances F_l of a complete level-l node's subtree estimate,
     LEAVES FIRST: F_0 = v_0, F_l = 1 / (1 / v_l + 1 / (k F_(l-1))) (inf = unmeasured /
-    unidentified): :func:`dptree_opt.estimation.causal.from_below_variances` reversed."""
+    unidentified): :func:`dptree_opt.engines.causal.from_below_variances` reversed."""
     v = np.asarray(v, dtype=float)
     return _from_below_root_first([k] * (len(v) - 1), v[::-1])[::-1]
 

@@ -1,6 +1,6 @@
 """Exact error of the causal BLUE (each query from the rows complete when it is answered).
 
-Definitions, identification and the estimator: :mod:`dptree_opt.estimation.causal`. A query
+Definitions, identification and the estimator: :mod:`dptree_opt.engines.causal`. A query
 that is not identified causally raises ValueError (naming the query and its step), as the
 offline engine does for rank-deficient strategies. Paths:
 
@@ -32,7 +32,7 @@ A range [lo, t) is the sum of the maximal nodes of [0, t) that lie inside it (fr
 estimates, F_l each) plus, when lo falls strictly inside a maximal level-l node, the BLUE of
 the suffix [r, w_l) (r = lo mod w_l) of that node's subtree alone: a level-uniform tree with
 branching (k_(l+1), .., k_h) and variances (v_l, .., v_h), whose exact range variance is the
-offline Haar formula of :mod:`dptree_opt.error.tree` (by mirror symmetry the suffix of length
+offline Haar formula of :mod:`dptree_opt.engines.tree_error` (by mirror symmetry the suffix of length
 w_l - r has the variance of the subtree's prefix of that length: one O(w_l) table per level,
 O(K) in all). O(h) per query after the tables.
 The all-range total has a closed form: for each t the ranges [a, t) starting in a maximal
@@ -59,8 +59,8 @@ Lower-triangular cores and everything else
 ------------------------------------------
 Square lower-triangular cores (Toeplitz, square-root factorisation, histogram, prefix sums):
 the offline error of the restricted core before n, of the whole mechanism at n (proof in
-:mod:`dptree_opt.estimation.causal`), so the structured offline engines apply. Otherwise the
-dense filter :class:`dptree_opt.estimation.causal.DenseCausal` (n <= 4096), queries answered
+:mod:`dptree_opt.engines.causal`), so the structured offline engines apply. Otherwise the
+dense filter :class:`dptree_opt.engines.causal.DenseCausal` (n <= 4096), queries answered
 at step n by the offline engine.
 """
 
@@ -69,16 +69,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import workloads
-from ..estimation.causal import (MAX_CAUSAL_DENSE_BINS, check_causal_inputs,
+from .causal import (MAX_CAUSAL_DENSE_BINS, check_causal_inputs,
                                  check_tree_prefixes_identified,
                                  dense_causal, from_below_variances, maximal_nodes,
                                  not_identified, query_intervals, tree_widths,
                                  triangular_restriction)
-from ..estimation.laminar import MAX_DEPTH, is_laminar_mechanism, laminar_model
-from ..estimation.tree import is_tree_mechanism, tree_parameters
+from .laminar import MAX_DEPTH, is_laminar_mechanism, laminar_model
+from .tree import is_tree_mechanism, tree_parameters
 from ..limits import check_memory
 from ..mechanism import Mechanism
-from . import tree
+from . import tree_error as tree
 
 __all__ = ["causal_error", "tree_causal_prefix_variances", "tree_causal_range_variances",
            "tree_causal_all_range_total", "laminar_causal_prefix_variances"]
@@ -134,7 +134,7 @@ def _suffix_table(ks, v, lvl: int) -> np.ndarray:
 def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
     """Causal BLUE variance of the ranges [lo, hi) (answered at step hi) on a level-uniform
     tree: full maximal nodes (F_l, [HON] eq. (10)) plus the straddled node's suffix (offline
-    subtree variance, :func:`dptree_opt.error.tree.blue_error`; module docstring). O(K)
+    subtree variance, :func:`dptree_opt.engines.tree_error.blue_error`; module docstring). O(K)
     tables, then O(h) per range. ValueError unless 0 <= lo <= hi <= K (integers, 1-D)."""
     ks, w, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
@@ -173,7 +173,7 @@ def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarra
 def tree_causal_all_range_total(branching, level_variances) -> float:
     """Sum of the causal variances of all K (K + 1) / 2 ranges on a level-uniform tree, O(h^2)
     (closed form over the mixed-radix digits of t with F_l of [HON] eq. (10) and the offline
-    subtree prefix totals of :func:`dptree_opt.error.tree.blue_error`; module docstring)."""
+    subtree prefix totals of :func:`dptree_opt.engines.tree_error.blue_error`; module docstring)."""
     ks, w, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     check_tree_prefixes_identified(ks, F)  # every level with digits > 0 must be identified
@@ -203,7 +203,7 @@ def tree_causal_all_range_total(branching, level_variances) -> float:
 def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
     """Causal variance of every prefix C_t (t = 1..K) on an interval (laminar) strategy:
     the series sum of 1 / g_v over the maximal complete nodes of [0, t), g_v the effective
-    conductances of :func:`dptree_opt.estimation.laminar.laminar_model` (Honaker's
+    conductances of :func:`dptree_opt.engines.laminar.laminar_model` (Honaker's
     from-below pass as series / parallel reduction; module docstring). O(rows). ValueError
     for the first prefix that is not identified or a strategy that is not laminar."""
     lam = laminar_model(mechanism)
@@ -235,7 +235,7 @@ def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
 
 # ------------------------------------------------------------------------------- dispatch
 def _offline(workload, mechanism, per_query, method="auto"):
-    from . import expected_error  # the package entry point (imports this module)
+    from ..error import expected_error  # the package entry point (imports this module)
     return expected_error(workload, mechanism, "blue", per_query=per_query, method=method)
 
 

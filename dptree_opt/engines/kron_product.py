@@ -57,7 +57,7 @@ import scipy.linalg as sla
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, Strategy
 from ..workloads import KroneckerWorkload, Workload
-from ..estimation.kronecker import grid_trees, level_tuple_lambdas
+from .kronecker import grid_trees, level_tuple_lambdas
 from .kronecker import axis_interval_weights, is_grid_tree_mechanism
 
 __all__ = ["MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",

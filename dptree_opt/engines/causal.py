@@ -30,7 +30,7 @@ Paths (all exact; the dense one is the oracle of the others in tests/test_causal
   range [lo, t) adds, for the maximal node holding lo, the BLUE of the suffix [lo, end) inside
   that node's subtree alone (the subtree is itself a level-uniform tree, whose root is
   measured with v_l and gets no information from above). Variances:
-  :mod:`dptree_opt.error.causal`.
+  :mod:`dptree_opt.engines.causal_error`.
 * Lower-triangular cores: when, for every t < n, exactly one measured row completes at t
   (the other rows complete at n: totals), the rows complete by t < n form a square
   lower-triangular matrix A_t with a non-zero diagonal, so the causal BLUE of q is
@@ -83,7 +83,7 @@ from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy, LevelUniformTree
 from ..strategies.toeplitz import ToeplitzStrategy
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
-from .blue import blue
+from ..estimation.blue import blue
 from .honaker import _check_variances, _layout, _level_stats, honaker_recursions
 from .tree import _check_y, is_tree_mechanism, tree_parameters
 
@@ -179,7 +179,7 @@ def from_below_variances(branching, level_variances) -> np.ndarray:
     """F_l = Var(t^-) of a level-l node (the BLUE of its count from its own subtree), root first.
 
     F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10), MATH.md
-    section 2; the ``below`` variances of :mod:`dptree_opt.estimation.honaker`) with
+    section 2; the ``below`` variances of :mod:`dptree_opt.engines.honaker`) with
     1/inf = 0 (unmeasured level, or a subtree that does not identify its count) and
     1/0 = inf (public root: F_0 = 0). inf means the node count is not identified. O(h).
     ValueError for bad branching or variances."""
@@ -507,7 +507,7 @@ def causal_blue(mechanism: Mechanism, y, workload: Workload, method: str = "auto
 
     Query q (answered at step t_q = 1 + its last bin) is estimated from the rows complete by
     t_q only (module docstring): changing the measurement of a row complete later leaves it
-    unchanged. Linear and unbiased; exact variances in :mod:`dptree_opt.error.causal`
+    unchanged. Linear and unbiased; exact variances in :mod:`dptree_opt.engines.causal_error`
     (``expected_error(..., estimator="causal")``). ``method``: "auto" (level-uniform trees
     by Honaker's from-below estimates, O(K h); lower-triangular cores by the offline BLUE of
     the restricted square core; otherwise the dense filter) or "dense" (the filter,

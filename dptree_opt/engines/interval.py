@@ -4,7 +4,7 @@ Hierarchies such as OpenDP's truncated tree, padded or ragged trees, the histogr
 prefix sums: every row measures one range sum, i.e. one difference c_hi - c_lo of the
 cumulative counts, so the information matrix is a weighted graph Laplacian.
 
-* :func:`laminar_errors`: the bridge decomposition of :mod:`dptree_opt.estimation.laminar`
+* :func:`laminar_errors`: the bridge decomposition of :mod:`dptree_opt.engines.laminar`
   (numpy passes per depth, O(K) work): per-prefix and per-bin variances, the total and the
   all-range total. Used by :func:`dptree_opt.expected_error` for every interval strategy that
   is not a level-uniform tree, and by :func:`interval_blue_errors`.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..estimation.blue import blue_covariance
-from ..estimation.haar import haar_model, is_haar_mechanism
-from ..estimation.laminar import (is_laminar_mechanism, laminar_model, point_moments,
+from .gls import gls
+from .haar import haar_model, is_haar_mechanism
+from .laminar import (is_laminar_mechanism, laminar_model, point_moments,
                                   point_sum_variance, range_variances, star_moments)
 from ..limits import rescaled
 from ..mechanism import Mechanism
@@ -68,7 +68,7 @@ def has_bridge_structure(mechanism: Mechanism) -> bool:
 def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
                    all_range: bool = True) -> dict:
     """Exact BLUE variances of an interval strategy on its first ``n_bins`` bins (default
-    K'), from the bridge decomposition (:mod:`dptree_opt.estimation.laminar`).
+    K'), from the bridge decomposition (:mod:`dptree_opt.engines.laminar`).
 
     Returns ``"cdf"`` (Var of the prefixes C_1..C_K, shape (K,)), ``"identity"`` (Var of
     the bins, shape (K,)), ``"total"`` (Var of the estimate of N = x_K'), and
@@ -76,7 +76,7 @@ def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
     = (K + 1) sum_p Var(x_p) - Var(sum_p x_p) over p = 0..K (one bottom-up pass) when
     ``all_range``. Entries are inf where the strategy does not identify the query.
     Privelet's Haar strategy (n = 2^L) has the same decomposition
-    (:mod:`dptree_opt.estimation.haar`) and is accepted too."""
+    (:mod:`dptree_opt.engines.haar`) and is accepted too."""
     kp = mechanism.released.n_bins
     K = kp if n_bins is None else int(n_bins)
     if not 1 <= K <= kp:
@@ -106,7 +106,7 @@ def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
 
 def laminar_range_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
     """Var of the BLUE of sum x[lo:hi] for half-open ranges on an interval strategy or Haar
-    (2^L): :func:`~dptree_opt.estimation.laminar.range_variances`, O(depth) per range
+    (2^L): :func:`~dptree_opt.engines.laminar.range_variances`, O(depth) per range
     (prefix sums: v_hi + v_lo, independent points). inf where not identified."""
     lo = np.asarray(lo, dtype=np.int64)
     hi = np.asarray(hi, dtype=np.int64)
@@ -166,7 +166,7 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
         ident = res["identity"]
         mx = None
         if all_range and kp <= MAX_LAMINAR_DENSE_BINS and np.all(np.isfinite(ident)):
-            zc = np.cumsum(np.cumsum(blue_covariance(mechanism), 0), 1)[:K, :K]
+            zc = np.cumsum(np.cumsum(gls(mechanism).covariance(), 0), 1)[:K, :K]
             z = np.zeros((K + 1, K + 1))
             z[1:, 1:] = zc
             dz = np.diag(z)

@@ -34,7 +34,7 @@ x_j = x_a + (z's up to s_j) + t_j (x_b - x_a - Z_v) top-down.
 
 Every per-node formula is vectorised over all nodes of one depth (Python loops over depths
 only). Checked against the dense GLS (tests/test_laminar.py). Used by
-:mod:`dptree_opt.estimation.blue` and :mod:`dptree_opt.error.interval`.
+:mod:`dptree_opt.estimation.blue` and :mod:`dptree_opt.engines.interval`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 workloads (structured), and its dense covariance for other workloads.
 
 Setting and notation (MATH.md sections 0-2; layout and variance conventions of
-:mod:`dptree_opt.estimation.honaker`)
+:mod:`dptree_opt.engines.honaker`)
 ----------------------------------------------------------------------------------------------
 Level-uniform tree over K bins, branching (k_1, ..., k_h), level variances v_0..v_h root first
 (v_0 = 0: public total; v_0 = inf: unmeasured root; inf: unmeasured level). Level l has nodes of
 width w_l; the mixed-radix digits of t in [0, K) are d_l(t) = (t // w_l) mod k_l. The refined
-estimator ([RTS] App. B, :func:`~dptree_opt.estimation.honaker.refined_recursion`) releases
+estimator ([RTS] App. B, :func:`~dptree_opt.engines.honaker.refined_recursion`) releases
 
     C_t = alpha_t L_t + beta_t (rho - M_t),   t = 1..K-1,      C_K = T,      C_0 = 0,
 
@@ -84,7 +84,7 @@ import math
 
 import numpy as np
 
-from ..estimation.honaker import (
+from .honaker import (
     _ivw,
     _left_cover_sums,
     _level_stats,
@@ -92,9 +92,9 @@ from ..estimation.honaker import (
     refined_error,
     refined_recursion,
 )
-from ..estimation.tree import tree_parameters
+from .tree import tree_parameters
 from ..mechanism import Mechanism
-from .tree import MAX_ALL_RANGE_PER_QUERY_K, _check_tree
+from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, _check_tree
 
 __all__ = ["refined_workload_error", "REFINED_WORKLOADS"]
 
@@ -358,9 +358,9 @@ def refined_workload_error(branching, level_variances, workload, per_query=False
     """Exact error of the [RTS] App. B refined estimator on a workload, without any K x K matrix.
 
     The workload answers are derived from the refined prefixes C_0 = 0, C_1..C_K of
-    :func:`dptree_opt.estimation.honaker.refined_recursion`:
+    :func:`dptree_opt.engines.honaker.refined_recursion`:
 
-    * ``"prefix"``: C_t, t = 1..K (delegates to :func:`~dptree_opt.estimation.honaker.refined_error`);
+    * ``"prefix"``: C_t, t = 1..K (delegates to :func:`~dptree_opt.engines.honaker.refined_error`);
     * ``"identity"``: x_i = C_{i+1} - C_i, i = 0..K-1;
     * ``"all_range"``: every [a, b], 0 <= a <= b < K, answered by C_{b+1} - C_a, lexicographic in
       (a, b) like :func:`dptree_opt.workloads.all_range`.

@@ -5,7 +5,7 @@ node [a, b) with middle m measures 2 x_m - x_a - x_b. The n measurements determi
 unknowns x_1..x_n (A is square and invertible), so the BLUE is A^-1 y, solved top-down:
 x_n = y_total (or the public N), then x_m = (x_a + x_b + y_node) / 2 level by level. With
 v the node's noise variance this is the bridge decomposition of
-:mod:`dptree_opt.estimation.laminar` with one interior point per node: t_m = 1/2,
+:mod:`dptree_opt.engines.laminar` with one interior point per node: t_m = 1/2,
 Var(beta_m) = v / 4, and each half's difference Var(x_m - x_a) = D_v / 4 + v / 4. So the
 laminar engine's passes give the exact prefix, bin, total and all-range errors in O(n).
 Checked against the dense GLS (tests/test_laminar.py).
@@ -40,7 +40,7 @@ _CACHE: "weakref.WeakKeyDictionary[Mechanism, Laminar]" = weakref.WeakKeyDiction
 
 
 def haar_model(mechanism: Mechanism) -> Laminar:
-    """The bridge decomposition (:class:`~dptree_opt.estimation.laminar.Laminar`) of a Haar
+    """The bridge decomposition (:class:`~dptree_opt.engines.laminar.Laminar`) of a Haar
     mechanism: nodes = the n - 1 tree nodes (level order), chains (a, m, b). O(n), cached."""
     if not is_haar_mechanism(mechanism):
         raise ValueError("haar_model needs a HaarStrategy mechanism with noisy Haar rows")

@@ -1,6 +1,6 @@
 """Tree estimators for mechanisms on level-uniform trees (the O(n) fast paths).
 
-Wraps the pure recursions of :mod:`dptree_opt.estimation.honaker` with a mechanism's
+Wraps the pure recursions of :mod:`dptree_opt.engines.honaker` with a mechanism's
 branching factors and per-level noise variances (root: 0 when N is public, inf when the
 root is not measured).
 """

@@ -520,8 +520,8 @@ def _padded_tree_all_range_total(mech: Mechanism, K: int) -> float:
     sum_j mu_j (k_j G_j - G_{j-1}) / w_{j-1}, G_l = sum over level-l nodes of (q . 1_node)^2.
     O(K' h)."""
     from .. import workloads
-    from ..estimation.tree import tree_parameters
-    from . import expected_error  # the package entry point (imports this module)
+    from .tree import tree_parameters
+    from ..error import expected_error  # the package entry point (imports this module)
 
     ks, v = tree_parameters(mech)
     mu = blue_haar_variances(ks, v)
