@@ -2,7 +2,7 @@
 
 Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), a strategy A
 (``dptree_opt.strategies``) released with calibrated noise (``Mechanism``), a linear estimator
-(``blue``, ``covering_cdf``) and an exact error (``expected_error``). See DESIGN.md/MATH.md.
+(``blue``, ``covering_cdf``) and an exact error (``expected_error``). See docs/README.md and docs/math.md.
 """
 
 from . import closed_forms, consistency, queries, strategies, workloads

@@ -1,9 +1,9 @@
-"""Emulations of the deployed tree mechanisms of MATH.md section 6, as mechanism + estimator.
+"""Emulations of the deployed tree mechanisms of docs/math.md section 6, as mechanism + estimator.
 
 Each constructor returns an :class:`Anchor`: a :class:`~dptree_opt.Mechanism` (strategy with
 calibrated noise), the estimator that the emulated system uses, and ``n_bins`` = the number
 of real bins K (the strategy may be padded to K' >= K bins; errors are then over the first K
-prefixes / bins). Definitions (MATH.md section 6; eps-DP, add/remove, Laplace in the anchors):
+prefixes / bins). Definitions (docs/math.md section 6; eps-DP, add/remove, Laplace in the anchors):
 
 * ``binary_covering``: the binary tree mechanism of Dwork et al. / Chan et al.: every level
   of the dyadic tree over 2^ceil(log2 K) bins, root included, gets eps / (h + 1); prefixes are
@@ -105,7 +105,7 @@ def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                     noise: str = "laplace", neighbours: str = "add_remove",
                     public_total=None) -> Anchor:
     """Binary tree, covering sums, every level (root included when N is private) gets an
-    equal share (Dwork et al. 2010 / Chan et al. 2011; MATH.md section 6 row 1)."""
+    equal share (Dwork et al. 2010 / Chan et al. 2011; docs/math.md section 6 row 1)."""
     return _binary("binary_covering", "binary tree, covering sums",
                    "Dwork et al. / Chan et al. binary tree mechanism (root level included)",
                    "covering", n_bins, epsilon, rho, noise, neighbours, public_total)
@@ -114,7 +114,7 @@ def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
 def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho=None, noise: str = "laplace",
                neighbours: str = "add_remove", public_total=None) -> Anchor:
     """Binary tree, equal variances, OLS = Honaker's efficient estimator (Hay et al. 2010;
-    MATH.md section 6 row 2)."""
+    docs/math.md section 6 row 2)."""
     return _binary("binary_ols", "binary tree + OLS",
                    "Hay et al. consistency (OLS, equal variances) = Honaker efficient estimator",
                    "blue", n_bins, epsilon, rho, noise, neighbours, public_total)
@@ -124,7 +124,7 @@ def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                    noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
                    branching: int = 16) -> Anchor:
     """Google DP library quantile-tree default: b = 16, root not noised, covering sums
-    (MATH.md section 6 row 3). Height ceil(log16 K), leaves padded to 16^h; the budget is
+    (docs/math.md section 6 row 3). Height ceil(log16 K), leaves padded to 16^h; the budget is
     split equally over the h non-root levels."""
     n = _check_bins(n_bins)
     h = strategies.padded_height(n, branching)
@@ -192,13 +192,13 @@ def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                    noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
                    branching: int | None = None, padding: str = "known_zeros") -> Anchor:
     """OpenDP default: b = choose_branching_factor(K) (or ``branching``), root noised, OLS
-    (MATH.md section 6 row 4). Equal budgets over the layers (the Mechanism's default split)
+    (docs/math.md section 6 row 4). Equal budgets over the layers (the Mechanism's default split)
     give every node Lap(layers / eps) under add/remove, as OpenDP's stability map.
 
     ``padding``: "known_zeros" (what ``make_consistent_b_ary_tree`` does: nodes lying
     entirely in the padding are set to zero with zero variance; the strategy is the truncated
     tree :func:`opendp_tree`) or "noised" (the complete b-ary tree over b^h leaves, every node
-    noised, the padding bins estimated too; this is the reading that reproduces MATH.md
+    noised, the padding bins estimated too; this is the reading that reproduces docs/math.md
     section 6 row 4's printed 284.8 / 615.7 / 1030.6). ``variance_factor``: discrete /
     continuous Laplace variance at the node scale (OpenDP samples discrete Laplace)."""
     n = _check_bins(n_bins)

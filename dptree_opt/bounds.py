@@ -1,7 +1,7 @@
 """Lower bounds on the error of every matrix mechanism for a workload (the SVD bound).
 
 **Gaussian, add/remove** (Li & Miklau 2012, "Measuring the achievable error of query sets
-under differential privacy", arXiv:1202.3399; MATH.md section 6). A matrix mechanism measures
+under differential privacy", arXiv:1202.3399; docs/math.md section 6). A matrix mechanism measures
 A x with Gaussian noise of variance sigma^2 Delta^2 per row, Delta = max_c ||A_c||_2 (its l2
 sensitivity), and answers W with the BLUE. With X = A'A its total squared error is
 
@@ -11,7 +11,7 @@ sensitivity), and answers W with the BLUE. With X = A'A its total squared error 
 
 G = W'W, lambda_j the singular values of W. Per-row noise scales are covered (absorb them
 in A). For the prefix workload lambda_j = 1 / (2 sin((2j - 1) pi / (2 (2n + 1)))),
-j = 1..n (the prefix matrix P has (P P')^-1 = tridiag(-1, [2, .., 2, 1], -1); MATH.md Sec. 6).
+j = 1..n (the prefix matrix P has (P P')^-1 = tridiag(-1, [2, .., 2, 1], -1); docs/math.md Sec. 6).
 
 **Public total.** With N known (swap neighbours, or add/remove with ``public_total``) write
 x = (N/n) 1 + Q theta, Q an orthonormal basis of 1-perp: the BLUE's error is
@@ -61,7 +61,7 @@ MAX_DENSE_BINS = 8192
 
 
 def prefix_singular_values(n: int) -> np.ndarray:
-    """Singular values of the n x n prefix matrix, closed form (MATH.md section 6), descending:
+    """Singular values of the n x n prefix matrix, closed form (docs/math.md section 6), descending:
     lambda_j = 1 / (2 sin((2j - 1) pi / (2 (2n + 1)))), j = 1..n. O(n)."""
     n = _workloads._check_n(n)
     j = np.arange(1, n + 1, dtype=float)

@@ -97,7 +97,7 @@ def theorem_iv_1(branching: Sequence[int], level_epsilons: Sequence[float],
 
 def theorem_iv_1_gaussian(branching: Sequence[int], level_rhos: Sequence[float],
                           n_records: float = 1.0) -> float:
-    """Gaussian analogue of Theorem IV.1 (MATH.md section 1): swap l2 sensitivity of a level
+    """Gaussian analogue of Theorem IV.1 (docs/math.md section 1): swap l2 sensitivity of a level
     is sqrt(2), so sigma_l^2 = 2 / (2 rho_l) = 1 / rho_l and the error is
     (K / (2 N^2)) sum_l (k_l - 1) sigma_l^2."""
     rho = np.asarray(level_rhos, dtype=float)

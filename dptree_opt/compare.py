@@ -47,15 +47,13 @@ import numpy as np
 
 from . import anchors, bounds, optimize, strategies, workloads
 from .error import expected_error
+from . import engines
 from .engines.interval import interval_blue_errors
-from .engines.interval import has_bridge_structure
 from .engines.refined import padded_refined_all_range_total
 from .engines.tree_error import _padded_tree_all_range_total
 from .optimize.search import _smooth_finest_trees
-from .engines.tree import tree_parameters
+from .engines.honaker import tree_parameters
 from .engines.covering import covering_moments
-from .engines.implicit import is_implicit_mechanism
-from .engines.toeplitz import is_toeplitz_mechanism
 from .limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory, rescaled
 from .mechanism import Mechanism
 from .privacy import infer_noise, resolve_budget, resolve_public
@@ -234,13 +232,14 @@ def _all_range_mask(kp: int, K: int) -> np.ndarray:
     return hi <= K
 
 
-def _dense_ok(mech: Mechanism) -> bool:
-    """Whether expected_error can answer this mechanism: small K, or a structure with an
-    exact fast path (Toeplitz strategies: O(K log K); Haar on 2^L bins and other interval
-    strategies: the bridge decomposition, O(K); the implicit Gaussian optimum: quadratures over
-    tridiagonal resolvents, O(K) per node; at any size)."""
-    return (mech.n_bins <= MAX_DENSE_BINS or is_toeplitz_mechanism(mech)
-            or has_bridge_structure(mech) or is_implicit_mechanism(mech))
+def _servable(mech: Mechanism, workload, est: str, per_query: bool = True) -> bool:
+    """Whether an engine computes this error (``dptree-opt engines``): a structured engine at
+    any size, or the dense GLS at small K."""
+    try:
+        engines.select("per_query" if per_query else "error", mech, workload, est)
+    except ValueError:
+        return False
+    return True
 
 
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
@@ -291,7 +290,7 @@ def _normalised_errors(cand: Candidate, which) -> dict:
                 if lam is not None:
                     per = lam["cdf"]
                 else:
-                    if not (tree or interval) and not _dense_ok(mech):
+                    if not _servable(mech, workloads.prefix(kp), est):
                         raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
                     per = expected_error(workloads.prefix(kp), mech, est, per_query=True)[:K]
                 out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
@@ -301,7 +300,7 @@ def _normalised_errors(cand: Candidate, which) -> dict:
                     if per is None:
                         raise NotAvailable("n/a (bins are not rows of the strategy)")
                 else:
-                    if not tree and not _dense_ok(mech):
+                    if not _servable(mech, workloads.identity(kp), est):
                         raise NotAvailable(f"n/a (dense K > {MAX_DENSE_BINS})")
                     per = expected_error(workloads.identity(kp), mech, est, per_query=True)[:K]
                 out[wl] = WorkloadError(f * float(per.mean()), f * float(per.max()))
@@ -310,9 +309,10 @@ def _normalised_errors(cand: Candidate, which) -> dict:
                 total = None
                 if lam is not None:
                     total, mx = lam["all_range_total"], lam["all_range_max"]
-                elif tree and kp <= MAX_ALL_RANGE_MAX_BINS or not tree and _dense_ok(mech):
-                    if kp <= MAX_ALL_RANGE_MAX_BINS and not (is_implicit_mechanism(mech)
-                                                             and kp > 2048):
+                elif tree and kp <= MAX_ALL_RANGE_MAX_BINS or not tree and _servable(
+                        mech, workloads.all_range(kp), est, per_query=False):
+                    if kp <= MAX_ALL_RANGE_MAX_BINS and _servable(mech, workloads.all_range(kp),
+                                                                  est):
                         per = expected_error(workloads.all_range(kp), mech, est,
                                              per_query=True)
                         if kp != K:
@@ -391,7 +391,7 @@ def _anchor_candidate(s: Setting, build, estimator: str | None = None) -> Candid
 
 
 @register_row("binary_covering", "binary tree, covering sums",
-              "Dwork et al. 2010 / Chan et al. 2011 binary tree mechanism (MATH.md 6)")
+              "Dwork et al. 2010 / Chan et al. 2011 binary tree mechanism (docs/math.md section 6)")
 def _binary_covering(s: Setting) -> Candidate:
     return _anchor_candidate(s, anchors.binary_covering)
 
@@ -403,13 +403,13 @@ def _binary_refined(s: Setting) -> Candidate:
 
 
 @register_row("binary_ols", "binary tree + OLS",
-              "Hay et al. 2010 consistency = Honaker 2015 efficient estimator (MATH.md 6)")
+              "Hay et al. 2010 consistency = Honaker 2015 efficient estimator (docs/math.md section 6)")
 def _binary_ols(s: Setting) -> Candidate:
     return _anchor_candidate(s, anchors.binary_ols)
 
 
 @register_row("google_default", "Google default",
-              "Google DP library: b = 16, root not noised, covering sums (MATH.md 6)")
+              "Google DP library: b = 16, root not noised, covering sums (docs/math.md section 6)")
 def _google(s: Setting) -> Candidate:
     return _anchor_candidate(s, anchors.google_default)
 
@@ -438,7 +438,7 @@ def _opendp(s: Setting) -> Candidate:
 
 
 @register_row("opendp_default_noised_padding", "OpenDP default, padding noised",
-              "MATH.md 6 row 4 numbers: OpenDP's b and noise on the complete b^h tree, "
+              "docs/math.md section 6 row 4b numbers: OpenDP's b and noise on the complete b^h tree, "
               "padding nodes noised and estimated, OLS")
 def _opendp_noised(s: Setting) -> Candidate:
     return _opendp_candidate(s, "noised")
@@ -603,8 +603,8 @@ def _optimized(s: Setting) -> Candidate:
     if s.n_bins > MAX_OPTIMIZED_BINS[s.noise]:
         raise NotAvailable(f"skipped for K > {MAX_OPTIMIZED_BINS[s.noise]} with {s.noise} noise "
                            "(HDMM's p-Identity is dense: tens of seconds at 256 bins; call "
-                           "optimize.optimized_strategy; pure-DP strategies at scale are "
-                           "issue 14)")
+                "optimize.optimized_strategy, or optimize.best_mechanism, which also tries "
+                "budgets per node for pure DP at scale)")
     res = optimize.optimized_strategy(workloads.prefix(s.n_bins), s.noise,
                                       neighbours=s.neighbours, public_total=s.public_total)
     return Candidate(s.mechanism(res.strategy), "blue", f"optimised ({res.strategy.name})"[:22],

@@ -1,5 +1,5 @@
 """Side-by-side exact errors of grid mechanisms (``dptree-opt compare --bins 256x256``;
-issue 15 item 6; MATH.md section 8).
+docs/math.md section 8).
 
 :func:`compare_grid` builds one *row* per mechanism for a grid of shape (n_1, .., n_d) (cells
 in row-major order), one total budget, a noise and a neighbour model, and computes the exact
@@ -41,7 +41,7 @@ Rows (:data:`GRID_ROWS`):
 
 Every row gets its ratio to the SVD lower bound (:func:`grid_error_lower_bound`): for a
 Kronecker workload with N private the bound factorises, ||W||_*^2 / n = prod_i
-||W_i||_*^2 / n_i (Li & Miklau 2012; MATH.md section 8: 37.308 per unit sigma^2 per query for
+||W_i||_*^2 / n_i (Li & Miklau 2012; docs/math.md section 8: 37.308 per unit sigma^2 per query for
 the 2-D CDF at 256^2); with N public it is ||W P||_*^2 / n (add/remove) or 2 ||W P||_*^2 /
 (n - 1) (swap), P = I - 11'/n, computed by the resolvent quadrature of ``bounds`` on the
 Kronecker eigen-data (O(cells) per node). The Laplace bound is the Gaussian one times

@@ -2,7 +2,7 @@
 
 A noisy estimate C~ of the cumulative counts C_t = h_1 + ... + h_t (t = 1..K) is usually not a
 CDF: it decreases somewhere, leaves [0, N], is not integer. ``project_cdf`` solves [RTS]
-problem (Oc) (Sec. VI-1; MATH.md section 5)
+problem (Oc) (Sec. VI-1; docs/math.md section 5)
 
     minimise   sum_t w_t g(c_t - C~_t)          g(d) = d^2 ("l2") or |d| ("l1"), w_t > 0
     subject to 0 <= c_1 <= c_2 <= ... <= c_K,   c_K = N when N is public (``total``),

@@ -267,8 +267,7 @@ class Mechanism:
         default (budget given to it is unused: ``.epsilon`` / ``.rho`` report the loss).
 
     row_budgets : array of float, shape (strategy rows,), optional
-        One absolute budget per row instead of per level (budgets per node: issue 14 item 5,
-        ``optimize.optimal_node_budgets``); exclusive with ``level_budgets``. Row r gets
+        One absolute budget per row instead of per level (budgets per node, e.g. from ``optimize.optimal_node_budgets``); exclusive with ``level_budgets``. Row r gets
         scale s_r / b_r (Laplace) or s_r / sqrt(2 b_r) (Gaussian), s_r its own sensitivity
         (the largest change of its answer under the neighbour model); b_r = 0: not
         measured. The budgets need not sum to the total: the loss of the scaled strategy is
@@ -286,7 +285,7 @@ class Mechanism:
 
     Noise per level l: scale = Delta_l / budget_l with Delta_l the level's own sensitivity
     (l1 for Laplace, l2 for Gaussian) under the neighbour model. The loss of the whole
-    mechanism is then recomputed from diag(1/scale) A (MATH.md section 0) and reported as
+    mechanism is then recomputed from diag(1/scale) A (docs/math.md section 0) and reported as
     ``.epsilon`` / ``.rho``; it never exceeds the request (a ValueError is raised if it
     would). Instances are immutable.
 
@@ -459,7 +458,7 @@ class Mechanism:
 
     @property
     def neighbours(self) -> str:
-        """"swap" or "add_remove" (MATH.md section 0)."""
+        """"swap" or "add_remove" (docs/math.md section 0)."""
         return self._neighbours
 
     @property

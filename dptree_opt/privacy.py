@@ -1,4 +1,4 @@
-"""Noise calibration and privacy accounting (MATH.md section 0).
+"""Noise calibration and privacy accounting (docs/math.md section 0).
 
 * Laplace, pure eps-DP: a query set with l1 sensitivity D released with Lap(b), b = D / eps,
   is eps-DP; Var Lap(b) = 2 b^2.
@@ -37,7 +37,7 @@ def check_noise(noise: str) -> str:
 
 def infer_noise(noise, epsilon=None, rho=None) -> str:
     """The noise to use: ``noise`` when given (validated); otherwise Gaussian when only
-    ``rho`` is given (zCDP) and Laplace else (issue 14: passing rho implies Gaussian noise)."""
+    ``rho`` is given (zCDP) and Laplace else : passing rho alone implies Gaussian noise."""
     if noise is None:
         return "gaussian" if rho is not None and epsilon is None else "laplace"
     return check_noise(noise)

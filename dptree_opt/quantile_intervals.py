@@ -49,7 +49,7 @@ the dense covariance).
 Critical value: the exact distribution of Z_b, not the normal approximation. Z_b = sum_r a_r z_r
 is a linear combination of the independent row noises with weights a = R' (p_b - q p_{K-1}),
 computed exactly (no simulation): R' p = V^-1 A Cov p (BLUE: R = P Cov A' V^-1; Cov from the
-tree's covariance coefficients, MATH.md section 3, or the generic GLS solver). Its
+tree's covariance coefficients, docs/math.md section 3, or the generic GLS solver). Its
 characteristic function is the product of the rows' characteristic functions:
 
 * discrete Laplace, P(z) ~ exp(-|z| / s):  phi(u) = 1 / (1 + 4 p sin^2(u/2) / (1 - p)^2),
@@ -119,7 +119,7 @@ It is widened to contain the estimate.
 References: [CKS20] Canonne, Kamath, Steinke, "The discrete Gaussian for differential
 privacy" (NeurIPS 2020); [GRS12] Ghosh, Roughgarden, Sundararajan, "Universally
 utility-maximizing privacy mechanisms" (SIAM J. Comput. 2012); Gil-Pelaez, "Note on the
-inversion theorem", Biometrika 38 (1951); MATH.md sections 2-3 (BLUE, covariance on trees).
+inversion theorem", Biometrika 38 (1951); docs/math.md sections 2-3 (BLUE, covariance on trees).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ from scipy.special import ndtri
 from . import queries as _queries
 from .engines.tree_error import blue_covariance_coefficients
 from .engines.gls import gls
-from .engines.tree import is_tree_mechanism, tree_parameters
+from .engines.honaker import is_tree_mechanism, tree_parameters
 from .mechanism import Mechanism
 
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",

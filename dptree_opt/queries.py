@@ -21,7 +21,7 @@ the h_i points of bin i sit at e_i + j (e_{i+1} - e_i) / h_i, j = 1..h_i (tests 
 Uncertainty. Standard errors are exact, from the estimator's covariance, never from a K x K
 matrix on trees: per-prefix variances via ``expected_error(prefix(K), ..., per_query=True)``
 (O(K) on level-uniform trees); range variances for the BLUE on level-uniform trees in O(h) per
-range from the generalised Haar form Cov = sum_j mu_j D_j (MATH.md section 3; formula in
+range from the generalised Haar form Cov = sum_j mu_j D_j (docs/math.md section 3; formula in
 :func:`range_standard_errors`), for the covering estimator in O(nnz) from its sparse
 operator, otherwise through ``workloads.ranges`` and the dense covariance (small K). They are
 the standard errors of the *raw* linear unbiased estimate; a consistent (projected) estimate is
@@ -57,10 +57,9 @@ from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0
 from . import strategies as S
 from . import workloads
 from .error import ESTIMATORS, expected_error
-from .engines.tree_error import blue_range_variances
 from .estimation.blue import blue
 from .engines.covering import covering_cdf, covering_operator
-from .engines.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from .engines.tree import refined_cdf
 from .mechanism import Mechanism, as_generator
 
 __all__ = [
@@ -251,13 +250,6 @@ def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.nda
     return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
 
 
-def _tree_range_variances(mechanism: Mechanism, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Var of the BLUE of sum x[lo:hi] on a level-uniform tree, O(h) per range
-    (``error.tree.blue_range_variances``)."""
-    ks, v = tree_parameters(mechanism)
-    return blue_range_variances(ks, v, lo, hi)
-
-
 def _all_levels_measured(mechanism: Mechanism) -> bool:
     """A level-uniform tree whose levels are all measured (finite variances)."""
     return (isinstance(mechanism.released, S.LevelUniformTree)
@@ -306,9 +298,7 @@ def range_standard_errors(mechanism: Mechanism, a, b, estimator: str = "blue") -
     a_arr, b_arr = _check_ranges(a, b, k)
     shape = a_arr.shape
     lo, hi = a_arr.ravel(), b_arr.ravel() + 1  # half-open [lo, hi)
-    if estimator == "blue" and is_tree_mechanism(mechanism):
-        var = _tree_range_variances(mechanism, lo, hi)
-    elif estimator == "covering" and _all_levels_measured(mechanism):
+    if estimator == "covering" and _all_levels_measured(mechanism):
         var = _tree_covering_range_variances(mechanism, lo, hi)
     elif estimator == "covering":
         d = covering_operator(mechanism)  # C_t = sum_{s <= t} (D y)_s, t = 1..K

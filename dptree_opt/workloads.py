@@ -18,7 +18,7 @@ The error of an unbiased linear estimate with covariance Cov is trace(W Cov W') 
 sum_ij Cov_ij (W'W)_ij; ``total_variance`` and ``query_variances`` compute it (and the
 per-query diagonal) from a dense covariance in O(n^2) without forming W.
 
-Grids (issue 15, MATH.md section 8): the cells of a grid of shape (n_1, .., n_d) are
+Grids (docs/math.md section 8): the cells of a grid of shape (n_1, .., n_d) are
 flattened in row-major (C) order. ``prefix(shape)`` (the d-D CDF: every dominance box
 [0, a_1] x .. x [0, a_d]), ``all_range(shape)`` (every axis-aligned box) and ``kron(W_1, ..,
 W_d)`` are Kronecker products of 1-D workloads (:class:`KroneckerWorkload`: W = W_1 x .. x
@@ -391,7 +391,7 @@ def _grid_shape(shape) -> tuple[int, ...] | None:
 
 def kron(*factors: Workload) -> Workload:
     """W_1 x .. x W_d over the grid (W_1.n_bins, .., W_d.n_bins), queries in np.kron order
-    (MATH.md section 8). One factor returns it unchanged."""
+    (docs/math.md section 8). One factor returns it unchanged."""
     if not factors:
         raise ValueError("kron needs at least one workload")
     for f in factors:

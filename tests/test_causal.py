@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import dptree_opt as dp
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
-from dptree_opt.engines.causal_error import (causal_error, laminar_causal_prefix_variances,
+from dptree_opt.engines.causal_error import (laminar_causal_prefix_variances,
                                      tree_causal_all_range_total, tree_causal_prefix_variances,
                                      tree_causal_range_variances)
 from dptree_opt.estimation import causal_blue
@@ -460,7 +460,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="method"):
         causal_blue(mech, np.zeros(15), W.prefix(8), method="fast")
     with pytest.raises(ValueError, match="Mechanism"):
-        causal_error(W.prefix(8), "not a mechanism")
+        dp.expected_error(W.prefix(8), "not a mechanism", "causal")
     with pytest.raises(ValueError, match="length"):
         from_below_variances((2, 2), [1.0, 1.0])
     for lo, hi in (([3], [2]), ([0], [9]), ([0.5], [1]), ([[0]], [[1]])):

@@ -117,3 +117,38 @@ def test_optimize_grid_mode_ranks_hierarchies_by_their_dense_error(capsys):
     w = workloads.all_range((8, 8))
     dense = expected_error(w, mech, method="dense") / w.n_queries
     assert best["mean_error_per_query"] == pytest.approx(dense, rel=1e-9)
+
+
+def test_optimize_family_auto(capsys):
+    """--family auto: optimize.best_mechanism's Design, as JSON (its ranked alternatives and
+    skipped families) and as text; the best is no worse than the per-level optimum the
+    default search finds (level_uniform, BLUE, optimal budgets: an independent optimiser)."""
+    assert main(["optimize", "--bins", "32", "--epsilon", "1", "--neighbours", "add_remove",
+                 "--family", "auto", "--time-limit", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    per_level = optimize.level_uniform(32, 1.0, estimator="blue", neighbours="add_remove",
+                                       budgets="optimal")
+    assert out["mean_error_per_query"] <= per_level.error / 32 * (1 + 1e-9)
+    means = [out["mean_error_per_query"]] + [a["mean_error_per_query"]
+                                             for a in out["alternatives"]]
+    assert means == sorted(means) and len(out["alternatives"]) <= 10
+    skipped = {s["family"]: s["reason"] for s in out["skipped"]}
+    assert skipped["grid_quadtree"] == "Kronecker (grid) workloads only"
+    assert main(["optimize", "--bins", "4x4", "--rho", "0.5", "--family", "auto",
+                 "--releasable", "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("best mechanism: ") and "skipped:" in text
+    assert "not releasable" in text and "releasable: yes" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--family", "auto", "--public-total"], "--public-total"),
+    (["--family", "auto", "--estimator", "covering"], "--estimator blue"),
+    (["--family", "auto", "--budgets", "node"], "--budgets"),
+    (["--family", "auto", "--time-limit", "0"], "--time-limit"),
+    (["--time-limit", "5"], "--family auto"),
+    (["--family", "kron"], "--family auto works for K bins"),
+])
+def test_optimize_family_auto_bad_input(args, message, capsys):
+    assert main(["optimize", "--bins", "16", "--epsilon", "1", *args]) == 2
+    assert message in capsys.readouterr().err

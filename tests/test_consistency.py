@@ -173,6 +173,9 @@ def _qp_l2(y, w, total, upper):
         cons.append(c <= upper)
     prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(w, cp.square(c - y)))), cons)
     prob.solve(solver=cp.CLARABEL)
+    if prob.status != cp.OPTIMAL:  # Clarabel 0.11 can stop at its iteration limit
+        prob.solve(solver=cp.SCS, eps=1e-12, max_iters=200_000)
+    assert prob.status == cp.OPTIMAL, prob.status  # an oracle must have converged
     return prob.value
 
 
@@ -308,6 +311,9 @@ def _cvx_histogram(y, n, w, metric):
     loss = cp.square(h - y) if metric == "l2" else cp.abs(h - y)
     prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(w, loss))), [h >= 0, cp.sum(h) == n])
     prob.solve(solver=cp.CLARABEL)
+    if prob.status != cp.OPTIMAL:  # Clarabel 0.11 can stop at its iteration limit
+        prob.solve(solver=cp.SCS, eps=1e-12, max_iters=200_000)
+    assert prob.status == cp.OPTIMAL, prob.status  # an oracle must have converged
     return prob.value
 
 

@@ -345,7 +345,7 @@ def test_padded_refined_all_range_total_equals_dense(ks, n, neighbours):
     import math
 
     from dptree_opt import Mechanism, strategies
-    from dptree_opt.engines.refined import (_refined_histogram_covariance,
+    from dptree_opt.engines.refined import (refined_histogram_covariance,
                                           padded_refined_all_range_total)
     from dptree_opt.engines.tree import tree_parameters
 
@@ -353,6 +353,6 @@ def test_padded_refined_all_range_total_equals_dense(ks, n, neighbours):
     mech = Mechanism(strategies.tree(kp, list(ks)), epsilon=1.0, neighbours=neighbours)
     got = padded_refined_all_range_total(*tree_parameters(mech), n)
     z = np.zeros((kp + 1, kp + 1))
-    z[1:, 1:] = np.cumsum(np.cumsum(_refined_histogram_covariance(mech), 0), 1)
+    z[1:, 1:] = np.cumsum(np.cumsum(refined_histogram_covariance(mech), 0), 1)
     zk = z[:n + 1, :n + 1]
     assert got == pytest.approx((n + 1) * np.trace(zk) - zk.sum(), rel=1e-10, abs=1e-9)

@@ -1,6 +1,6 @@
 """Locate and load the repository's script folders (``paper_figures/``, ``experiments/``).
 
-They live next to the package in a clone (DESIGN.md layout) and call only the public API;
+They live next to the package in a clone (the repository's top level) and call only the public API;
 each script is a module with ``run(out_dir: pathlib.Path, quick: bool = True) -> dict`` that
 may import its folder's helper module (``_figures``, ``_experiments``). A script writes only
 files named after itself (:func:`script_outputs`), so that a run's outputs can be checked

@@ -32,7 +32,7 @@ ORDER = 30  # position in `dptree-opt --help`
 
 FIGURES = "paper_figures"
 EXPERIMENTS = "experiments"
-# the beyond-the-papers items of issue 6, written as experiments with the same run() contract
+# the beyond-the-papers studies of experiments/, with the same run() contract as the figures
 EXPERIMENT_ITEMS = ("k_sweep", "laplace_vs_gaussian", "frontier", "grid_study",
                     "stream_study")
 SUMMARY = "figures_summary.json"
@@ -193,7 +193,7 @@ def register(sub) -> None:
                     "lecture 7) and the beyond-the-papers studies of experiments/ ("
                     f"{', '.join(EXPERIMENT_ITEMS)}) when present. Each writes NAME.png and "
                     "NAME.json (or .csv) into --out; a summary table of the checks against the "
-                    "papers' and MATH.md's numbers follows. Exit 1 if a script fails or a "
+                    "papers' numbers and those of docs/math.md follows. Exit 1 if a script fails or a "
                     "check fails.",
         epilog="example: dptree-opt figures --quick --out figures --only hon_figure4 rts_psi")
     p.add_argument("--quick", action="store_true",

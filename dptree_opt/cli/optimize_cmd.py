@@ -1,13 +1,15 @@
 """`dptree-opt optimize`: the best level-uniform tree (optimize.level_uniform); with
-``--bins AxB`` the best grid hierarchy (optimize.best_grid_hierarchy)."""
+``--bins AxB`` the best grid hierarchy (optimize.best_grid_hierarchy); with ``--family auto``
+the best mechanism of every family (optimize.best_mechanism)."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from dataclasses import replace
 
-from .. import optimize
+from .. import optimize, workloads
 from ..limits import MAX_SEARCH_BINS, check_count
 from ._common import add_budget_arguments, bins_arg, budget_kwargs
 
@@ -72,13 +74,46 @@ def _run_grid(args, budget) -> int:
     return 0
 
 
+def _run_auto(args, budget) -> int:
+    """--family auto: optimize.best_mechanism over every family, the Design printed (ranked
+    alternatives and skipped families) or --json."""
+    if args.public_total:
+        raise ValueError("--family auto: --public-total is not supported (best_mechanism "
+                         "protects N under add_remove and takes it as public under swap)")
+    if args.estimator != "blue":
+        raise ValueError("--family auto ranks mechanisms by the BLUE's exact error: use it "
+                         "with --estimator blue")
+    if args.budgets != "equal" or args.no_padding or args.max_padding != 2.0:
+        raise ValueError("--family auto chooses budgets and trees itself: --budgets, "
+                         "--no-padding and --max-padding do not apply")
+    if args.top < 0:
+        raise ValueError(f"--top must be >= 0, got {args.top}")
+    limit = 60.0 if args.time_limit is None else args.time_limit
+    if not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--time-limit must be a finite number of seconds > 0, got {limit}")
+    workload = getattr(workloads, args.workload)(args.bins)
+    design = optimize.best_mechanism(workload, neighbours=args.neighbours, time_limit=limit,
+                                     releasable=args.releasable, **budget)
+    design = replace(design, alternatives=design.alternatives[:args.top])
+    if args.json:
+        print(json.dumps(design.as_dict(), indent=2))
+    else:
+        print(design.summary())
+    return 0
+
+
 def run(args) -> int:
     """Print (or --json) the best level-uniform tree and its ranked runners-up."""
     budget = budget_kwargs(args)
+    if args.family == "auto":
+        return _run_auto(args, budget)
+    if args.time_limit is not None or args.releasable:
+        raise ValueError("--time-limit and --releasable are for --family auto")
     if isinstance(args.bins, tuple):
         return _run_grid(args, budget)
     if args.family is not None:
-        raise ValueError("--family is for a grid (--bins AxB)")
+        raise ValueError("--family kron / quadtree / both is for a grid (--bins AxB); "
+                         "--family auto works for K bins too")
     if args.bins < 2:
         raise ValueError(f"--bins must be >= 2 (one bin needs no tree), got {args.bins}")
     check_count(args.bins, MAX_SEARCH_BINS, f"--bins {args.bins}",
@@ -215,8 +250,16 @@ def register(sub) -> None:
     opt.add_argument("--max-padding", type=float, default=2.0,
                      help="largest padded K' / K (default 2; larger values find nothing more: "
                           "every tree over K' >= 2K has a better one over K' < 2K)")
-    opt.add_argument("--family", choices=("kron", "quadtree", "both"), default=None,
-                     help="a grid: Kronecker trees, quadtrees or both (default)")
-    opt.add_argument("--top", type=int, default=10, help="runners-up to list")
+    opt.add_argument("--family", choices=("kron", "quadtree", "both", "auto"), default=None,
+                     help="a grid: Kronecker trees, quadtrees or both (default); auto (1-D or "
+                          "grid): the best mechanism of every family the framework has "
+                          "(optimize.best_mechanism: trees, budgets per node, p-Identity, "
+                          "Gaussian optimum, Toeplitz, the workload itself, ...), ranked")
+    opt.add_argument("--time-limit", type=float, default=None,
+                     help="--family auto: seconds for the whole search (default 60)")
+    opt.add_argument("--releasable", action="store_true",
+                     help="--family auto: only families with a secure sampler path today")
+    opt.add_argument("--top", type=int, default=10,
+                     help="runners-up to list (--family auto: alternatives shown)")
     opt.add_argument("--json", action="store_true", help="machine-readable output")
     opt.set_defaults(func=run)

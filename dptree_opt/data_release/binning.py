@@ -1,6 +1,6 @@
 """Equal-width binning of raw values into K bins over [lower, upper), by published edges.
 
-The bin rule (source: MATH.md section 10). The edges are
+The bin rule (source: docs/math.md section 10). The edges are
 
     e_i = lower + ((upper - lower) * i) / K     for i = 0..K-1,     e_K = upper exactly,
 
@@ -88,7 +88,7 @@ class BinSpec:
     """K equal-width bins over [lower, upper) (public: chosen without looking at the data).
 
     Attributes: ``lower``, ``upper`` (finite, lower < upper), ``bins`` (1 <= K <= 2^26).
-    The bin rule and the edges are in the module docstring (MATH.md section 10). Refused at
+    The bin rule and the edges are in the module docstring (docs/math.md section 10). Refused at
     construction (ValueError naming lower, upper and bins): specs whose edges are not
     strictly increasing in double precision, or whose bins are narrower than the float
     resolution (half the spacing of doubles at max(|lower|, |upper|), or the smallest normal

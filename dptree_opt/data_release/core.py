@@ -1,6 +1,6 @@
 """``release``: raw data -> bins -> tree -> secure noise -> BLUE -> consistent CDF, quantiles.
 
-Pipeline (DESIGN.md: select a strategy, measure, infer):
+Pipeline (ektelo's vocabulary: select a strategy, measure, infer):
 
 1. **Bins** (public): K equal-width bins over [lower, upper), rule in ``binning``; data are
    counted block by block (``np.bincount``), never held whole when read from a file.

@@ -1,6 +1,6 @@
 """``release`` over a d-D grid: records -> cells -> Kronecker tree -> secure noise -> BLUE.
 
-The d-D counterpart of ``core`` (issue 15 item 5), on the same rules (validation first,
+The d-D counterpart of ``core`` , on the same rules (validation first,
 nothing after the noise):
 
 1. **Cells** (public): per axis i, ``bins[i]`` equal-width bins over [lower_i, upper_i)

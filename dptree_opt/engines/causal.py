@@ -1,6 +1,6 @@
 """The causal BLUE: every query estimated from the rows complete when it is answered.
 
-Setting (MATH.md section 9; DESIGN.md "Streams")
+Setting (docs/math.md section 9)
 ------------------------------------------------
 The bins 0..n-1 are time steps. A released row r (a strategy row, or an exact public row such
 as the total N) is *complete* at step e_r = 1 + (its last non-zero column); a workload query q
@@ -16,7 +16,7 @@ offline engine raises for rank-deficient strategies (no inf is ever returned). T
 BLUE uses a superset of rows, so Var_c(q) >= Var_blue(q) query by query, with equality at
 t_q = n (every row is complete). On the prefix workload with a tree this is the causal BLUE
 of continual counting; with covering sums instead of the BLUE it would be the binary
-mechanism of MATH.md section 9.
+mechanism of docs/math.md section 9.
 
 Paths (all exact; the dense one is the oracle of the others in tests/test_causal.py)
 ----------------------------------------------------------------------------------
@@ -83,17 +83,21 @@ from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy, LevelUniformTree
 from ..strategies.toeplitz import ToeplitzStrategy
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
-from ..estimation.blue import blue
-from .honaker import _check_variances, _layout, _level_stats, honaker_recursions
-from .tree import _check_y, is_tree_mechanism, tree_parameters
+from . import registry
+from .registry import Declined
+from .honaker import (_check_variances, _layout, _level_stats, check_answers, honaker_recursions,
+                      tree_parameters)
 
-__all__ = ["causal_blue", "completion_steps", "check_causal_workload", "check_causal_inputs",
+__all__ = ["INTERVAL_WORKLOADS", "tree_causal_answers", "triangular_causal_answers",
+           "dense_causal_answers", "check_causal_answers", "completion_steps", "check_causal_workload", "check_causal_inputs",
            "query_intervals",
            "not_identified", "from_below_variances", "tree_widths", "maximal_nodes",
            "check_tree_prefixes_identified", "triangular_restriction", "restrict_rows",
            "DenseCausal", "dense_causal", "CAUSAL_METHODS", "MAX_CAUSAL_DENSE_BINS"]
 
 CAUSAL_METHODS = ("auto", "dense")
+# the 1-D interval workloads the causal BLUE answers
+INTERVAL_WORKLOADS = ("prefix", "identity", "all_range", "ranges", "total")
 # The dense filter holds an n x n covariance and costs O(n^2 (m + n)): refused above this.
 MAX_CAUSAL_DENSE_BINS = 4096
 # Dense filter windows: absorb after this many steps or pending rows.
@@ -112,7 +116,7 @@ def completion_steps(strategy) -> np.ndarray:
     """e_r = 1 + the last non-zero column of every row (0 for an empty row), int64.
 
     Interval strategies: hi; Toeplitz strategies: i + 1 for core row i (a_0 != 0), n for the
-    totals (no matrix); any other strategy from its sparse matrix (O(nnz)). MATH.md
+    totals (no matrix); any other strategy from its sparse matrix (O(nnz)). docs/math.md
     section 9 (rows "whose intervals end at or before t")."""
     if isinstance(strategy, IntervalStrategy):
         return np.asarray(strategy.hi, dtype=np.int64)
@@ -178,7 +182,7 @@ def _answers(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def from_below_variances(branching, level_variances) -> np.ndarray:
     """F_l = Var(t^-) of a level-l node (the BLUE of its count from its own subtree), root first.
 
-    F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10), MATH.md
+    F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10), docs/math.md
     section 2; the ``below`` variances of :mod:`dptree_opt.engines.honaker`) with
     1/inf = 0 (unmeasured level, or a subtree that does not identify its count) and
     1/0 = inf (public root: F_0 = 0). inf means the node count is not identified. O(h).
@@ -501,48 +505,54 @@ def dense_causal(mechanism: Mechanism) -> DenseCausal:
 
 
 # ------------------------------------------------------------------------------- estimator
-def causal_blue(mechanism: Mechanism, y, workload: Workload, method: str = "auto") -> np.ndarray:
-    """Causal BLUE answers of every query of a 1-D ``workload``: shape (q,), or (trials, q)
-    for y of shape (trials, rows).
-
-    Query q (answered at step t_q = 1 + its last bin) is estimated from the rows complete by
-    t_q only (module docstring): changing the measurement of a row complete later leaves it
-    unchanged. Linear and unbiased; exact variances in :mod:`dptree_opt.engines.causal_error`
-    (``expected_error(..., estimator="causal")``). ``method``: "auto" (level-uniform trees
-    by Honaker's from-below estimates, O(K h); lower-triangular cores by the offline BLUE of
-    the restricted square core; otherwise the dense filter) or "dense" (the filter,
-    n <= MAX_CAUSAL_DENSE_BINS). Raises ValueError when a query is not identified causally."""
-    check_causal_inputs(workload, mechanism, method)
+def tree_causal_answers(mechanism: Mechanism, flat: np.ndarray, workload: Workload) -> np.ndarray:
+    """Causal BLUE answers (trials, q) on a level-uniform tree by Honaker's from-below
+    estimates, O(K h) per trial. Declined (the dense filter decides) when a subtree does not
+    identify its own histogram and n is small enough; ValueError when it is not."""
     lo, hi = query_intervals(workload)
-    y = _check_y(mechanism, y)
-    flat = y.reshape(-1, y.shape[-1])
-    n = mechanism.n_bins
-    out = None
-    if method == "auto" and is_tree_mechanism(mechanism):
-        ks, v = tree_parameters(mechanism)
-        prefix = workload.kind == "prefix"
-        if prefix:
-            check_tree_prefixes_identified(ks, from_below_variances(ks, v))
-        ans = _tree_answers(mechanism, flat, lo, hi, prefix)
-        if np.all(np.isfinite(ans)):
-            out = ans
-        elif n > MAX_CAUSAL_DENSE_BINS:
-            j = int(np.flatnonzero(~np.all(np.isfinite(ans), axis=0))[0])
-            raise not_identified(j, int(lo[j]), int(hi[j]), "a maximal complete node's "
-                                 "subtree does not identify it")
-        # else: a subtree does not identify its own histogram; the dense filter decides
-    elif method == "auto":
-        core = triangular_restriction(mechanism)
-        if core is not None:
-            last = hi == n
-            out = np.empty((flat.shape[0], lo.size))
-            if np.any(~last):
-                out[:, ~last] = _answers(blue(core, flat), lo[~last], hi[~last])
-            if np.any(last):
-                out[:, last] = _answers(blue(mechanism, flat), lo[last], hi[last])
-    if out is None:
-        _, out = dense_causal(mechanism).run(lo, hi, flat)
-        last = hi == n
-        if np.any(last):
-            out[:, last] = _answers(blue(mechanism, flat), lo[last], hi[last])
-    return out.reshape(y.shape[:-1] + (lo.size,))
+    ks, v = tree_parameters(mechanism)
+    prefix = workload.kind == "prefix"
+    if prefix:
+        check_tree_prefixes_identified(ks, from_below_variances(ks, v))
+    ans = _tree_answers(mechanism, flat, lo, hi, prefix)
+    if np.all(np.isfinite(ans)):
+        return ans
+    if mechanism.n_bins > MAX_CAUSAL_DENSE_BINS:
+        j = int(np.flatnonzero(~np.all(np.isfinite(ans), axis=0))[0])
+        raise not_identified(j, int(lo[j]), int(hi[j]), "a maximal complete node's "
+                             "subtree does not identify it")
+    raise Declined("a subtree does not identify its own histogram")
+
+
+def triangular_causal_answers(mechanism: Mechanism, core: Mechanism, flat: np.ndarray,
+                              workload: Workload) -> np.ndarray:
+    """Causal BLUE answers (trials, q) from a lower-triangular core: the core's offline BLUE
+    for the queries answered before n, the mechanism's for those answered at n."""
+    lo, hi = query_intervals(workload)
+    last = hi == mechanism.n_bins
+    out = np.empty((flat.shape[0], lo.size))
+    if np.any(~last):
+        out[:, ~last] = _answers(_blue(core, flat), lo[~last], hi[~last])
+    if np.any(last):
+        out[:, last] = _answers(_blue(mechanism, flat), lo[last], hi[last])
+    return out
+
+
+def dense_causal_answers(mechanism: Mechanism, flat: np.ndarray, workload: Workload) -> np.ndarray:
+    """Causal BLUE answers (trials, q) by the dense filter (n <= MAX_CAUSAL_DENSE_BINS)."""
+    lo, hi = query_intervals(workload)
+    _, out = dense_causal(mechanism).run(lo, hi, flat)
+    last = hi == mechanism.n_bins
+    if np.any(last):
+        out[:, last] = _answers(_blue(mechanism, flat), lo[last], hi[last])
+    return out
+
+
+def _blue(mechanism: Mechanism, y: np.ndarray) -> np.ndarray:
+    """The offline BLUE of the histogram, from the registry."""
+    return registry.run("estimate", mechanism, None, "blue", y=y)
+
+
+def check_causal_answers(mechanism: Mechanism, y) -> np.ndarray:
+    """y as floats of shape (..., rows) for the causal BLUE (ValueError otherwise)."""
+    return check_answers(mechanism, y)

@@ -69,18 +69,21 @@ from __future__ import annotations
 import numpy as np
 
 from .. import workloads
-from .causal import (MAX_CAUSAL_DENSE_BINS, check_causal_inputs,
-                                 check_tree_prefixes_identified,
-                                 dense_causal, from_below_variances, maximal_nodes,
-                                 not_identified, query_intervals, tree_widths,
-                                 triangular_restriction)
-from .laminar import MAX_DEPTH, is_laminar_mechanism, laminar_model
-from .tree import is_tree_mechanism, tree_parameters
+from . import registry
+from .base import Capability, Engine
+from .causal import (INTERVAL_WORKLOADS, MAX_CAUSAL_DENSE_BINS, check_tree_prefixes_identified,
+                     dense_causal, from_below_variances, maximal_nodes, not_identified,
+                     query_intervals, tree_widths, triangular_causal_answers,
+                     triangular_restriction)
+from .registry import Declined
+from .laminar import laminar_model
+from .honaker import tree_parameters
 from ..limits import check_memory
 from ..mechanism import Mechanism
 from . import tree_error as tree
 
-__all__ = ["causal_error", "tree_causal_prefix_variances", "tree_causal_range_variances",
+__all__ = ["TriangularEngine", "tree_causal_error", "triangular_causal_error",
+           "dense_causal_error", "tree_causal_prefix_variances", "tree_causal_range_variances",
            "tree_causal_all_range_total", "laminar_causal_prefix_variances"]
 
 _QUERY_CHUNK = 1 << 18
@@ -94,7 +97,7 @@ class _SubtreeNotIdentified(ValueError):
 def tree_causal_prefix_variances(branching, level_variances, per_query: bool = True):
     """Causal BLUE variance of every prefix C_t, t = 1..K (shape (K,)), or their sum, on a
     level-uniform tree: Var_t = sum_l d_l(t) F_l, F_l of [HON] eq. (10) (module docstring;
-    MATH.md section 9). O(K) per query, O(h) total; ValueError if some prefix is not
+    docs/math.md section 9). O(K) per query, O(h) total; ValueError if some prefix is not
     identified."""
     ks, _, v = tree._check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
@@ -234,9 +237,10 @@ def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- dispatch
-def _offline(workload, mechanism, per_query, method="auto"):
-    from ..error import expected_error  # the package entry point (imports this module)
-    return expected_error(workload, mechanism, "blue", per_query=per_query, method=method)
+def _offline(workload, mechanism, per_query, dense=False):
+    """The offline BLUE error, from the registry (``dense``: the generic engine only)."""
+    return registry.run("per_query" if per_query else "error", mechanism, workload, "blue",
+                        generic_only=dense)
 
 
 def _last_step_ranges(workload, lo=None, hi=None):
@@ -252,33 +256,51 @@ def _last_step_ranges(workload, lo=None, hi=None):
     return workloads.ranges(n, np.column_stack([lo[last], hi[last] - 1]))
 
 
-def _triangular_error(workload, mechanism, core, per_query, method):
-    """Offline error of the restricted core before n, of the mechanism at n."""
+def triangular_causal_error(workload, mechanism, core, per_query, dense=False):
+    """Causal error from a lower-triangular core (``causal.triangular_restriction``): the
+    offline error of the core before n, of the mechanism at n."""
     if core is mechanism:
-        return _offline(workload, mechanism, per_query, method)
+        return _offline(workload, mechanism, per_query, dense)
     lo = hi = None
     if workload.kind != "all_range" or per_query:
         lo, hi = query_intervals(workload)
     last_wl = _last_step_ranges(workload, lo, hi)
     if per_query:
-        var = np.array(_offline(workload, core, True, method), dtype=float)
+        var = np.array(_offline(workload, core, True, dense), dtype=float)
         if last_wl is not None:
-            var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, method)
+            var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, dense)
         return var
-    total = _offline(workload, core, False, method)
+    total = _offline(workload, core, False, dense)
     if last_wl is not None:
-        total += _offline(last_wl, mechanism, False, method) - _offline(last_wl, core, False,
-                                                                        method)
+        total += _offline(last_wl, mechanism, False, dense) - _offline(last_wl, core, False,
+                                                                        dense)
     return float(total)
 
 
-def _dense_error(workload, mechanism, per_query, method):
+def dense_causal_error(workload, mechanism, per_query, dense=False):
+    """Causal error by the dense filter (n <= MAX_CAUSAL_DENSE_BINS); the queries answered
+    at n from the offline BLUE."""
     lo, hi = query_intervals(workload)
     var, _ = dense_causal(mechanism).run(lo, hi)
     last_wl = _last_step_ranges(workload, lo, hi)
     if last_wl is not None:
-        var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, method)
+        var[hi == workload.n_bins] = _offline(last_wl, mechanism, True, dense)
     return var if per_query else float(var.sum())
+
+
+def tree_causal_error(workload, mechanism, per_query):
+    """Causal error on a level-uniform tree: prefix O(K), ranges O(h) each, the all-range
+    total O(h^2). Declined (the dense filter decides) when a subtree does not identify its
+    own histogram and n is small enough; ValueError when it is not."""
+    try:
+        return _tree_error(workload, mechanism, per_query)
+    except _SubtreeNotIdentified as exc:
+        if mechanism.n_bins > MAX_CAUSAL_DENSE_BINS:
+            raise ValueError(f"a subtree of the tree does not identify its own histogram "
+                             f"({exc}); the dense causal path decides query by query but is "
+                             f"refused for {mechanism.n_bins} > {MAX_CAUSAL_DENSE_BINS} "
+                             "bins") from None
+        raise Declined(str(exc)) from None
 
 
 def _tree_error(workload, mechanism, per_query):
@@ -297,35 +319,27 @@ def _tree_error(workload, mechanism, per_query):
     return var if per_query else float(var.sum())
 
 
-def causal_error(workload, mechanism: Mechanism, per_query: bool = False,
-                 method: str = "auto"):
-    """Exact expected squared error of the causal BLUE, in counts^2: sum_q Var_c(q) (float),
-    or the per-query variances in workload order (``per_query``).
+class TriangularEngine(Engine):
+    """Strategies with a square lower-triangular core (one measured row completes at every
+    step: Toeplitz, the square root factorisation, BLT, prefix sums, banded): the causal BLUE
+    of the queries answered before n is the offline BLUE of the core, so the offline engines
+    serve it."""
 
-    ``method="auto"``: the structured paths of the module docstring (level-uniform trees:
-    prefix O(K) / O(h), ranges O(h) each, all-range total O(h^2); lower-triangular cores:
-    the offline engines; interval strategies: prefix O(rows)), else the dense filter
-    (n <= MAX_CAUSAL_DENSE_BINS = 4096). ``method="dense"``: the dense filter always (the
-    oracle of the structured paths). ValueError if a query is not identified by the rows
-    complete at its step, for grid workloads, or above the dense size limit."""
-    check_causal_inputs(workload, mechanism, method)
-    n = mechanism.n_bins
-    if method == "auto":
-        if is_tree_mechanism(mechanism):
-            try:
-                return _tree_error(workload, mechanism, per_query)
-            except _SubtreeNotIdentified as exc:
-                if n > MAX_CAUSAL_DENSE_BINS:
-                    raise ValueError(f"a subtree of the tree does not identify its own "
-                                     f"histogram ({exc}); the dense causal path decides query "
-                                     f"by query but is refused for {n} > "
-                                     f"{MAX_CAUSAL_DENSE_BINS} bins") from None
-        else:
-            core = triangular_restriction(mechanism)
-            if core is not None:
-                return _triangular_error(workload, mechanism, core, per_query, method)
-            if (workload.kind == "prefix" and is_laminar_mechanism(mechanism)
-                    and int(mechanism.released.depth.max(initial=0)) < MAX_DEPTH):
-                var = laminar_causal_prefix_variances(mechanism)
-                return var if per_query else float(var.sum())
-    return _dense_error(workload, mechanism, per_query, method)
+    name = "triangular"
+    structure = "a lower-triangular core (one row completes per step)"
+    capabilities = (
+        Capability("estimate", "causal", INTERVAL_WORKLOADS, "the core's offline BLUE"),
+        Capability("error", "causal", INTERVAL_WORKLOADS, "the core's offline error"),
+        Capability("per_query", "causal", INTERVAL_WORKLOADS, "the core's offline error"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return triangular_restriction(mechanism) is not None
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return triangular_causal_answers(mechanism, triangular_restriction(mechanism), y,
+                                         workload)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return triangular_causal_error(workload, mechanism, triangular_restriction(mechanism),
+                                       per_query, dense)

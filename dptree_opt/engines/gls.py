@@ -2,7 +2,7 @@
 
 For y = A x + z, Var z = V = diag(v) (v_r = 0 for exact rows, inf for unmeasured rows,
 which are dropped), the BLUE minimises (y - A x)' V^-1 (y - A x) subject to the exact rows
-E x = e holding (MATH.md section 2). Two exact backends:
+E x = e holding (docs/math.md section 2). Two exact backends:
 
 * sparse: the augmented ("KKT") system
 
@@ -30,11 +30,16 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
+from scipy.sparse.csgraph import structural_rank
 from scipy.sparse.linalg import splu
 
 from ..mechanism import Mechanism
+from .base import ANY_WORKLOAD, Capability, Engine
+from .causal import INTERVAL_WORKLOADS, MAX_CAUSAL_DENSE_BINS, dense_causal_answers
+from .causal_error import dense_causal_error
+from .laminar import is_laminar_mechanism, laminar_model, point_moments, star_moments
 
-__all__ = ["GLS", "gls", "METHODS"]
+__all__ = ["DenseEngine", "GLS", "gls", "METHODS"]
 
 METHODS = ("auto", "sparse", "dense")
 # Dense covariance / dense backend only up to this many bins (n^2 float64 = 512 MiB).
@@ -88,9 +93,7 @@ def _check_identified(mechanism: Mechanism, a) -> None:
     process on some singular KKT systems): interval strategies by the exact O(K) test of
     the bridge decomposition (every bin's variance finite), any strategy by its structural
     rank (a necessary condition; numerical rank is checked by the pivots after)."""
-    from scipy.sparse.csgraph import structural_rank
 
-    from .laminar import is_laminar_mechanism, laminar_model, point_moments, star_moments
 
     if is_laminar_mechanism(mechanism):
         star = star_moments(mechanism)
@@ -246,3 +249,49 @@ def gls(mechanism: Mechanism, method: str = "auto") -> GLS:
     if method not in solvers:
         solvers[method] = GLS(mechanism, method)
     return solvers[method]
+
+
+class DenseEngine(Engine):
+    """The generic GLS (sparse KKT LU or dense Cholesky) and its dense covariance: any
+    strategy, any workload, up to MAX_DENSE_BINS bins; the dense causal filter up to
+    MAX_CAUSAL_DENSE_BINS. The fallback of every structured engine and their oracle."""
+
+    name = "dense"
+    structure = "any strategy (the fallback)"
+    generic = True
+    capabilities = (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "sparse LU / dense Cholesky"),
+        Capability("error", "blue", (ANY_WORKLOAD,), f"O(n^3), n <= {MAX_DENSE_BINS}"),
+        Capability("per_query", "blue", (ANY_WORKLOAD,), f"O(n^3), n <= {MAX_DENSE_BINS}"),
+        Capability("estimate", "causal", INTERVAL_WORKLOADS,
+                   f"dense filter, n <= {MAX_CAUSAL_DENSE_BINS}"),
+        Capability("error", "causal", INTERVAL_WORKLOADS,
+                   f"dense filter, n <= {MAX_CAUSAL_DENSE_BINS}"),
+        Capability("per_query", "causal", INTERVAL_WORKLOADS,
+                   f"dense filter, n <= {MAX_CAUSAL_DENSE_BINS}"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return True
+
+    def refusal(self, task, mechanism, workload, estimator):
+        n = mechanism.n_bins
+        limit = mechanism.released.max_matrix_bins
+        if limit is not None and n > limit:
+            return f"the strategy's explicit matrix is refused for {n} > {limit} bins"
+        if estimator == "causal" and n > MAX_CAUSAL_DENSE_BINS:
+            return f"the dense causal filter is refused for {n} > {MAX_CAUSAL_DENSE_BINS} bins"
+        if estimator == "blue" and task != "estimate" and n > MAX_DENSE_BINS:
+            return f"the dense covariance is refused for {n} > {MAX_DENSE_BINS} bins"
+        return None
+
+    def estimate(self, mechanism, y, workload, estimator, mode: str = "auto"):
+        if estimator == "causal":
+            return dense_causal_answers(mechanism, y, workload)
+        return gls(mechanism, mode).estimate(y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        if estimator == "causal":
+            return dense_causal_error(workload, mechanism, per_query, dense)
+        cov = gls(mechanism).covariance()
+        return workload.query_variances(cov) if per_query else workload.total_variance(cov)

@@ -19,7 +19,7 @@ the level only: they are computed once per level in O(h), and the data are proce
 by level with vectorised reshapes, O(n) per pass over the n nodes.
 
 Sources: [HON] Honaker, "Efficient Use of Differentially Private Binary Trees", Sec. 3.2-3.4;
-[RTS] Rameshwar, Tandon, Sharma, arXiv 2409.18573, Appendix B; ``MATH.md`` section 2.
+[RTS] Rameshwar, Tandon, Sharma, arXiv 2409.18573, Appendix B; ``docs/math.md`` section 2.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ from numbers import Integral
 import numpy as np
 
 from ..limits import check_memory
+from ..mechanism import Mechanism
+from ..strategies import LevelUniformTree
 
-__all__ = ["TreeEstimates", "honaker_recursions", "refined_recursion", "refined_error"]
+__all__ = ["TreeEstimates", "honaker_recursions", "refined_recursion", "refined_error",
+           "is_tree_mechanism", "tree_parameters", "check_answers"]
 
 # refined_error's peak memory per bin, checked before it allocates: measured 61 (any
 # branching) to 69 (a single level) bytes per bin at 2^18 and 2^20 bins
@@ -221,7 +224,7 @@ def _below_pass(ks, m, offsets, v, vb, y2):
 def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
     r"""Honaker's efficient node estimates on a level-uniform k-ary tree ([HON] Sec. 3.2-3.4).
 
-    Generalised to branching factors k_l and per-level variances v_l as in MATH.md section 2.
+    Generalised to branching factors k_l and per-level variances v_l as in docs/math.md section 2.
     Writing t_i for the measurement of node i (variance v_l at level l) and ivw(.) for the
     inverse-variance combination of independent unbiased estimates
     (weights v^-1 / sum v^-1, variance 1 / sum v^-1, [HON] eqs. (4)-(5)):
@@ -341,7 +344,7 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
     with the raw root again would count y_root twice when N is private).
 
     Variances are exact: var(L_t) = sum_l d_l(t) var(t^-_l) where d_l(t) is the number of
-    level-l nodes in the covering (MATH.md section 2; [RTS] Lemma B.1 for the right covering).
+    level-l nodes in the covering (docs/math.md section 2; [RTS] Lemma B.1 for the right covering).
 
     Args:
         branching, level_variances, y: as in :func:`honaker_recursions`.
@@ -401,3 +404,36 @@ def refined_error(branching, level_variances, per_query=False):
     vb = _level_stats(ks, v)[0]
     var = np.append(_refined_variances(ks, v, vb)[1], vb[0])
     return var if per_query else float(var.sum())
+
+
+# ------------------------------------------------------------ a mechanism's tree
+def is_tree_mechanism(mechanism: Mechanism) -> bool:
+    """Whether the fast tree paths apply: the released strategy is a level-uniform tree with
+    budgets per level (not ``row_budgets``) whose non-root levels are noisy or unmeasured (a non-root level is exact only when it repeats
+    the root, e.g. one bin under swap; the generic solver handles that)."""
+    if not isinstance(mechanism.released, LevelUniformTree) or mechanism.row_budgets is not None:
+        return False  # budgets per row: not level-uniform noise (the bridge engine applies)
+    return all(v > 0 for lvl, v in mechanism.level_variances.items() if lvl > 0)
+
+
+def tree_parameters(mechanism: Mechanism) -> tuple[tuple[int, ...], np.ndarray]:
+    """(branching, level variances v_0..v_h) of a mechanism on a level-uniform tree."""
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
+    if not is_tree_mechanism(mechanism):
+        raise ValueError(f"{mechanism.released.name!r} is not a level-uniform tree with noisy "
+                         "non-root levels (use strategies.tree, or the generic estimators)")
+    tree = mechanism.released
+    variances = mechanism.level_variances
+    return tree.branching, np.array([variances[lvl] for lvl in range(tree.height + 1)])
+
+
+def check_answers(mechanism: Mechanism, y) -> np.ndarray:
+    """y as floats, checked to hold one entry per released row (shape (rows,) or
+    (trials, rows))."""
+    y = np.asarray(y, dtype=float)
+    rows = mechanism.released.n_rows
+    if y.ndim == 0 or y.shape[-1] != rows:
+        raise ValueError(f"y must have {rows} entries per trial (one per released row), got "
+                         f"shape {y.shape}")
+    return y

@@ -12,9 +12,11 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from ..strategies.implicit_optimum import ImplicitFactorization
+from .base import ANY_WORKLOAD, Capability, Engine
 from .toeplitz import square_core_mechanism, total_observation, total_rows_ratio
 
-__all__ = ["is_implicit_mechanism", "implicit_blue", "implicit_parameters"]
+__all__ = ["ImplicitEngine", "is_implicit_mechanism", "implicit_blue", "implicit_parameters",
+           "implicit_error"]
 
 
 def is_implicit_mechanism(mechanism: Mechanism) -> bool:
@@ -54,3 +56,50 @@ def implicit_blue(mechanism: Mechanism, y) -> np.ndarray:
         resid = x.sum(axis=-1) - total_observation(mechanism, flat)
         x = x - np.multiply.outer(resid, h / (float(h.sum()) + r))
     return x.reshape(y.shape[:-1] + (n,))
+
+
+def implicit_error(mechanism: Mechanism, kind: str, per_query: bool):
+    """Exact BLUE errors on the implicit optimum from its quadrature moments, minus the
+    rank-one term of the total rows (Cov_c = C - h h' / (q + r))."""
+    strat, v, r, h = implicit_parameters(mechanism)
+    m = strat.moments()
+    cum = np.concatenate([[0.0], np.cumsum(h)])  # Cov(X_p, 1'x^) at the cut points p = 0..n
+    den = None if r is None else float(cum[-1]) + r
+    if kind == "all_range":
+        total = m["all_range_total"]
+        if den is not None:  # sum_(a<b) (w_b - w_a)^2 = (n + 1) sum w^2 - (sum w)^2
+            total -= ((cum.size * float(cum @ cum) - float(cum.sum()) ** 2) / den)
+        return v * total
+    if kind == "identity":
+        var, corr = m["identity"], h
+    else:
+        var, corr = m["prefix"], cum[1:]
+        if kind == "total":
+            var, corr = var[-1:], corr[-1:]
+    if den is not None:
+        var = var - corr * corr / den
+    var = v * np.maximum(var, 0.0)
+    return var if per_query else float(var.sum())
+
+
+class ImplicitEngine(Engine):
+    """The implicit Gaussian optimum (``strategies.implicit_optimum``): the BLUE A^-1 y and
+    exact errors from quadratures over tridiagonal resolvents, no n x n matrix."""
+
+    name = "implicit"
+    structure = "the implicit Gaussian optimum (ImplicitFactorization), one noise scale"
+    capabilities = (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per node per trial"),
+        Capability("error", "blue", ("prefix", "identity", "total", "all_range"),
+                   "O(n) per node"),
+        Capability("per_query", "blue", ("prefix", "identity", "total"), "O(n) per node"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return is_implicit_mechanism(mechanism)
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return implicit_blue(mechanism, y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return implicit_error(mechanism, workload.kind, per_query)

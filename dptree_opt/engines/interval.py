@@ -21,14 +21,18 @@ from __future__ import annotations
 import numpy as np
 
 from .gls import gls
-from .haar import haar_model, is_haar_mechanism
-from .laminar import (is_laminar_mechanism, laminar_model, point_moments,
+from .base import ANY_WORKLOAD, Capability, Engine
+from .causal_error import laminar_causal_prefix_variances
+from .covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
+                       covering_moments, covering_variances)
+from .haar import haar_blue, haar_model, is_haar_mechanism
+from .laminar import (MAX_DEPTH, is_laminar_mechanism, laminar_blue, laminar_model, point_moments,
                                   point_sum_variance, range_variances, star_moments)
 from ..limits import rescaled
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
 
-__all__ = ["interval_blue_errors", "laminar_errors", "laminar_range_variances",
+__all__ = ["IntervalEngine", "HaarEngine", "interval_blue_errors", "laminar_errors", "laminar_range_variances",
            "has_bridge_structure",
            "LAMINAR_WORKLOADS", "MAX_LAMINAR_DENSE_BINS"]
 
@@ -294,3 +298,119 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
             dz = np.diag(zk)
             out["all_range_max"] = float(np.max(dz[:, None] + dz[None, :] - 2.0 * zk))
     return out
+
+
+# ----------------------------------------------------------------------------- the engines
+def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
+    if not np.all(np.isfinite(var)):
+        raise ValueError(f"the strategy {mechanism.released.name!r} does not identify the "
+                         f"{kind} workload (rank-deficient: some queries have no unbiased "
+                         "linear estimate)")
+
+
+def _bridge_error(mechanism: Mechanism, workload, per_query: bool):
+    """BLUE errors of an interval or Haar strategy from the bridge decomposition."""
+    kind = workload.kind
+    if kind == "ranges":
+        var = laminar_range_variances(mechanism, workload.lo, workload.hi)
+    else:
+        res = laminar_errors(mechanism, all_range=kind == "all_range" and not per_query)
+        var = {"prefix": res["cdf"], "identity": res["identity"],
+               "total": np.array([res["total"]]),
+               "all_range": np.array([res.get("all_range_total", np.nan)])}[kind]
+    _check_identified(var, mechanism, kind)
+    return var.copy() if per_query else float(var.sum())
+
+
+_BRIDGE_CAPABILITIES = (
+    Capability("error", "blue", LAMINAR_WORKLOADS, "O(n); ranges O(depth) each"),
+    Capability("per_query", "blue", ("prefix", "identity", "total", "ranges"),
+               "O(n); ranges O(depth) each"),
+)
+
+
+class IntervalEngine(Engine):
+    """Interval (laminar) strategies: every row sums a range of bins and any two ranges are
+    nested or disjoint (OpenDP's truncated tree, padded or ragged trees, hierarchies, prefix
+    sums, the histogram, trees with budgets per row). The BLUE by the bridge recursion
+    (Honaker's passes on any hierarchy), exact errors from the bridge decomposition, the
+    [RTS] covering sums, and the causal prefixes."""
+
+    name = "interval"
+    structure = "interval (laminar) strategy, any budgets"
+    capabilities = _BRIDGE_CAPABILITIES + (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n depth) per trial"),
+        Capability("estimate", "covering", (ANY_WORKLOAD,), "O(rows) per trial"),
+        Capability("error", "covering", (ANY_WORKLOAD,),
+                   "prefix / identity / all_range O(rows); else dense, n <= 8192"),
+        Capability("per_query", "covering", (ANY_WORKLOAD,),
+                   "prefix / identity O(rows); else dense, n <= 8192"),
+        Capability("error", "causal", ("prefix",), "O(rows)"),
+        Capability("per_query", "causal", ("prefix",), "O(rows)"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return isinstance(mechanism.released, IntervalStrategy)
+
+    def refusal(self, task, mechanism, workload, estimator):
+        if estimator == "blue" and not is_laminar_mechanism(mechanism):
+            return ("the bridge recursion needs depth < 256 and no exact row but the total")
+        if estimator == "covering" and task != "estimate":
+            structured = (workload.kind == "prefix" or (workload.kind == "identity")
+                          or (workload.kind == "all_range" and task == "error"))
+            if not structured and mechanism.n_bins > MAX_COVERING_DENSE_BINS:
+                return (f"{workload.kind!r} errors of the covering estimator need its dense "
+                        f"covariance: refused for {mechanism.n_bins} > "
+                        f"{MAX_COVERING_DENSE_BINS} bins")
+        if estimator == "causal" and not (
+                is_laminar_mechanism(mechanism)
+                and int(mechanism.released.depth.max(initial=0)) < MAX_DEPTH):
+            return "the causal prefix recursion needs depth < 256 and no exact row but the total"
+        return None
+
+    def estimate(self, mechanism, y, workload, estimator):
+        if estimator == "covering":
+            return np.diff(covering_cdf(mechanism, y), axis=-1, prepend=0.0)
+        return laminar_blue(mechanism, y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        kind = workload.kind
+        if estimator == "causal":
+            var = laminar_causal_prefix_variances(mechanism)
+            return var if per_query else float(var.sum())
+        if estimator == "blue":
+            return _bridge_error(mechanism, workload, per_query)
+        if kind == "prefix":                                   # covering
+            var = covering_variances(mechanism)
+            return var if per_query else float(var.sum())
+        if not dense and kind == "identity":
+            var = covering_moments(mechanism)["identity"]
+            return var if per_query else float(var.sum())
+        if not dense and kind == "all_range" and not per_query:
+            return covering_moments(mechanism)["all_range_total"]
+        if mechanism.n_bins > MAX_COVERING_DENSE_BINS:
+            raise ValueError(f"{kind!r} errors of the covering estimator need its dense "
+                             f"covariance: refused for {mechanism.n_bins} > "
+                             f"{MAX_COVERING_DENSE_BINS} bins")
+        cov = covering_covariance(mechanism)
+        return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+
+
+class HaarEngine(Engine):
+    """Privelet's Haar strategy on 2^L bins: the BLUE by its top-down solve, exact errors
+    from the same bridge decomposition as interval strategies."""
+
+    name = "haar"
+    structure = "Privelet's Haar wavelet on 2^L bins"
+    capabilities = _BRIDGE_CAPABILITIES + (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return is_haar_mechanism(mechanism)
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return haar_blue(mechanism, y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return _bridge_error(mechanism, workload, per_query)

@@ -1,11 +1,11 @@
 """Exact BLUE error of Kronecker strategies with one noise scale, and exact per-query maxima of
-grid mechanisms (issue 15 items 2 and 6; MATH.md section 8).
+grid mechanisms (docs/math.md section 8; HDMM, McKenna et al. VLDB 2018, Sec. 6).
 
 **Single noise scale.** The strategy is A = A_1 x .. x A_d (``strategies.kron`` of any 1-D
 strategies: the flat grid ``histogram(shape)``, HDMM's Kronecker p-Identity, products of
 Gaussian optima, ...) and every noisy row of A has the same variance v. The workload is
 W = W_1 x .. x W_d (any 1-D factors). With X_i = A_i'A_i, C_i = X_i^+ and G_i = W_i'W_i the
-BLUE has covariance v (x)_i C_i, so (MATH.md section 8)
+BLUE has covariance v (x)_i C_i, so (docs/math.md section 8)
 
     E = v prod_i t_i,    t_i = tr(G_i C_i),      Var(q) = v prod_i s_i(q_i),  s_i = diag(W_i C_i W_i'),
 
@@ -39,7 +39,7 @@ function (x, y) -> s_1 x - kappa r_1^2 y over the other axes' points (x, y) = (p
 prod r_i^2), attained at a vertex of their convex hull. :func:`grid_tree_axis_weights` /
 :func:`grid_tree_summary`: Kronecker trees and quadtrees (``error.kronecker``):
 Var(q) = sum_j prod_i u_i(q_i, j_i) / lambda_j with u_i(q, j) = ||D_ij w_q||^2 the query's
-energy on the axis tree's Haar subspace j (MATH.md section 3; ``error.kronecker.
+energy on the axis tree's Haar subspace j (docs/math.md section 3; ``error.kronecker.
 axis_interval_weights`` for intervals, dense blocks for a permuted axis); the maximum
 contracts the other axes' distinct rows of u with 1 / lambda and scores the first axis's
 distinct rows against that in blocks (BLAS products). An axis may carry a permutation of its
@@ -57,10 +57,11 @@ import scipy.linalg as sla
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, Strategy
 from ..workloads import KroneckerWorkload, Workload
+from .base import Capability, Engine
 from .kronecker import grid_trees, level_tuple_lambdas
 from .kronecker import axis_interval_weights, is_grid_tree_mechanism
 
-__all__ = ["MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
+__all__ = ["KronProductEngine", "MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
            "KronNoise", "kron_product_noise",
            "is_kron_product_mechanism", "kron_product_supports", "kron_product_error",
            "kron_product_max", "product_form_max", "grid_tree_axis_weights",
@@ -440,3 +441,26 @@ def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=
     if not want_max:
         return total, None
     return total, _max_multilinear(us, m)
+
+
+class KronProductEngine(Engine):
+    """Kronecker products of any strategies with one noise scale (e.g. HDMM's Kronecker
+    p-Identity, equal budgets on a Kronecker tree): the error v prod_i tr(G_i C_i) per axis;
+    the BLUE is the generic one."""
+
+    name = "kron_product"
+    structure = "Kronecker product, one noise scale"
+    capabilities = (Capability("error", "blue", ("kron",), "O(sum_i n_i^3)"),
+                    Capability("per_query", "blue", ("kron",), "O(sum_i n_i^3 + q)"))
+
+    def claims(self, mechanism) -> bool:
+        return is_kron_product_mechanism(mechanism)
+
+    def refusal(self, task, mechanism, workload, estimator):
+        if kron_product_supports(mechanism, workload, task == "per_query"):
+            return None
+        return (f"a Kronecker workload over the same grid, axes of at most {MAX_AXIS_BINS} "
+                f"bins and at most {MAX_PER_QUERY} queries per query")
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return kron_product_error(mechanism, workload, per_query=per_query)

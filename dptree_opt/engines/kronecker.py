@@ -1,5 +1,5 @@
 """The BLUE of a Kronecker product of level-uniform trees on a grid, without a grid-sized
-matrix (issue 15 item 3; MATH.md section 8).
+matrix (docs/math.md section 8).
 
 The information matrix M = A' V^-1 A of T_1 x .. x T_d with a variance per level tuple is
 diagonal in the product of the trees' orthonormal generalised Haar bases
@@ -16,7 +16,7 @@ Exact errors
 ------------
 Exact BLUE error of Kronecker products of level-uniform trees on Kronecker workloads.
 
-Setting (MATH.md section 8; issue 15 item 3): the strategy is T_1 x .. x T_d
+Setting (docs/math.md section 8): the strategy is T_1 x .. x T_d
 (``strategies.kron`` of ``strategies.tree`` factors, complete: K_i = prod of the branching) and
 every row of the level tuple l = (l_1, .., l_d) carries noise of variance v_l (budgets per
 level tuple, ``Mechanism(..., level_budgets=...)``). The workload is W_1 x .. x W_d with 1-D
@@ -52,10 +52,11 @@ import numpy as np
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
 from ..workloads import KroneckerWorkload, along_axis
+from .base import ANY_WORKLOAD, Capability, Engine
 from .honaker import honaker_recursions
 from .tree_error import haar_workload_weights
 
-__all__ = ["is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees", "level_tuple_of",
+__all__ = ["KronTreeEngine", "QuadtreeEngine", "is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees", "level_tuple_of",
            "level_tuple_lambdas", "kron_tree_blue", "quadtree_blue", "haar_analysis",
            "haar_synthesis", "helmert", "is_grid_tree_mechanism", "kron_tree_error",
            "axis_workload_weights", "axis_interval_weights", "kron_box_variances",
@@ -358,3 +359,56 @@ def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
         raise ValueError("a box depends on an unmeasured level tuple: the strategy cannot "
                          "estimate it")
     return acc[0] if single else acc
+
+
+# ----------------------------------------------------------------------------- the engines
+def _grid_tree_refusal(mechanism, workload) -> str | None:
+    """Why kron_tree_error does not serve this grid workload, or None."""
+    if not isinstance(workload, KroneckerWorkload):
+        return "a Kronecker product of 1-D workloads only"
+    if not all(f.kind in KRON_TREE_WORKLOADS for f in workload.factors):
+        return f"every axis workload must be one of {KRON_TREE_WORKLOADS}"
+    if workload.grid_shape != mechanism.released.grid_shape:
+        return "the workload's grid differs from the strategy's"
+    return None
+
+
+_GRID_ERROR = Capability("error", "blue", ("kron",), "O(prod_i (h_i + 1))")
+
+
+class KronTreeEngine(Engine):
+    """Kronecker products of complete level-uniform trees, budgets per level tuple: the BLUE
+    by per-axis Haar transforms, the exact error from the level-tuple information."""
+
+    name = "kron_tree"
+    structure = "Kronecker product of complete trees, budgets per level tuple"
+    capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n h) per trial"),
+                    _GRID_ERROR)
+
+    def claims(self, mechanism) -> bool:
+        return is_kron_tree_mechanism(mechanism)
+
+    def refusal(self, task, mechanism, workload, estimator):
+        return None if task == "estimate" else _grid_tree_refusal(mechanism, workload)
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return kron_tree_blue(mechanism, y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return kron_tree_error(mechanism, workload)
+
+
+class QuadtreeEngine(KronTreeEngine):
+    """Quadtrees (one tree over the grid's Morton order, budgets per level): Honaker's
+    recursions on the Morton tree, the exact error as for Kronecker trees."""
+
+    name = "quadtree"
+    structure = "quadtree, budgets per level"
+    capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
+                    _GRID_ERROR)
+
+    def claims(self, mechanism) -> bool:
+        return is_quadtree_mechanism(mechanism)
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return quadtree_blue(mechanism, y)

@@ -7,7 +7,7 @@ tree, hierarchies from networkx, the histogram, padded trees) with noisy, unmeas
 
 In cumulative coordinates x_p = c_0 + .. + c_(p-1) (x_0 = 0, p = 0..K') a row [lo, hi)
 measures x_hi - x_lo, so the information matrix is a weighted graph Laplacian on the points
-and GLS is invariant under the change of coordinates (MATH.md section 2). Nodes are the
+and GLS is invariant under the change of coordinates (docs/math.md section 2). Nodes are the
 distinct ranges (duplicates merged: weights add); a virtual root [0, K') with weight 0 is
 added when the top level is not one range. For a node v = [a, b) the end points of its
 children that lie strictly inside split it into a chain a = s_0 < s_1 < .. < s_m = b whose

@@ -1,7 +1,7 @@
 """Level-uniform trees, [RTS] App. B refined estimator: exact error on the histogram and all-range
 workloads (structured), and its dense covariance for other workloads.
 
-Setting and notation (MATH.md sections 0-2; layout and variance conventions of
+Setting and notation (docs/math.md sections 0-2; layout and variance conventions of
 :mod:`dptree_opt.engines.honaker`)
 ----------------------------------------------------------------------------------------------
 Level-uniform tree over K bins, branching (k_1, ..., k_h), level variances v_0..v_h root first
@@ -92,7 +92,7 @@ from .honaker import (
     refined_error,
     refined_recursion,
 )
-from .tree import tree_parameters
+from .honaker import tree_parameters
 from ..mechanism import Mechanism
 from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, _check_tree
 
@@ -429,7 +429,7 @@ def refined_workload_error(branching, level_variances, workload, per_query=False
 # --------------------------------------------------------------------------- dense path
 
 
-def _refined_histogram_covariance(mechanism: Mechanism) -> np.ndarray:
+def refined_histogram_covariance(mechanism: Mechanism) -> np.ndarray:
     """Covariance (K, K) of the histogram implied by the refined prefixes, x_i = C_{i+1} - C_i.
 
     The refined estimate is C = R'y (linear; the public total enters as a zero-variance row):

@@ -84,9 +84,10 @@ import numpy as np
 import scipy.fft as sfft
 
 from ..mechanism import Mechanism
+from .base import ANY_WORKLOAD, Capability, Engine
 from ..strategies.toeplitz import ToeplitzStrategy, series_multiply
 
-__all__ = ["is_toeplitz_mechanism", "toeplitz_blue", "TOEPLITZ_WORKLOADS", "toeplitz_error",
+__all__ = ["ToeplitzEngine", "is_toeplitz_mechanism", "toeplitz_blue", "TOEPLITZ_WORKLOADS", "toeplitz_error",
            "toeplitz_supports"]
 
 # Working set (floats) per chunk of trials (BLUE) or of range queries.
@@ -378,3 +379,35 @@ def _scaled_error(kind, per_query, b, t, g, v, s, r):
         return tot
     raise ValueError(f"{kind!r} (per_query={per_query}) has no structured path for a "
                      "row-scaled Toeplitz strategy; use method='dense' (n <= 8192)")
+
+
+class ToeplitzEngine(Engine):
+    """Toeplitz strategies T(a) with one noise variance (the square root factorisation, BLT,
+    row-scaled D T(a)), N private, public or measured by noisy total rows: the BLUE A^-1 y by
+    the FFT power-series inverse, exact errors from it."""
+
+    name = "toeplitz"
+    structure = "Toeplitz T(a) or D T(a), one noise scale"
+    capabilities = (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n log n) per trial"),
+        Capability("error", "blue", TOEPLITZ_WORKLOADS,
+                   "O(n log n); ranges O(n log n + sum min(lo, n - hi))"),
+        Capability("per_query", "blue", TOEPLITZ_WORKLOADS,
+                   "O(n log n); all_range O(n^2)"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return is_toeplitz_mechanism(mechanism)
+
+    def refusal(self, task, mechanism, workload, estimator):
+        if task != "estimate" and not toeplitz_supports(mechanism, workload.kind,
+                                                        task == "per_query"):
+            return "row-scaled D T(a): prefix, identity, total and the all-range total only"
+        return None
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return toeplitz_blue(mechanism, y)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        return toeplitz_error(mechanism, workload.kind, per_query=per_query, lo=workload.lo,
+                              hi=workload.hi)

@@ -10,41 +10,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..mechanism import Mechanism
-from ..strategies import LevelUniformTree
-from .honaker import TreeEstimates, honaker_recursions, refined_error, refined_recursion
+from .base import ANY_WORKLOAD, Capability, Engine
+from .causal import tree_causal_answers
+from .causal_error import tree_causal_error
+from .refined import MAX_REFINED_DENSE_BINS, refined_histogram_covariance, refined_workload_error
+from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, WORKLOADS, blue_error, blue_range_variances
+from .honaker import (TreeEstimates, check_answers, honaker_recursions, is_tree_mechanism,
+                      refined_error, refined_recursion, tree_parameters)
 
-__all__ = ["is_tree_mechanism", "tree_parameters", "tree_estimates", "tree_blue",
+__all__ = ["TreeEngine", "tree_estimates", "tree_blue",
            "refined_cdf", "refined_variances", "TreeEstimates"]
-
-
-def is_tree_mechanism(mechanism: Mechanism) -> bool:
-    """Whether the fast tree paths apply: the released strategy is a level-uniform tree with
-    budgets per level (not ``row_budgets``) whose non-root levels are noisy or unmeasured (a non-root level is exact only when it repeats
-    the root, e.g. one bin under swap; the generic solver handles that)."""
-    if not isinstance(mechanism.released, LevelUniformTree) or mechanism.row_budgets is not None:
-        return False  # budgets per row: not level-uniform noise (the bridge engine applies)
-    return all(v > 0 for lvl, v in mechanism.level_variances.items() if lvl > 0)
-
-
-def tree_parameters(mechanism: Mechanism) -> tuple[tuple[int, ...], np.ndarray]:
-    """(branching, level variances v_0..v_h) of a mechanism on a level-uniform tree."""
-    if not isinstance(mechanism, Mechanism):
-        raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
-    if not is_tree_mechanism(mechanism):
-        raise ValueError(f"{mechanism.released.name!r} is not a level-uniform tree with noisy "
-                         "non-root levels (use strategies.tree, or the generic estimators)")
-    tree = mechanism.released
-    variances = mechanism.level_variances
-    return tree.branching, np.array([variances[lvl] for lvl in range(tree.height + 1)])
-
-
-def _check_y(mechanism: Mechanism, y) -> np.ndarray:
-    y = np.asarray(y, dtype=float)
-    rows = mechanism.released.n_rows
-    if y.ndim == 0 or y.shape[-1] != rows:
-        raise ValueError(f"y must have {rows} entries per trial (one per released row), got "
-                         f"shape {y.shape}")
-    return y
 
 
 def tree_estimates(mechanism: Mechanism, y) -> TreeEstimates:
@@ -52,7 +27,7 @@ def tree_estimates(mechanism: Mechanism, y) -> TreeEstimates:
 
     y: noisy answers, shape (nodes,) or (trials, nodes). O(nodes), vectorised per level."""
     ks, v = tree_parameters(mechanism)
-    return honaker_recursions(ks, v, _check_y(mechanism, y))
+    return honaker_recursions(ks, v, check_answers(mechanism, y))
 
 
 def tree_blue(mechanism: Mechanism, y) -> np.ndarray:
@@ -70,10 +45,75 @@ def refined_cdf(mechanism: Mechanism, y) -> np.ndarray:
     estimation from below, then inverse-variance combination of the left covering sum and
     the total minus the right covering sum (see ``honaker.refined_recursion``)."""
     ks, v = tree_parameters(mechanism)
-    return refined_recursion(ks, v, _check_y(mechanism, y))[0]
+    return refined_recursion(ks, v, check_answers(mechanism, y))[0]
 
 
 def refined_variances(mechanism: Mechanism) -> np.ndarray:
     """Exact variance of each refined prefix estimate, t = 1..K; O(K)."""
     ks, v = tree_parameters(mechanism)
     return refined_error(ks, v, per_query=True)
+
+
+# ------------------------------------------------------------------------------ the engine
+_INTERVALS = ("prefix", "identity", "all_range", "ranges", "total")
+
+
+class TreeEngine(Engine):
+    """Level-uniform trees with budgets per level: Honaker's recursions (BLUE), the Haar
+    form of the BLUE's covariance (exact errors), [RTS] App. B (refined) and the causal BLUE
+    by estimates from below (:mod:`~dptree_opt.engines.causal`)."""
+
+    name = "tree"
+    structure = "level-uniform tree, budgets per level"
+    capabilities = (
+        Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
+        Capability("error", "blue", _INTERVALS, "O(h); ranges O(h) each"),
+        Capability("per_query", "blue", _INTERVALS, "O(n); all_range O(n^2), n <= 4096"),
+        Capability("estimate", "refined", (ANY_WORKLOAD,), "O(n) per trial"),
+        Capability("error", "refined", (ANY_WORKLOAD,),
+                   "O(n) prefix / identity / all_range; else dense, n <= 4096"),
+        Capability("per_query", "refined", (ANY_WORKLOAD,),
+                   "O(n) prefix / identity; else dense, n <= 4096"),
+        Capability("estimate", "causal", _INTERVALS, "O(n h) per trial"),
+        Capability("error", "causal", _INTERVALS, "prefix O(n), ranges O(h) each"),
+        Capability("per_query", "causal", _INTERVALS, "prefix O(n), ranges O(h) each"),
+    )
+
+    def claims(self, mechanism) -> bool:
+        return is_tree_mechanism(mechanism)
+
+    def refusal(self, task, mechanism, workload, estimator):
+        if (estimator == "blue" and task == "per_query" and workload.kind == "all_range"
+                and mechanism.n_bins > MAX_ALL_RANGE_PER_QUERY_K):
+            return (f"per-query all-range errors need K <= {MAX_ALL_RANGE_PER_QUERY_K}, got "
+                    f"K = {mechanism.n_bins}; the total (per_query=False) works at any K")
+        if (estimator == "refined" and task != "estimate"
+                and (workload.kind not in WORKLOADS
+                     or (task == "per_query" and workload.kind == "all_range"))
+                and mechanism.n_bins > MAX_REFINED_DENSE_BINS):
+            return (f"the refined estimator's {workload.kind!r} errors need its dense "
+                    f"covariance: refused for {mechanism.n_bins} > {MAX_REFINED_DENSE_BINS} "
+                    "bins")
+        return None
+
+    def estimate(self, mechanism, y, workload, estimator):
+        if estimator == "blue":
+            return tree_blue(mechanism, y)
+        if estimator == "refined":
+            return np.diff(refined_cdf(mechanism, y), axis=-1, prepend=0.0)
+        return tree_causal_answers(mechanism, y, workload)
+
+    def error(self, mechanism, workload, estimator, per_query, dense=False):
+        ks, v = tree_parameters(mechanism)
+        kind = workload.kind
+        if estimator == "causal":
+            return tree_causal_error(workload, mechanism, per_query)
+        if estimator == "refined":
+            if not dense and kind in WORKLOADS:
+                return refined_workload_error(ks, v, kind, per_query=per_query)
+            cov = refined_histogram_covariance(mechanism)
+            return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+        if kind in WORKLOADS:
+            return blue_error(ks, v, kind, per_query=per_query)
+        var = blue_range_variances(ks, v, workload.lo, workload.hi)  # O(h) each
+        return var if per_query else float(var.sum())

@@ -1,16 +1,16 @@
 """Level-uniform trees: exact error of the BLUE (Honaker's efficient estimator), O(h) or O(K).
 
-Setting (MATH.md sections 0-3)
+Setting (docs/math.md sections 0-3)
 ------------------------------
 A level-uniform tree over K bins has branching (k_1, ..., k_h), prod k_l = K, k_l >= 1. Level l
 (0 = root) has m_l = k_1 ... k_l nodes of width w_l = K / m_l; node i covers the bins
 [i w_l, (i+1) w_l). Every level-l node is measured with independent noise of variance v_l:
 v_0 = 0 means the total N is public (an equality constraint 1'x = N), v_l = inf means the level
 is not measured. The BLUE (generalised least squares, constrained when v_0 = 0) is unbiased with
-covariance Cov, so its expected squared error on a workload W is trace(W Cov W') (MATH.md
+covariance Cov, so its expected squared error on a workload W is trace(W Cov W') (docs/math.md
 section 2).
 
-Derivation (MATH.md section 3, verified here and in tests/test_tree_error.py)
+Derivation (docs/math.md section 3, verified here and in tests/test_tree_error.py)
 ------------------------------------------------------------------------------
 Let E_l = (1/w_l) (I_{m_l} kron J_{w_l}): the orthogonal projector onto vectors constant on every
 level-l node. The ranges are nested (E_0 is the constants, E_h = I), so E_l E_j = E_min(l, j).
@@ -33,7 +33,7 @@ every non-empty subspace (j = 0 excepted when N is public); lambda_j decreases w
 fails exactly when no level at depth >= J is measured, J the deepest level with k_J >= 2 (for
 K = 1, J = 0: N must be public or measured).
 
-Rewriting D_j = E_j - E_{j-1} gives the block form of MATH.md section 3,
+Rewriting D_j = E_j - E_{j-1} gives the block form of docs/math.md section 3,
 
     Cov = sum_l c_l (I_{m_l} kron J_{w_l}),   c_l = (mu_l - mu_{l+1}) / w_l,  mu_{h+1} = 0,
 
@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..limits import check_memory
+from .honaker import tree_parameters
 
 if TYPE_CHECKING:
     from ..mechanism import Mechanism
@@ -155,7 +156,7 @@ def blue_haar_variances(branching, level_variances) -> np.ndarray:
 
     Cov = sum_{j=0}^{h} mu_j D_j with D_0 = E_0 (constants) and D_j = E_j - E_{j-1}, where E_l
     projects onto vectors constant on the level-l nodes; mu_j = 1 / sum_{l >= j} w_l / v_l
-    (MATH.md section 3; derivation in the module docstring). mu_0 = 0 when the root is public
+    (docs/math.md section 3; derivation in the module docstring). mu_0 = 0 when the root is public
     (v_0 == 0). For k_j == 1 (D_j = 0) the value repeats mu_{j-1} by convention. O(h).
 
     Parameters
@@ -180,7 +181,7 @@ def blue_covariance_coefficients(branching, level_variances) -> np.ndarray:
     """Coefficients c_l with BLUE covariance Cov = sum_l c_l (I_{m_l} kron J_{w_l}).
 
     c_l = (mu_l - mu_{l+1}) / w_l with mu from :func:`blue_haar_variances` and mu_{h+1} = 0
-    (MATH.md section 3; derivation in the module docstring). With N public, Cov is the
+    (docs/math.md section 3; derivation in the module docstring). With N public, Cov is the
     constrained-GLS covariance (Cov 1 = 0). When some k_l == 1 the representation is not
     unique (the two blocks coincide); this one puts the weight on the deeper level. Entry
     (a, b) of Cov is sum over the levels where a and b share a node of c_l. O(h).
@@ -425,7 +426,7 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
 
     Returns trace(W Cov W') (float, counts^2) or, with ``per_query=True``, diag(W Cov W')
     (ndarray) where Cov is the (constrained, if v_0 == 0) GLS covariance of the level-uniform
-    tree (see the module docstring and MATH.md sections 2-3):
+    tree (see the module docstring and docs/math.md sections 2-3):
 
         q' Cov q = mu_0 (1'q)^2 / K + sum_{j: k_j >= 2} mu_j (k_j G_j(q) - G_{j-1}(q)) / w_{j-1},
 
@@ -485,7 +486,7 @@ def blue_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
     level-uniform tree, O(h) per range, no matrix.
 
     q' Cov q = mu_0 L^2 / K + sum_{j >= 1} mu_j (k_j G_j - G_{j-1}) / w_{j-1} (module
-    docstring; MATH.md section 3), L = hi - lo, G_l = sum over level-l nodes of the squared
+    docstring; docs/math.md section 3), L = hi - lo, G_l = sum over level-l nodes of the squared
     overlap with [lo, hi): F(hi) - F(lo) - 2 r (w - r) when the range leaves the node holding
     lo, else L^2, with F(t) = (t // w) w^2 + (t mod w)^2, r = lo mod w."""
     ks, widths = _check_branching(branching)
@@ -519,10 +520,6 @@ def _padded_tree_all_range_total(mech: Mechanism, K: int) -> float:
     the tree BLUE (module docstring), q' Cov q = mu_0 (1'q)^2 / K' +
     sum_j mu_j (k_j G_j - G_{j-1}) / w_{j-1}, G_l = sum over level-l nodes of (q . 1_node)^2.
     O(K' h)."""
-    from .. import workloads
-    from .tree import tree_parameters
-    from ..error import expected_error  # the package entry point (imports this module)
-
     ks, v = tree_parameters(mech)
     mu = blue_haar_variances(ks, v)
     kp = mech.n_bins
@@ -535,5 +532,5 @@ def _padded_tree_all_range_total(mech: Mechanism, K: int) -> float:
     quad = mu[0] * G[0] / kp if mu[0] > 0 else 0.0
     for j in range(1, len(ks) + 1):
         quad += mu[j] * (ks[j - 1] * G[j] - G[j - 1]) / widths[j - 1]
-    tr = float(expected_error(workloads.prefix(kp), mech, "blue", per_query=True)[:K].sum())
+    tr = float(blue_error(ks, v, "prefix", per_query=True)[:K].sum())
     return (K + 1) * tr - quad

@@ -4,7 +4,7 @@ structure), and its Monte Carlo check.
 Every estimator here is linear and unbiased, so the expected squared error of the answers is
 their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF error):
 
-* "blue": trace(W Cov W') (MATH.md section 2). On level-uniform trees for the prefix,
+* "blue": trace(W Cov W') (docs/math.md section 2). On level-uniform trees for the prefix,
   identity and all-range workloads it comes from the tree's Haar structure
   (:mod:`dptree_opt.engines.tree_error`, O(h) totals, O(K) per query, no K x K matrix); on
   Toeplitz strategies with equal noise (e.g. the square-root factorisation), N private,
@@ -28,7 +28,7 @@ their total variance, in counts^2 (divide by N^2 for [RTS]'s normalised CDF erro
   (:mod:`dptree_opt.engines.refined`, O(K)); other workloads use the estimator's exact linear
   map (K <= 4096, :mod:`dptree_opt.engines.refined` as well).
 * "causal": the causal BLUE, each query (answered at step 1 + its last bin) from the rows
-  complete by then (MATH.md section 9, :mod:`dptree_opt.engines.causal`); level-uniform
+  complete by then (docs/math.md section 9, :mod:`dptree_opt.engines.causal`); level-uniform
   trees in O(K) / O(h) (prefix), O(h) per range; lower-triangular cores (Toeplitz,
   square-root factorisation: causal = offline) by the offline engines; interval strategies'
   prefixes in O(rows); otherwise a dense filter (n <= 4096) (:mod:`dptree_opt.engines.causal_error`).
@@ -44,31 +44,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import engines
 from .._progress import Progress
-from ..estimation.blue import blue, blue_covariance
-from ..engines.causal import causal_blue
-from ..engines.implicit import implicit_parameters, is_implicit_mechanism
-from ..engines.covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
-                                   covering_moments, covering_variances)
-from ..engines.tree import is_tree_mechanism, refined_cdf, tree_parameters
+from ..engines.causal import check_causal_inputs
 from ..limits import MAX_MONTE_CARLO_TRIALS, check_count, rescaled
 from ..mechanism import Mechanism, as_generator, check_histogram
-from ..workloads import KroneckerWorkload, Workload
-from ..engines import tree_error as tree
-from ..engines.causal_error import causal_error
-from ..engines.kronecker import KRON_TREE_WORKLOADS, is_grid_tree_mechanism, kron_tree_error
-from ..engines.kron_product import kron_product_error, kron_product_supports
-from ..engines.interval import (LAMINAR_WORKLOADS, has_bridge_structure, interval_blue_errors,
-                       laminar_errors, laminar_range_variances)
-from ..engines.refined import (  # noqa: F401  (MAX_REFINED_DENSE_BINS: kept as dptree_opt.error.*)
-    MAX_REFINED_DENSE_BINS,
-    _refined_histogram_covariance,
-    refined_workload_error,
-)
-from ..engines.toeplitz import toeplitz_error, toeplitz_supports
+from ..workloads import Workload
 
 __all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
-           "MonteCarloResult", "interval_blue_errors"]
+           "MonteCarloResult"]
 
 ESTIMATORS = ("blue", "covering", "refined", "causal")
 ERROR_METHODS = ("auto", "dense")
@@ -86,7 +70,7 @@ def _check(workload, mechanism, estimator) -> None:
         raise ValueError(f"workload has {workload.n_bins} bins, mechanism has {mechanism.n_bins}")
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    if estimator == "refined" and not is_tree_mechanism(mechanism):
+    if estimator == "refined" and not engines.engine_named("tree").claims(mechanism):
         raise ValueError("the refined estimator ([RTS] App. B) is defined for level-uniform "
                          f"trees; {mechanism.released.name!r} is not one")
 
@@ -117,106 +101,12 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
 
 def _expected_error(workload: Workload, mechanism: Mechanism, estimator: str,
                     per_query: bool, method: str):
-    """expected_error on a checked (normalised) mechanism."""
+    """expected_error on a checked (normalised) mechanism: the registry's engine."""
     if estimator == "causal":
-        return causal_error(workload, mechanism, per_query=per_query, method=method)
-    structured = method == "auto"
-    if estimator == "covering":
-        if workload.kind == "prefix":
-            var = covering_variances(mechanism)
-            return var if per_query else float(var.sum())
-        if structured and workload.kind == "identity":
-            var = covering_moments(mechanism)["identity"]
-            return var if per_query else float(var.sum())
-        if structured and workload.kind == "all_range" and not per_query:
-            return covering_moments(mechanism)["all_range_total"]
-        if mechanism.n_bins > MAX_COVERING_DENSE_BINS:
-            raise ValueError(f"per-query {workload.kind!r} errors of the covering estimator "
-                             f"need its dense covariance: refused for {mechanism.n_bins} > "
-                             f"{MAX_COVERING_DENSE_BINS} bins")
-        cov = covering_covariance(mechanism)
-        return workload.query_variances(cov) if per_query else workload.total_variance(cov)
-    if estimator == "refined":
-        if structured and workload.kind in tree.WORKLOADS:
-            ks, v = tree_parameters(mechanism)
-            return refined_workload_error(ks, v, workload.kind, per_query=per_query)
-        cov = _refined_histogram_covariance(mechanism)
-    elif structured and is_tree_mechanism(mechanism) and workload.kind in tree.WORKLOADS:
-        ks, v = tree_parameters(mechanism)
-        return tree.blue_error(ks, v, workload.kind, per_query=per_query)
-    elif structured and is_tree_mechanism(mechanism) and workload.kind in ("ranges", "total"):
-        ks, v = tree_parameters(mechanism)  # custom ranges: O(h) each, no matrix
-        var = tree.blue_range_variances(ks, v, workload.lo, workload.hi)
-        return var if per_query else float(var.sum())
-    elif (structured and not per_query and isinstance(workload, KroneckerWorkload)
-          and is_grid_tree_mechanism(mechanism)
-          and all(f.kind in KRON_TREE_WORKLOADS for f in workload.factors)
-          and workload.grid_shape == mechanism.released.grid_shape):
-        return kron_tree_error(mechanism, workload)  # O(prod (h_i + 1)), MATH.md section 8
-    elif structured and kron_product_supports(mechanism, workload, per_query):
-        # one noise scale on a Kronecker strategy: v prod_i tr(G_i C_i) (error.kron_product)
-        return kron_product_error(mechanism, workload, per_query=per_query)
-    elif structured and toeplitz_supports(mechanism, workload.kind, per_query):
-        return toeplitz_error(mechanism, workload.kind, per_query=per_query,
-                              lo=workload.lo, hi=workload.hi)
-    elif (structured and is_implicit_mechanism(mechanism)
-          and workload.kind in ("prefix", "identity", "total", "all_range")
-          and not (per_query and workload.kind == "all_range")):
-        return _implicit_error(mechanism, workload.kind, per_query)
-    elif (structured and workload.kind in LAMINAR_WORKLOADS
-          and not (per_query and workload.kind == "all_range")
-          and has_bridge_structure(mechanism)):
-        if workload.kind == "ranges":
-            var = laminar_range_variances(mechanism, workload.lo, workload.hi)
-            _check_identified(var, mechanism, "ranges")
-            return var if per_query else float(var.sum())
-        return _laminar_error(mechanism, workload.kind, per_query)
-    else:
-        cov = blue_covariance(mechanism)
-    return workload.query_variances(cov) if per_query else workload.total_variance(cov)
-
-
-def _implicit_error(mechanism: Mechanism, kind: str, per_query: bool):
-    """expected_error on the implicit Gaussian optimum from its quadrature moments, minus the
-    rank-one term of the total rows (Cov_c = C - h h' / (q + r), estimation.implicit)."""
-    strat, v, r, h = implicit_parameters(mechanism)
-    m = strat.moments()
-    cum = np.concatenate([[0.0], np.cumsum(h)])  # Cov(X_p, 1'x^) at the cut points p = 0..n
-    den = None if r is None else float(cum[-1]) + r
-    if kind == "all_range":
-        total = m["all_range_total"]
-        if den is not None:  # sum_(a<b) (w_b - w_a)^2 = (n + 1) sum w^2 - (sum w)^2
-            total -= ((cum.size * float(cum @ cum) - float(cum.sum()) ** 2) / den)
-        return v * total
-    if kind == "identity":
-        var, corr = m["identity"], h
-    else:
-        var, corr = m["prefix"], cum[1:]
-        if kind == "total":
-            var, corr = var[-1:], corr[-1:]
-    if den is not None:
-        var = var - corr * corr / den
-    var = v * np.maximum(var, 0.0)
-    return var if per_query else float(var.sum())
-
-
-def _laminar_error(mechanism: Mechanism, kind: str, per_query: bool):
-    """expected_error on an interval strategy from the bridge decomposition."""
-    res = laminar_errors(mechanism, all_range=kind == "all_range" and not per_query)
-    if kind == "all_range":
-        var = np.array([res["all_range_total"]])
-    else:
-        var = {"prefix": res["cdf"], "identity": res["identity"],
-               "total": np.array([res["total"]])}[kind]
-    _check_identified(var, mechanism, kind)
-    return var.copy() if per_query else float(var.sum())
-
-
-def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
-    if not np.all(np.isfinite(var)):
-        raise ValueError(f"the strategy {mechanism.released.name!r} does not identify the "
-                         f"{kind} workload (rank-deficient: some queries have no unbiased "
-                         "linear estimate)")
+        check_causal_inputs(workload, mechanism, method)
+    dense = method == "dense"
+    return engines.run("per_query" if per_query else "error", mechanism, workload, estimator,
+                       generic_only=dense and estimator in ("blue", "causal"), dense=dense)
 
 
 @dataclass(frozen=True)
@@ -264,16 +154,9 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
     while done < trials:
         size = min(chunk, int(trials) - done)
         y = exact_answers + mechanism.sample_noise(rng, size=size)  # (size, rows)
-        if estimator == "covering":
-            answers = workload.matvec(np.diff(covering_cdf(mechanism, y), axis=1,
-                                              prepend=0.0).T).T
-        elif estimator == "refined":
-            answers = workload.matvec(np.diff(refined_cdf(mechanism, y), axis=1,
-                                              prepend=0.0).T).T
-        elif estimator == "causal":
-            answers = causal_blue(mechanism, y, workload)  # (size, q)
-        else:
-            answers = workload.matvec(blue(mechanism, y).T).T  # (size, q)
+        answers = engines.run("estimate", mechanism, workload, estimator, y=y)
+        if estimator != "causal":  # a histogram estimate: its workload answers
+            answers = workload.matvec(answers.T).T  # (size, q)
         err = np.sum((answers - truth) ** 2, axis=1)
         if shift is None:  # deviations from the first chunk's mean: no cancellation
             shift = float(err.mean())

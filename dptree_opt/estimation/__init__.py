@@ -2,7 +2,7 @@
 covering sums, the [RTS] App. B refined estimator and the causal BLUE."""
 
 from .blue import blue, blue_covariance
-from ..engines.causal import causal_blue
+from .causal import causal_blue
 from ..engines.covering import covering_cdf, covering_variances
 from ..engines.gls import GLS, gls
 from ..engines.tree import TreeEstimates, refined_cdf, refined_variances, tree_estimates

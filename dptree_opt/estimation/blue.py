@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mechanism import Mechanism
+from .. import engines
 from ..engines.gls import gls
-from ..engines.haar import haar_blue, is_haar_mechanism
-from ..engines.implicit import implicit_blue, is_implicit_mechanism
-from ..engines.kronecker import (is_kron_tree_mechanism, is_quadtree_mechanism, kron_tree_blue,
-                        quadtree_blue)
-from ..engines.laminar import is_laminar_mechanism, laminar_blue
-from ..engines.toeplitz import is_toeplitz_mechanism, toeplitz_blue
-from ..engines.tree import is_tree_mechanism, tree_blue
+from ..mechanism import Mechanism
 
 __all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
 
+# method names that are not engine names: the GLS solver's modes, and two older names
+_GLS_MODES = {"generic": "auto", "sparse": "sparse", "dense": "dense"}
+_ENGINE_OF = {"laminar": "interval", "kronecker": "kron_tree"}
 BLUE_METHODS = ("auto", "tree", "toeplitz", "laminar", "haar", "kronecker", "generic", "sparse",
                 "dense")
 
@@ -35,32 +32,25 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
     """The BLUE x_hat of the histogram: shape (n,), or (trials, n) for y of shape (trials, m).
 
     Generalised least squares with weights 1 / variance and exact rows as equality
-    constraints (MATH.md section 2); any W x_hat is then the BLUE of W x. ``method``:
-    "auto" (tree recursions on level-uniform trees, the Toeplitz inverse on Toeplitz
-    strategies with equal noise, the bridge recursion on other interval strategies and on
-    Privelet's Haar strategy, per-axis Haar transforms on Kronecker products of trees, Honaker's recursions on a
-    quadtree's Morton tree, else
-    generic), "tree", "toeplitz", "laminar", "haar", "kronecker", "generic"
+    constraints (docs/math.md section 2); any W x_hat is then the BLUE of W x. ``method``:
+    "auto" (the engine the registry picks for the strategy's structure: tree recursions,
+    the Toeplitz inverse, the bridge recursion on interval strategies, Haar, per-axis Haar
+    transforms on Kronecker trees, the quadtree's Morton tree, ...; else the generic GLS;
+    ``dptree-opt engines`` lists them), an engine's name ("tree", "toeplitz", "interval" or
+    "laminar", "haar", "kron_tree" or "kronecker", "quadtree", "implicit", ...), "generic"
     (the GLS solver's own choice), "sparse" (KKT LU) or "dense" (Cholesky)."""
-    if method not in BLUE_METHODS:
-        raise ValueError(f"method must be one of {BLUE_METHODS}, got {method!r}")
+    names = BLUE_METHODS + tuple(e.name for e in engines.registered())
+    if method not in names:
+        raise ValueError(f"method must be one of {names}, got {method!r}")
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
-    if method == "tree" or (method == "auto" and is_tree_mechanism(mechanism)):
-        return tree_blue(mechanism, y)
-    if method == "toeplitz" or (method == "auto" and is_toeplitz_mechanism(mechanism)):
-        return toeplitz_blue(mechanism, y)
-    if method == "laminar" or (method == "auto" and is_laminar_mechanism(mechanism)):
-        return laminar_blue(mechanism, y)
-    if method == "haar" or (method == "auto" and is_haar_mechanism(mechanism)):
-        return haar_blue(mechanism, y)
-    if method == "auto" and is_implicit_mechanism(mechanism):
-        return implicit_blue(mechanism, y)
-    if method == "kronecker" or (method == "auto" and is_kron_tree_mechanism(mechanism)):
-        return kron_tree_blue(mechanism, y)
-    if method == "auto" and is_quadtree_mechanism(mechanism):
-        return quadtree_blue(mechanism, y)
-    return gls(mechanism, "auto" if method == "generic" else method).estimate(y)
+    if method == "auto":
+        return engines.run("estimate", mechanism, None, "blue", y=y)
+    if method in _GLS_MODES:
+        return engines.engine_named("dense").estimate(mechanism, y, None, "blue",
+                                                      mode=_GLS_MODES[method])
+    return engines.engine_named(_ENGINE_OF.get(method, method)).estimate(mechanism, y, None,
+                                                                          "blue")
 
 
 def blue_covariance(mechanism: Mechanism) -> np.ndarray:

@@ -32,6 +32,8 @@ from .rts import (
     psi,
 )
 from .search import design_error, finest_refinement, level_uniform
+from .design import Design
+from .best import best_mechanism
 
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
            "branching_closed_form", "joint", "degenerate_optimum", "psi",
@@ -41,4 +43,4 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "optimal_grid_budgets", "GridBudgets", "best_grid_hierarchy", "flat_grid_error",
            "GridDesign", "GridSearch",
            "level_variances", "noisy_levels", "best_tree",
-           "optimized_strategy", "clear_cache"]
+           "optimized_strategy", "clear_cache", "best_mechanism", "Design"]

@@ -4,7 +4,7 @@
 :mod:`dptree_opt.strategies.optimized` (the Gaussian optimum; HDMM's p-Identity for Laplace)
 and, for Laplace, compares the result with the best level-uniform tree (``best_tree``, exact
 BLUE errors), returning the better. It lives here, above ``Mechanism`` and ``expected_error``,
-because scoring a candidate needs both (DESIGN.md: nothing lower imports something higher).
+because scoring a candidate needs both (the package is layered: nothing lower imports something higher).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ..error import expected_error
 from ..mechanism import Mechanism
 from ..strategies.base import check_neighbours
 from ..strategies.optimized import (
+    MAX_BINS,
     OptimizedStrategy,
     _check_workload,
     gaussian_optimal,
@@ -91,6 +92,13 @@ def optimized_strategy(workload: Workload, noise: str = "gaussian", *,
     Cache: an in-memory ``functools.lru_cache`` keyed by (workload kind, n[, intervals],
     noise, neighbours, public_total, p, starts, seed, tol, max_iter); ``clear_cache()``
     empties it. No disk cache."""
+    if isinstance(workload, Workload) and workload.n_bins > MAX_BINS:
+        raise ValueError(
+            f"optimize.optimized_strategy builds dense n x n strategies: refused for "
+            f"{workload.n_bins} > {MAX_BINS} bins. Use optimize.best_mechanism(workload, "
+            "epsilon=... or rho=...), which tries every structured family at this size; for "
+            "Gaussian noise and the prefix, all-range or identity workload it includes the "
+            "implicit optimum, strategies.gaussian_optimal_implicit (certified gap, no matrix)")
     w = _check_workload(workload)
     check_neighbours(neighbours)
     if noise not in ("gaussian", "laplace"):

@@ -1,4 +1,4 @@
-"""Optimal per-level budgets for the BLUE on a level-uniform tree (MATH.md sections 2-4).
+"""Optimal per-level budgets for the BLUE on a level-uniform tree (docs/math.md sections 2-4).
 
 The problem
 -----------
@@ -13,12 +13,12 @@ N is public). A noisy level with sensitivity D_l and budget b_l has precision
     Laplace (eps-DP):    v_l = 2 D1_l^2 / eps_l^2,  p_l = c_l eps_l^2,  c_l = 1 / (2 D1_l^2)
     Gaussian (rho-zCDP): v_l = D2_l^2 / (2 rho_l),   p_l = c_l rho_l,    c_l = 2 / D2_l^2
 
-(MATH.md section 0; D_l from ``LevelUniformTree.level_sensitivity``). We minimise E over
+(docs/math.md section 0; D_l from ``LevelUniformTree.level_sensitivity``). We minimise E over
 b >= 0, sum_l b_l = total. Only h + 1 numbers (q_j, w_l c_l) enter: the cost is O(h), not K.
 
 Gaussian: exact, O(h) (isotonic / PAVA)
 ---------------------------------------
-p_l is linear in rho_l, so E is convex: the A-optimal design problem of MATH.md section 4.
+p_l is linear in rho_l, so E is convex: the A-optimal design problem of docs/math.md section 4.
 Change variables to the eigenvalues themselves. Let f_1 < ... < f_n be the levels that may get
 budget, a_i = w_{f_i} c_{f_i} > 0 and Lambda_i = sum_{i' >= i} a_{i'} rho_{f_i'}: then
 lambda_j = Lambda_i for f_{i-1} < j <= f_i, so E = sum_i Qw_i / Lambda_i with Qw_i the sum of

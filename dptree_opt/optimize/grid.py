@@ -1,5 +1,5 @@
 """Budgets per level (tuple) for grid hierarchies: Kronecker products of trees and quadtrees
-(issue 15 item 4; MATH.md section 8).
+(docs/math.md section 8).
 
 For T_1 x .. x T_d (or a quadtree, its diagonal level tuples) with a budget b_l per noisy
 level tuple l and a Kronecker workload, the BLUE's exact error is the eigen-sum of
@@ -215,7 +215,7 @@ def _minimise_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None):
 
 
 # ===================================================================== hierarchy search
-# (issue 15 item 4: which Kronecker tree / quadtree for a grid, and with which budgets)
+# (which Kronecker tree / quadtree for a grid, and with which budgets; docs/math.md section 8)
 
 FAMILIES = ("kron", "quadtree", "both")
 GRID_BUDGETS = ("equal", "optimal")
@@ -784,7 +784,7 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
                         top: int = 10, pool: int = 24, exhaustive: int = 100,
                         starts: int = 4, seed: int = 0) -> GridSearch:
     """Rank every Kronecker product of per-axis trees and every quadtree over a grid by the
-    exact BLUE error of a Kronecker workload (issue 15 item 4; MATH.md section 8).
+    exact BLUE error of a Kronecker workload (docs/math.md section 8).
 
     Parameters
     ----------

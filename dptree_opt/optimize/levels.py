@@ -2,7 +2,7 @@
 fast path: no ``Mechanism``, no strategy rows).
 
 The rules are exactly those of :class:`dptree_opt.Mechanism` on ``strategies.tree(K, branching)``
-with ``level_budgets=budgets`` (MATH.md section 0):
+with ``level_budgets=budgets`` (docs/math.md section 0):
 
 * noisy levels: 1..h when N is public (swap, or add/remove with ``public_total=True``), else
   0..h (the root is measured like any other level);

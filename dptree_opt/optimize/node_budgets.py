@@ -1,5 +1,5 @@
 """Budgets per NODE (not per level) on a complete tree: the exact CDF error, its adjoint
-gradient, and the optimal split (issue 14 item 5, pure DP at scale).
+gradient, and the optimal split (pure DP at scale; docs/math.md section 7).
 
 The family
 ----------
@@ -7,7 +7,7 @@ A level-uniform tree with branching k_1..k_h over K = prod k_l bins, every node 
 its own budget b_u. Under add/remove a record touches one node per level (a root-to-leaf
 path), so the mechanism is eps-DP (Laplace, variance 2 / b_u^2) or rho-zCDP (Gaussian,
 variance 1 / (2 b_u)) exactly when every root-to-leaf path sums to at most the budget
-(MATH.md section 0: the loss of diag(1/scale) A is the largest column sum). Under swap the
+(docs/math.md section 0: the loss of diag(1/scale) A is the largest column sum). Under swap the
 root is the public total and a record leaves one path for another: paths summing to half the
 budget (root excluded) are sufficient. Per-level budgets are the special case b_u = eps_l.
 The parametrisation b_u = R_u f_u, R_root = total, R_child = R_u (1 - f_u), f_leaf = 1 makes

@@ -268,7 +268,7 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
 
 
 def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
-    """Without k_l >= 3 the joint problem of Thm IV.3 degenerates ([RTS] Sec. IV, MATH.md 4).
+    """Without k_l >= 3 the joint problem of Thm IV.3 degenerates ([RTS] Sec. IV, docs/math.md 4).
 
     Returns (degenerate, balanced, curve):
 
@@ -283,7 +283,7 @@ def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
     Units. ``error`` is in counts^2 (N = 1), 4K sum_l (k_l - 1) / eps_l^2;
     ``normalised_error`` = eps^2 sum_l (k_l - 1) / eps_l^2. For K = 4, h = 2:
     sum_l (k_l - 1) / eps_l^2 = 3 / eps^2 for (4, 1) vs 8 / eps^2 for (2, 2), i.e. errors
-    48 / eps^2 vs 128 / eps^2 and normalised errors 3 vs 8 (MATH.md section 4).
+    48 / eps^2 vs 128 / eps^2 and normalised errors 3 vs 8 (docs/math.md section 4).
     """
     K = _check_bins(n_bins)
     total = check_budget(epsilon, "epsilon")

@@ -1,4 +1,4 @@
-"""Exact integer search over level-uniform trees ([RTS] Sec. V; issue 4 item 3).
+"""Exact integer search over level-uniform trees ([RTS] Sec. V; docs/math.md section 4).
 
 :func:`level_uniform` enumerates the ordered factorisations k_1..k_h of K (and, with padding,
 of K' in (K, max_padding K], the extra bins being empty), scores every tree by the exact
@@ -16,7 +16,7 @@ prefixes are [0, t), t = 1..K, and T = K + 1 (t = 0 contributes nothing).
   cycles of length w_{l-1} and one partial cycle (:func:`covering_level_sums`). Unpadded,
   F_l = K (k_l - 1) / 2 (Thm IV.1); padded, the top level is truncated and F_1 is not that.
   With a private root (add/remove) the prefix t = K' = K is the root itself (F_0 = 1).
-* BLUE (MATH.md section 3, ``error.tree``): q' Cov q = mu_0 (1'q)^2 / K' + sum_j mu_j
+* BLUE (docs/math.md section 3, ``error.tree``): q' Cov q = mu_0 (1'q)^2 / K' + sum_j mu_j
   N_j(t mod w_{j-1}) / w_{j-1}, N_j(R) = i (k - i) w^2 - 2 i w r + (k - 1) r^2 for
   R = i w + r, w = w_j; summed over t < T in closed form (:func:`blue_level_sums`). With equal
   per-level variances v, mu_j = v / S_j, S_j = w_j + ... + w_h.
@@ -1417,7 +1417,7 @@ def _bound_certificate(s: _Setting, error: float, budget: float) -> str:
                                   public_total=s.public, **kw)
     kind = "l1 SVD bound, loose" if s.noise == "laplace" else "SVD bound"
     if s.noise == "gaussian" and s.neighbours == "add_remove" and not s.public:
-        # the dual of the Gaussian optimum (MATH.md section 7): a bound at every iterate,
+        # the dual of the Gaussian optimum (docs/math.md section 7): a bound at every iterate,
         # per unit sigma^2 at unit column norm, i.e. times 1 / (2 rho)
         from ..strategies import gaussian_optimal_implicit
         dual = gaussian_optimal_implicit(wl, tol=1e-2, max_iter=40, time_limit=5.0)

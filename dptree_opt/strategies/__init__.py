@@ -30,6 +30,7 @@ from .factorization import SqrtFactorization, sqrt_factorization
 from .blt import BLTStrategy, blt
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
+from .banded import BandedStrategy, banded
 from .kronecker import KroneckerStrategy, kron
 from .quadtree import QuadtreeStrategy, quadtree
 from .optimized import OptimizedStrategy, kron_gaussian_optimal, kron_p_identity, p_identity
@@ -54,6 +55,8 @@ __all__ = [
     "toeplitz",
     "ScaledToeplitzStrategy",
     "ToeplitzStrategy",
+    "banded",
+    "BandedStrategy",
     "kron",
     "KroneckerStrategy",
     "quadtree",

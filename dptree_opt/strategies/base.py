@@ -1,6 +1,6 @@
 """The generic strategy: any measurement matrix A with a budget level per row.
 
-Sensitivity (MATH.md section 0, "general rule"): for per-row weights w_r >= 0 (w = 1/scale
+Sensitivity (docs/math.md section 0, "general rule"): for per-row weights w_r >= 0 (w = 1/scale
 for the released mechanism, w = 1[level == l] for one level at unit scale) the privacy loss is
 
     add/remove:  max over columns c        of || w * A[:, c] ||_p
@@ -25,7 +25,7 @@ _PAIR_FLOATS = 1 << 24
 
 
 def check_neighbours(neighbours: str) -> str:
-    """Validate a neighbour model: "swap" (N public) or "add_remove" (MATH.md section 0)."""
+    """Validate a neighbour model: "swap" (N public) or "add_remove" (docs/math.md section 0)."""
     if neighbours not in NEIGHBOURS:
         raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
     return neighbours
@@ -56,6 +56,10 @@ class Strategy:
     name : str
         A short label used in printed tables.
     """
+
+    # an explicit sparse matrix is available up to this many bins (None: always; implicit
+    # operators set a limit, and the dense engines refuse beyond it)
+    max_matrix_bins: int | None = None
 
     def __init__(self, matrix, levels=None, *, name: str = "custom"):
         a = sp.csr_matrix(matrix, dtype=float)
@@ -138,7 +142,7 @@ class Strategy:
         """Privacy loss of releasing A x with row weights ``weights`` (>= 0, shape (m,)).
 
         Returns max over neighbouring histograms x, x' of ||diag(w) A (x - x')||_norm
-        (MATH.md section 0). Exact; subclasses override it with structured formulas.
+        (docs/math.md section 0). Exact; subclasses override it with structured formulas.
         """
         w = self._check_weights(weights)
         check_neighbours(neighbours)

@@ -46,7 +46,7 @@ well-behaved class of jax_privacy's penalties), L-BFGS from a few starts built f
 quadrature 1/sqrt(pi k) = (1/pi) int x^(-1/2) e^(-k x) dx (the square root's c_k ~ 1/sqrt(pi k)).
 Measured (mean per prefix, per unit sigma^2): 4 buffers 9.3475 / 19.2838 / 28.2991 at
 n = 2^10 / 2^16 / 2^20 ("mean"); the "max" optimum with 3 / 4 / 5 buffers has mean 9.6921 /
-19.8027 / 28.4736, jax_privacy's published 9.692 / 19.803 / 28.474 (MATH.md section 7).
+19.8027 / 28.4736, jax_privacy's published 9.692 / 19.803 / 28.474 (docs/math.md section 7).
 Letting one omega go negative reaches 9.3428 at 2^10 (the optimal Toeplitz is 9.3427) but makes
 C^-1 unstable (a pole just outside the unit circle), so it is not offered.
 """

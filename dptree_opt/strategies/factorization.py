@@ -24,10 +24,9 @@ decreasing.) With
 Gaussian noise of variance sigma^2 per unit l2 sensitivity under add/remove (noise variance
 sigma^2 S2(n) per row), prefix t has variance
 
-    Var(C_t) = sigma^2 S2(n) * sum_{k<t} c_k^2 = sigma^2 S2(t) S2(n)      (MATH.md Sec. 6)
+    Var(C_t) = sigma^2 S2(n) * sum_{k<t} c_k^2 = sigma^2 S2(t) S2(n)   (docs/math.md section 6);
 
-the "sigma^2 S(t) S(n)" of MATH.md / issue 8 (S = S2); the mean over t at n = 2^10 with
-sigma^2 = 1 is 9.671 (MATH.md section 6).
+the mean over t at n = 2^10 with sigma^2 = 1 is 9.671 (docs/math.md sections 6-7).
 """
 
 from __future__ import annotations
@@ -90,7 +89,7 @@ def sqrt_factorization_variances(n: int, sigma2: float = 1.0, neighbours: str = 
     """Closed-form per-prefix variances of the estimate L y, shape (n,), prefix t = 1..n.
 
     Var(C_t) = sigma2 * Delta^2 * S2(t), with Delta the l2 sensitivity of L under
-    ``neighbours`` (add/remove: Delta^2 = S2(n), giving sigma2 S2(t) S2(n), MATH.md Sec. 6;
+    ``neighbours`` (add/remove: Delta^2 = S2(n), giving sigma2 S2(t) S2(n), docs/math.md Sec. 6;
     swap: the swap form of the module docstring). This is the BLUE's error without a public
     total; with N public (swap) the BLUE also uses the exact total and is better."""
     check_neighbours(neighbours)

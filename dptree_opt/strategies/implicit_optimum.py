@@ -1,6 +1,6 @@
 """The Gaussian optimum at scale: the dual fixed point of ``strategies.optimized`` without any
 n x n matrix, for workloads whose Gram has a tridiagonal inverse (prefix, all-range,
-identity). MATH.md section 7, "route to scale".
+identity). docs/math.md section 7, "route to scale".
 
 Problem (P): minimise tr(G X^-1) s.t. diag(X) <= 1 (X = A'A, unit-sensitivity strategies,
 add/remove, rho-zCDP; error per unit sigma^2). For a dual point d > 0 let
@@ -413,6 +413,8 @@ class ImplicitFactorization(Strategy):
     ``n_totals`` all-ones rows (level 0) may follow the n rows of A.
     """
 
+
+    max_matrix_bins = MAX_MATRIX_BINS
     def __init__(self, ga, gb, gdiag, d, *, normalise: bool = True, n_totals: int = 0,
                  workload_kind: str = "prefix", name: str = "implicit optimum", _diag_s=None,
                  _diag_error: float = 0.0, _moments=None, _weights=None):

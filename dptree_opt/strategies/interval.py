@@ -168,7 +168,7 @@ class PrefixSums(IntervalStrategy):
 
 def tree_level_sensitivity(branching, level: int, neighbours: str, norm: int) -> float:
     """One level's sensitivity at unit scale in the level-uniform tree with ``branching``
-    (k_1..k_h), O(h), no tree built (``LevelUniformTree.level_sensitivity``; MATH.md
+    (k_1..k_h), O(h), no tree built (``LevelUniformTree.level_sensitivity``; docs/math.md
     section 1): add/remove 1 (every leaf lies under one node of the level); swap 2^(1/p)
     below the first level that splits, else 0 (two leaves differ on two nodes of the level
     exactly when they are split above it)."""
@@ -263,7 +263,7 @@ class LevelUniformTree(IntervalStrategy):
         return tree_level_sensitivity(self.branching, level, neighbours, norm)
 
     def sensitivity(self, weights, neighbours: str, norm: int) -> float:
-        """Exact loss; closed form when weights are constant per level (MATH.md section 1):
+        """Exact loss; closed form when weights are constant per level (docs/math.md section 1):
         add/remove: ||(W_0..W_h)||_p (every leaf lies under one node per level);
         swap: ||(W_{u+1}..W_h)||_p * 2^(1/p), u = the first level with k_{u+1} >= 2 (two
         leaves split at u differ on every node below it)."""
@@ -303,7 +303,7 @@ def histogram(n) -> Strategy:
 
     A grid shape (n_1, .., n_d) (d >= 2) gives the flat grid, every cell measured once: the
     Kronecker product histogram(n_1) x .. x histogram(n_d) (``strategies.kron``, one budget
-    level; MATH.md section 8). A 1-tuple keeps the 1-D meaning."""
+    level; docs/math.md section 8). A 1-tuple keeps the 1-D meaning."""
     if isinstance(n, (tuple, list, np.ndarray)) and np.ndim(n) == 1:
         dims = [_check_n(k) for k in np.asarray(n, dtype=object).tolist()]
         if len(dims) >= 2:

@@ -1,7 +1,7 @@
 """Kronecker products of strategies: A = A_1 x A_2 x .. x A_d over a row-major grid.
 
 The bins are the cells of a grid of shape (n_1, .., n_d) flattened in row-major (C) order
-and the rows are the products of one row of each factor, in ``np.kron`` order (MATH.md
+and the rows are the products of one row of each factor, in ``np.kron`` order (docs/math.md
 section 8). Nothing of size (prod n_i) x (prod n_i) is built:
 
 * products: ``apply`` / ``rmatvec`` / ``gram_matvec`` apply each factor along its own axis
@@ -10,7 +10,7 @@ section 8). Nothing of size (prod n_i) x (prod n_i) is built:
   code = sum_i l_i prod_(j > i) R_j with R_j = 1 + (top level of factor j), so code 0 (the
   root / total level) is exactly the product of total rows, and a product of trees has one
   level per tuple of tree levels (``level_tuple``);
-* sensitivities (MATH.md section 0 rule, exact) for any row weights that depend only on the
+* sensitivities (docs/math.md section 0 rule, exact) for any row weights that depend only on the
   level (the calibration weights and every level's own unit weights):
 
   - add/remove: max over cells c of sum_l W_l prod_i S_i[l_i, c_i], with
@@ -447,7 +447,7 @@ def _max_swap(W: np.ndarray, per_axis) -> float:
 
 def kron(*factors: Strategy, name: str | None = None) -> KroneckerStrategy:
     """The Kronecker product A_1 x .. x A_d of strategies over the row-major grid of their
-    bin counts (MATH.md section 8): one budget level per tuple of factor levels, exact
+    bin counts (docs/math.md section 8): one budget level per tuple of factor levels, exact
     sensitivities without the (prod n_i)-sized matrix (module docstring)."""
     if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
         factors = tuple(factors[0])

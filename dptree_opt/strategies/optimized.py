@@ -45,7 +45,7 @@ bounds Theta >= 0, several starts (HDMM's uniform random start and a dyadic one)
 with Laplace noise at eps = 1 is 2 f(Theta). ``dptree_opt.optimize.optimized_strategy`` always
 compares it with the best level-uniform tree (exact BLUE error) and returns the better one.
 
-Both are optimised for **add/remove** neighbours (the anchors of MATH.md section 6). Used
+Both are optimised for **add/remove** neighbours (the anchors of docs/math.md section 6). Used
 with swap neighbours they remain correctly calibrated (``Mechanism`` computes their exact
 swap sensitivity) but are not optimal for swap.
 """
@@ -448,7 +448,7 @@ class _SingleLevelKronecker(KroneckerStrategy):
 
     L2 (any single-level factors, X_i = A_i'A_i, axes of <= MAX_SWAP_PAIR_BINS cells):
     ||a_c - a_c'||^2 = prod_i X_i[c_i, c_i] + prod_i X_i[c'_i, c'_i] - 2 prod_i X_i[c_i, c'_i]
-    (MATH.md section 8: Kronecker Grams). Each axis contributes a pair profile (a, b, x) =
+    (docs/math.md section 8: Kronecker Grams). Each axis contributes a pair profile (a, b, x) =
     (X[c, c], X[c', c'], X[c, c']), from the 'same' set (c = c') or the 'distinct' set; for a
     choice of sets (not all 'same') the axes after the first combine into profiles
     (prod a, prod b, prod x), and for every first-axis profile the linear function
@@ -539,7 +539,7 @@ def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
     Kronecker workload W = W_1 x .. x W_d (``workloads.prefix(shape)``, ``all_range(shape)``,
     ``workloads.kron(...)``).
 
-    With one Laplace noise scale the error of A = A_1 x .. x A_d on W factorises (MATH.md
+    With one Laplace noise scale the error of A = A_1 x .. x A_d on W factorises (docs/math.md
     section 8): E = (2 / eps^2) prod_i ||A_i||_1^2 tr(G_i (A_i'A_i)^-1) (add/remove: the l1
     sensitivity of a product is the product of the column-norm maxima), so each factor is
     optimised alone for its axis's 1-D workload by :func:`laplace_p_identity` (``p``: one int

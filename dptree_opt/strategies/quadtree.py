@@ -1,5 +1,4 @@
-"""Quadtrees (and their d-D analogues) over a row-major grid (issue 15 item 2; MATH.md
-section 8).
+"""Quadtrees (and their d-D analogues) over a row-major grid (docs/math.md section 8).
 
 A quadtree node splits every axis: with per-axis branchings k_(i, 1..h) (one per level, the
 same height h on every axis) a level-l node is a box, the product of one level-l node of each

@@ -15,7 +15,7 @@ Gathen & Gerhard, "Modern Computer Algebra", Sec. 9.1). Examples: the prefix mat
 T(1 / (1 - z)); the square-root factorisation is T((1 - z)^(-1/2))
 (:mod:`dptree_opt.strategies.factorization`).
 
-Sensitivity (MATH.md section 0) with equal weight u on the n Toeplitz rows (and weights t_r on
+Sensitivity (docs/math.md section 0) with equal weight u on the n Toeplitz rows (and weights t_r on
 optional exact all-ones total rows). Column j of A is (a_0..a_(n-1-j)) shifted down by j, a
 prefix of a, so with S_p(m) = sum_(k<m) |a_k|^p:
 

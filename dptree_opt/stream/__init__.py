@@ -1,4 +1,4 @@
-"""Continual release: running counts over a stream (issue 16).
+"""Continual release: running counts over a stream (docs/math.md section 9).
 
 ``Counter(horizon, epsilon= | rho=, mechanism=..., rng=None)`` (:mod:`dptree_opt.stream.counter`)
 is the one front end; each mechanism is an engine (:mod:`dptree_opt.stream.base`): k-ary trees

@@ -1,4 +1,5 @@
-"""Continual counting with Gaussian factorisation mechanisms: the square root and BLT (issue 16).
+"""Continual counting with Gaussian factorisation mechanisms: the square root and BLT
+(docs/math.md sections 7 and 9).
 
 Both release y = C x + z over the T steps of the stream, C = T(c) lower-triangular Toeplitz
 (notation of :mod:`dptree_opt.strategies.toeplitz`, c_0 = 1), z ~ N(0, sigma^2 I), and answer
@@ -13,10 +14,10 @@ so the counter is causal.
 Privacy (event level: one step's count changes by 1, i.e. one record added or removed). That
 changes one input x_j by 1 and y by column j of C, a prefix of (c_0, .., c_(T-1)), so the l2
 sensitivity is sens = sqrt(sum_(k<T) c_k^2) (column 0) and sigma = sens / sqrt(2 rho) gives
-rho-zCDP (Bun & Steinke 2016; MATH.md section 0).
+rho-zCDP (Bun & Steinke 2016; docs/math.md section 0).
 
 Error. The running count after t steps has variance sigma^2 sum_(k<t) b_k^2 (row t - 1 of
-T(b)), exactly; MATH.md section 9.
+T(b)), exactly; docs/math.md section 9.
 
 * :class:`SqrtEngine` (Henzinger, Upadhyay, Upadhyay, SODA 2023; Fichtenberger et al.
   ICML 2023): c_k = binom(2k, k) / 4^k, C^2 = M, so B = C and b = c. (B z)_t needs every past

@@ -1,0 +1,137 @@
+"""The registry: which engine serves a (task, mechanism, workload, estimator).
+
+Engines are registered once, in order of specificity (``dptree_opt.engines`` registers every
+engine of the package, the generic dense GLS last). :func:`select` returns the first engine
+that claims the mechanism's structure, declares the request and does not refuse it;
+:func:`run` also moves on when an engine declines while computing (:class:`Declined`: e.g. a
+subtree that does not identify its own histogram, which only the computation reveals).
+:func:`capability_table` lists every declared (engine, task, estimator, workload kinds, cost):
+the table ``dptree-opt engines`` prints, generated from the declarations, never hand-kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ESTIMATORS, TASKS, Engine
+
+__all__ = ["Declined", "register", "registered", "engine_named", "select", "run",
+           "capability_table"]
+
+_ENGINES: list[Engine] = []
+
+
+class Declined(Exception):
+    """Raised by an engine's task method when this instance turns out not to be its to
+    serve; the registry asks the next engine (the message says why)."""
+
+
+def register(engine: Engine) -> Engine:
+    """Add ``engine`` after those registered so far (so: most specific first)."""
+    if not isinstance(engine, Engine):
+        raise ValueError(f"engine must be an Engine, got {type(engine).__name__}")
+    if any(e.name == engine.name for e in _ENGINES):
+        raise ValueError(f"an engine named {engine.name!r} is already registered")
+    _ENGINES.append(engine)
+    return engine
+
+
+def registered() -> tuple[Engine, ...]:
+    """Every registered engine, in the order the registry asks them."""
+    return tuple(_ENGINES)
+
+
+def engine_named(name: str) -> Engine:
+    """The registered engine called ``name`` (ValueError listing the names otherwise)."""
+    for e in _ENGINES:
+        if e.name == name:
+            return e
+    raise ValueError(f"no engine named {name!r}; engines: {[e.name for e in _ENGINES]}")
+
+
+def _kind(workload) -> str | None:
+    return None if workload is None else workload.kind
+
+
+def _candidates(task: str, mechanism, workload, estimator: str, generic_only: bool):
+    """(engine, None) for each engine that would serve, (engine, reason) for each that
+    claims the structure and declares the request but refuses it."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    kind = _kind(workload)
+    for e in _ENGINES:
+        if generic_only and not getattr(e, "generic", False):
+            continue
+        if e.capability(task, estimator, kind) is None or not e.claims(mechanism):
+            continue
+        yield e, e.refusal(task, mechanism, workload, estimator)
+
+
+def _nothing_serves(task, mechanism, workload, estimator, reasons) -> ValueError:
+    what = {"estimate": "estimate", "error": "exact error",
+            "per_query": "exact per-query errors"}[task] + f" of the {estimator} estimator"
+    if workload is not None:
+        what += f" on the {workload.kind!r} workload"
+    if reasons:
+        why = "; ".join(f"{name}: {reason}" for name, reason in reasons)
+    else:  # no engine claims the structure: say which structures have the capability
+        served = [e.structure for e in _ENGINES
+                  if e.capability(task, estimator, _kind(workload)) is not None]
+        why = ("computed for: " + "; ".join(served)) if served else "computed for none"
+    return ValueError(f"no engine computes the {what} for the strategy "
+                      f"{mechanism.released.name!r} ({why})")
+
+
+def select(task: str, mechanism, workload=None, estimator: str = "blue", *,
+           generic_only: bool = False) -> Engine:
+    """The engine that serves the request (most specific first; ``generic_only``: only the
+    generic engines, the oracles of the structured ones). ValueError naming every engine
+    that refused, and why, when none serves."""
+    reasons = []
+    for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
+        if reason is None:
+            return e
+        reasons.append((e.name, reason))
+    raise _nothing_serves(task, mechanism, workload, estimator, reasons)
+
+
+def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
+        generic_only: bool = False, dense: bool = False, y=None):
+    """Run the request on the first engine that serves it and does not decline
+    (:class:`Declined`). ``task`` "estimate" needs ``y=``; "error" / "per_query" return
+    the total / per-query variances (``dense``: the engines' dense twin of a structured
+    formula where they have one, e.g. the covering estimator's covariance). A stacked
+    workload's error is the sum (per query: the concatenation) over its parts."""
+    if task != "estimate" and workload is not None and workload.kind == "stacked":
+        # W stacked vertically: the error is the sum over the parts, each served by its engine
+        parts = [run(task, mechanism, part, estimator, generic_only=generic_only, dense=dense)
+                 for part in workload.parts]
+        return np.concatenate(parts) if task == "per_query" else float(sum(parts))
+    reasons = []
+    for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
+        if reason is not None:
+            reasons.append((e.name, reason))
+            continue
+        try:
+            if task == "estimate":
+                return e.estimate(mechanism, y, workload, estimator)
+            return e.error(mechanism, workload, estimator, per_query=task == "per_query",
+                           dense=dense)
+        except Declined as exc:
+            reasons.append((e.name, str(exc)))
+    raise _nothing_serves(task, mechanism, workload, estimator, reasons)
+
+
+def capability_table() -> list[dict]:
+    """One row per declared capability, in registry order: engine, structure, task,
+    estimator, workloads (the kinds, comma-separated) and cost."""
+    rows = []
+    for e in _ENGINES:
+        for cap in e.capabilities:
+            rows.append({"engine": e.name, "structure": e.structure, "task": cap.task,
+                         "estimator": cap.estimator, "workloads": ", ".join(cap.kinds),
+                         "cost": cap.cost})
+    return rows
+

@@ -1,0 +1,702 @@
+"""One front door to the best mechanism: ``best_mechanism(workload, epsilon | rho)``.
+
+Every family of mechanisms the framework can optimise or build is one entry of
+:data:`FAMILIES` (name -> :class:`Family`): a cheap check ``applies`` (None, or why not:
+another workload, noise or size) and a function ``build`` returning candidate mechanisms
+(or "time limit: ..." when it would not finish in time). ``best_mechanism`` runs the
+families in table order (cheap first), scores every candidate with the exact
+``dptree_opt.expected_error`` (the BLUE; a stacked workload part by part) and ranks them.
+Adding a family is its function(s) and one table entry.
+
+Families (1-D workloads: prefix, identity, total, all_range, custom ranges; grids:
+Kronecker workloads of those kinds; stacked workloads such as marginals):
+
+* ``histogram``: every bin (cell) measured once.
+* ``workload``: the workload's own rows measured directly, one noise scale (nested-or-
+  disjoint ranges as an interval strategy at any size; other rows as a dense matrix on small
+  domains). E.g. 20 disjoint brackets on 100 bins, eps = 0.5, add/remove: each record is in
+  one bracket (l1 sensitivity 1), Laplace variance 2 (1 / 0.5)^2 = 8 per bracket, and the
+  noisy brackets are their own BLUE.
+* ``tree_equal`` / ``tree_optimal``: the best level-uniform tree for the BLUE, equal or
+  optimal per-level budgets (``optimize.level_uniform``, ``optimal_blue_budgets``).
+* ``node_budgets``: a budget per node on the finest tree of K (``optimal_node_budgets``;
+  the CDF).
+* ``haar``, ``sqrt``, ``blt``: Privelet's Haar wavelet, the square-root factorisation and
+  the buffered linear Toeplitz strategy (``strategies.*``).
+* ``gaussian_optimum``: the optimum of the Gaussian matrix mechanism without a matrix
+  (``strategies.gaussian_optimal_implicit``; prefix, all-range, identity), with its
+  certified dual bound.
+* ``dense_optimum``: ``optimize.optimized_strategy`` (HDMM's p-Identity against the best
+  tree for Laplace noise; the dense Gaussian optimum for workloads the implicit one does not
+  cover), small domains.
+* ``grid_kron_trees``, ``grid_quadtree``: Kronecker products of trees and quadtrees with
+  optimal budgets per level tuple (``optimize.best_grid_hierarchy``, unpadded).
+* ``kron_p_identity``, ``kron_gaussian_optimum``: HDMM's Kronecker p-Identity and the
+  product of the 1-D Gaussian optima (``strategies.kron_p_identity``,
+  ``kron_gaussian_optimal``).
+
+Time: ``time_limit`` is checked before every family (a family is skipped with reason
+"time limit" once it is spent); the families that take a time limit (``node_budgets``,
+``gaussian_optimum``) get a share of what is left, and those that cannot be stopped are
+skipped when their measured cost (one core) exceeds what is left. A family already running
+is never interrupted, so a search can overrun by at most one family's cost. ``histogram``
+(O(K)) always runs, so there is always a design.
+
+Lower bound: the SVD bound (Li & Miklau, "Measuring the achievable error of query sets
+under differential privacy", 2012; ``bounds.error_lower_bound``; under Laplace the l1
+analogue, valid but loose), for Kronecker workloads under add/remove the product of the
+per-axis bounds (the singular values of W_1 x W_2 are the products of theirs, so
+(sum sigma)^2 / n factorises), and under Gaussian noise with add/remove the dual value of the
+Gaussian optimum when a family computed it: every dual value of the convex program of the
+optimal Gaussian strategy bounds the error of every Gaussian matrix mechanism from below
+(Li, Miklau, Hay, McGregor, Rastogi, "The matrix mechanism", VLDBJ 2015; the dual and its
+fixed point: ``strategies.optimized``). The largest valid bound is reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from numbers import Real
+
+import numpy as np
+
+from ..bounds import error_lower_bound, svd_bound
+from ..error import expected_error
+from ..limits import at_budget
+from ..mechanism import Mechanism
+from ..privacy import resolve_budget, resolve_public
+from ..strategies import (IntervalStrategy, LevelUniformTree, Strategy, blt,
+                          gaussian_optimal_implicit, haar, histogram, kron,
+                          kron_gaussian_optimal, kron_p_identity, sqrt_factorization)
+from ..workloads import KroneckerWorkload, StackedWorkload, Workload
+from .beyond_trees import optimized_strategy
+from .blue_budgets import optimal_blue_budgets
+from .design import Design
+from .grid import GRID_WORKLOADS, best_grid_hierarchy
+from .node_budgets import optimal_node_budgets
+from .search import finest_refinement, level_uniform
+
+__all__ = ["Family", "FAMILIES", "best_mechanism"]
+
+# Sizes (checked before anything is built):
+MAX_DENSE_BINS = 2048         # a strategy without structure is scored by the dense GLS: n^2
+#                               floats, O(n^3) (about a second at 2048)
+MAX_DIRECT_ENTRIES = 1 << 22  # workload rows measured directly as a dense matrix: q x n floats
+MAX_OPTIMAL_SEARCH_BINS = 4096  # level_uniform(budgets="optimal"): ~3 s at 4096 (one core)
+MAX_P_IDENTITY_BINS = 1024    # HDMM's p-Identity (p = n / 16): dense, cubic in n
+P_IDENTITY_SECONDS = 10.0     # measured at 1024 bins, prefix, 2 starts, one core
+MAX_GAUSSIAN_DENSE_BINS = 256  # the dense Gaussian optimum for workloads without a
+#                                tridiagonal G^-1: a dense eigendecomposition per iteration
+GAUSSIAN_DENSE_SECONDS = 10.0  # at 256 bins, 500 iterations (upper estimate, one core)
+MAX_KRON_AXIS = 1024          # per-axis dense optimisers (p-Identity, Gaussian optimum)
+GAUSSIAN_AXIS_SECONDS = 5.0   # 1-D Gaussian optimum of a 1024-bin prefix axis (one core)
+MAX_BOUND_DENSE_BINS = 2048   # SVD bound from a dense eigendecomposition (O(n^3))
+MAX_STRUCTURED_DEPTH = 256    # nested ranges: the bridge decomposition's exact error loops
+#                               over depths (deeper ones need the dense GLS)
+# shares of the remaining time given to the families that take a time limit
+NODE_BUDGETS_SHARE = 0.6
+IMPLICIT_SHARE = 0.5
+IMPLICIT_TOL = 1e-4           # certified relative gap asked of the implicit optimum
+MIN_SECONDS = 0.5             # a time-limited family gets at least this long
+
+_REAL = ("a real-valued strategy: no secure sampler path yet (the discrete Laplace / "
+         "Gaussian samplers of a release add integer noise to integer answers)")
+_INTEGER = ("integer answers: mechanism().discretised() runs through the secure samplers "
+            "(data_release.secure_noise.secure_measure)")
+_BOUND_KINDS = ("prefix", "identity", "total", "all_range")  # closed-form singular values
+
+
+# --------------------------------------------------------------------------- the setting
+@dataclass(frozen=True)
+class _Problem:
+    """The workload, the setting and the deadline every family sees."""
+
+    workload: Workload
+    noise: str
+    budget: float
+    neighbours: str
+    deadline: float
+
+    @property
+    def budget_kwargs(self) -> dict:
+        return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
+
+    @property
+    def n(self) -> int:
+        return self.workload.n_bins
+
+    @property
+    def one_d(self) -> bool:
+        return not isinstance(self.workload, (KroneckerWorkload, StackedWorkload))
+
+    @property
+    def kron(self) -> bool:
+        return isinstance(self.workload, KroneckerWorkload)
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def share(self, fraction: float) -> float:
+        """Seconds a time-limited family may use: ``fraction`` of what is left."""
+        return max(fraction * self.remaining(), MIN_SECONDS)
+
+    def mechanism(self, strategy: Strategy) -> Mechanism:
+        return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
+                         **self.budget_kwargs)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A mechanism proposed by a family; ``lower_bound`` (total, counts^2): a certificate
+    valid for every mechanism, if the family computed one; ``releasable``: None = the
+    family's."""
+
+    mech: Mechanism
+    method: str
+    lower_bound: float | None = None
+    bound_method: str = ""
+    releasable: bool | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """One entry of :data:`FAMILIES`: ``applies(problem)`` is None or the reason it does not
+    apply (workload, noise, size; no work done); ``build(problem)`` returns a list of
+    candidates, or a reason when there is not enough time left; ``releasable``: whether its
+    mechanisms have a secure sampler path (``release_note`` says why not); ``always``: run
+    even when the time is spent (O(K))."""
+
+    applies: Callable
+    build: Callable
+    about: str
+    releasable: bool
+    release_note: str = _INTEGER
+    always: bool = False
+
+
+def _too_slow(seconds: float, p: _Problem) -> str | None:
+    """The skip reason when a family that cannot be stopped needs more than what is left."""
+    left = p.remaining()
+    if seconds > left:
+        return (f"time limit: needs about {seconds:.3g} s (measured on one core), "
+                f"{max(left, 0.0):.3g} s left")
+    return None
+
+
+# --------------------------------------------------------------------------- 1-D helpers
+def _laminar_strategy(n: int, lo, hi, name: str) -> IntervalStrategy | None:
+    """The distinct half-open ranges [lo, hi) as an interval strategy (one budget level),
+    or None when two of them cross (not nested-or-disjoint). O(q log q + n) numpy.
+
+    In preorder (lo ascending, longer first) a range's depth is the number of ranges
+    covering its first bin, less itself and the shorter ones starting there; its parent is
+    the last earlier range one level up. The result is checked (every range inside its
+    parent, siblings disjoint), which holds exactly for laminar families. The smallest
+    range over each bin is the last open/close event at or before it (closes first at a
+    point, inner closes before outer ones, outer opens before inner ones)."""
+    pairs = np.unique(np.stack([np.asarray(lo, np.int64), np.asarray(hi, np.int64)], axis=1),
+                      axis=0)
+    order = np.lexsort((-pairs[:, 1], pairs[:, 0]))
+    lo, hi = pairs[order, 0], pairs[order, 1]
+    m = lo.size
+    idx = np.arange(m)
+    cover = np.cumsum(np.bincount(lo, minlength=n + 1) - np.bincount(hi, minlength=n + 1))
+    depth = cover[lo] - (np.searchsorted(lo, lo, side="right") - idx)
+    if np.any(depth < 0):
+        return None
+    key = depth * (m + 1) + idx
+    srt = np.argsort(key)
+    pos = np.searchsorted(key[srt], (depth - 1) * (m + 1) + idx) - 1
+    parent = np.where(depth > 0, srt[np.maximum(pos, 0)], -1)
+    up = np.maximum(parent, 0)
+    nested = (depth == 0) | ((pos >= 0) & (depth[up] == depth - 1) & (lo[up] <= lo)
+                             & (hi <= hi[up]))
+    sib = np.lexsort((idx, parent))
+    crossing = (parent[sib][1:] == parent[sib][:-1]) & (hi[sib][:-1] > lo[sib][1:])
+    if not nested.all() or crossing.any():
+        return None
+    at = np.concatenate([hi, lo])
+    ev = np.lexsort((np.concatenate([-idx, idx]), np.repeat([0, 1], m), at))
+    last = np.searchsorted(at[ev], np.arange(n), side="right") - 1
+    bin_row = np.where(last >= 0, np.concatenate([parent, idx])[ev[np.maximum(last, 0)]], -1)
+    rows = np.lexsort((idx, depth))              # level order, left to right
+    rank = np.empty(m, dtype=np.int64)
+    rank[rows] = idx
+    par = parent[rows]
+    return IntervalStrategy(lo[rows], hi[rows], np.where(par >= 0, rank[np.maximum(par, 0)], -1),
+                            np.ones(m, dtype=np.int32), n_bins=n, depth=depth[rows],
+                            bin_row=np.where(bin_row >= 0, rank[np.maximum(bin_row, 0)], -1),
+                            name=name)
+
+
+def _direct_rows(w: Workload, name: str) -> Strategy | str:
+    """The rows of a 1-D workload as a strategy: laminar ranges structured, others dense."""
+    lo, hi = w.intervals()
+    strat = _laminar_strategy(w.n_bins, lo, hi, name)
+    if strat is not None:
+        if (w.n_bins > MAX_DENSE_BINS and np.any(strat.lo > 0)
+                and int(strat.depth.max()) >= MAX_STRUCTURED_DEPTH):
+            return (f"its ranges nest {int(strat.depth.max()) + 1} deep: the structured "
+                    f"error goes to depth {MAX_STRUCTURED_DEPTH} (prefix-like chains from "
+                    f"bin 0 at any depth), the dense one to {MAX_DENSE_BINS} bins")
+        return strat
+    if w.n_queries * w.n_bins > MAX_DIRECT_ENTRIES or w.n_bins > MAX_DENSE_BINS:
+        return (f"its ranges cross (not nested or disjoint) and the dense matrix is too large "
+                f"({w.n_queries} x {w.n_bins}; dense scoring up to {MAX_DENSE_BINS} bins)")
+    return Strategy(w.dense(), name=name)
+
+
+def _shape(w: Workload):
+    """K for a 1-D workload, (n_1, .., n_d) for a grid (a stacked one: its parts')."""
+    if isinstance(w, StackedWorkload):
+        return _shape(w.parts[0])
+    return w.grid_shape if isinstance(w, KroneckerWorkload) else w.n_bins
+
+
+def _tree_design_candidate(d, how: str) -> _Candidate:
+    return _Candidate(d.mechanism(), f"{how}: branching {list(d.branching)}; {d.method}")
+
+
+# --------------------------------------------------------------------------- families
+# Each family is ``applies(problem) -> None | reason`` (cheap checks: workload, noise, size)
+# and ``build(problem) -> [candidates] | reason`` (the work; a reason only for time).
+def _anywhere(p: _Problem) -> None:
+    return None
+
+
+def _one_d(p: _Problem) -> str | None:
+    return None if p.one_d else "1-D workloads only"
+
+
+def _one_d_tree(p: _Problem) -> str | None:
+    if not p.one_d:
+        return "1-D workloads only (grids: grid_kron_trees, grid_quadtree)"
+    if p.n < 2:
+        return "a tree needs at least 2 bins"
+    return None
+
+
+def _grid(p: _Problem) -> str | None:
+    if not p.kron:
+        return "Kronecker (grid) workloads only"
+    kinds = tuple(f.kind for f in p.workload.factors)
+    if any(k not in GRID_WORKLOADS for k in kinds):
+        return f"per-axis workloads in {GRID_WORKLOADS} only (got {kinds})"
+    if any(f.n_bins < 2 for f in p.workload.factors):
+        return "every axis needs at least 2 cells"
+    return None
+
+
+def _kron_axes(p: _Problem) -> str | None:
+    if not p.kron:
+        return "Kronecker (grid) workloads only"
+    if max(f.n_bins for f in p.workload.factors) > MAX_KRON_AXIS:
+        return f"dense per-axis optimisation: axes up to {MAX_KRON_AXIS} cells"
+    return None
+
+
+def _axes_seconds(p: _Problem, seconds_at_max: float) -> float:
+    """Measured cost at MAX_KRON_AXIS cells, cubic per distinct axis length."""
+    return sum(seconds_at_max * (n / MAX_KRON_AXIS) ** 3
+               for n in {f.n_bins for f in p.workload.factors})
+
+
+def _histogram(p: _Problem):
+    return [_Candidate(p.mechanism(histogram(_shape(p.workload))), "every bin measured once "
+                       "(strategies.histogram)")]
+
+
+def _direct_applies(p: _Problem) -> str | None:
+    w = p.workload
+    if w.n_queries > p.n:
+        return (f"more queries ({w.n_queries}) than bins ({p.n}): measuring every query "
+                "costs more than a strategy over the bins")
+    if p.one_d and w.kind == "identity":
+        return "the workload's rows are the bins: the same mechanism as 'histogram'"
+    if isinstance(w, StackedWorkload) and (w.n_queries * p.n > MAX_DIRECT_ENTRIES
+                                           or p.n > MAX_DENSE_BINS):
+        return (f"a stacked workload is measured as a dense matrix, up to {MAX_DENSE_BINS} "
+                f"cells (got {p.n})")
+    return None
+
+
+def _direct(p: _Problem):
+    w = p.workload
+    if p.one_d:
+        strat = _direct_rows(w, "workload rows")
+    elif p.kron:
+        parts = [_direct_rows(f, f"{f.kind} rows") for f in w.factors]
+        why = [x for x in parts if isinstance(x, str)]
+        strat = why[0] if why else kron(*parts, name="workload rows")
+    else:
+        strat = Strategy(w.dense(), name="workload rows")
+    if isinstance(strat, str):
+        return strat
+    return [_Candidate(p.mechanism(strat), "the workload's own rows measured directly "
+                       "(distinct rows, one noise scale)")]
+
+
+def _tree_equal(p: _Problem):
+    w = p.workload
+    common = dict(estimator="blue", neighbours=p.neighbours, budgets="equal", top=0,
+                  **p.budget_kwargs)
+    if w.kind in ("prefix", "all_range"):
+        d = level_uniform(p.n, workload=w.kind, **common)
+    else:   # identity, total, custom ranges: every unpadded tree scored exactly
+        d = level_uniform(p.n, workload=w, allow_padding=False, **common)
+    return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
+
+
+def _tree_optimal_applies(p: _Problem) -> str | None:
+    if p.one_d and p.workload.kind not in ("prefix", "all_range", "identity"):
+        return ("optimal per-level budgets are computed for the prefix, all-range and "
+                "identity workloads only")
+    return _one_d_tree(p)
+
+
+def _tree_optimal(p: _Problem):
+    w = p.workload
+    if w.kind != "identity" and p.n <= MAX_OPTIMAL_SEARCH_BINS:
+        d = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="optimal",
+                          workload=w.kind, top=0, **p.budget_kwargs)
+        return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, optimal budgets")]
+    # larger K (and the identity): optimal budgets on the best equal-budget tree's finest
+    # refinement and on the finest tree of K (with optimal budgets a refinement never loses)
+    eq = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="equal",
+                       top=0, allow_padding=w.kind != "identity",
+                       workload=w.kind if w.kind != "identity" else w, **p.budget_kwargs)
+    out = []
+    for ks in sorted({finest_refinement((p.n,)), finest_refinement(eq.branching)}):
+        d = optimal_blue_budgets(ks, p.budget, noise=p.noise, neighbours=p.neighbours,
+                                 workload=w.kind,
+                                 n_queries=None if w.kind == "identity" else p.n)
+        out.append(_tree_design_candidate(d, "optimize.optimal_blue_budgets on a finest tree"))
+    return out
+
+
+def _node_budgets_applies(p: _Problem) -> str | None:
+    if p.one_d and p.workload.kind != "prefix":
+        return "budgets per node are optimised for the CDF (prefix workload) only"
+    return _one_d_tree(p)
+
+
+def _node_budgets(p: _Problem):
+    ks = finest_refinement((p.n,))
+    res = optimal_node_budgets(ks, neighbours=p.neighbours, time_limit=p.share(
+        NODE_BUDGETS_SHARE), **p.budget_kwargs)
+    return [_Candidate(res.mechanism(), f"optimize.optimal_node_budgets on the finest tree "
+                       f"{list(ks)}: {res.iterations} L-BFGS-B iterations from the optimal "
+                       f"per-level budgets ({res.start_mean:.6g} per prefix)")]
+
+
+def _haar_applies(p: _Problem) -> str | None:
+    if p.one_d and p.n & (p.n - 1) and p.n > MAX_DENSE_BINS:
+        return (f"K = {p.n} is not a power of two: the Haar strategy is then a plain matrix, "
+                f"scored densely up to {MAX_DENSE_BINS} bins")
+    return _one_d(p)
+
+
+def _haar(p: _Problem):
+    return [_Candidate(p.mechanism(haar(p.n)), "Privelet's Haar wavelet (strategies.haar)")]
+
+
+def _sqrt(p: _Problem):
+    return [_Candidate(p.mechanism(sqrt_factorization(p.n)),
+                       "square-root factorisation of the prefix matrix "
+                       "(strategies.sqrt_factorization)")]
+
+
+def _blt(p: _Problem):
+    s = blt(p.n)
+    return [_Candidate(p.mechanism(s), f"buffered linear Toeplitz, {s.buffers} buffers "
+                       "optimised for the mean prefix error (strategies.blt)")]
+
+
+def _gaussian_optimum_applies(p: _Problem) -> str | None:
+    if p.noise != "gaussian":
+        return "Gaussian noise only (rho)"
+    if not p.one_d or p.workload.kind not in ("prefix", "all_range", "identity"):
+        return "1-D prefix, all-range and identity workloads only (a tridiagonal G^-1)"
+    return None
+
+
+def _gaussian_optimum(p: _Problem):
+    res = gaussian_optimal_implicit(p.workload, tol=IMPLICIT_TOL,
+                                    time_limit=p.share(IMPLICIT_SHARE))
+    cand = {"mech": p.mechanism(res.strategy),
+            "method": f"strategies.gaussian_optimal_implicit: {res.method}"}
+    if p.neighbours == "add_remove":
+        # the dual value at unit sensitivity and sigma^2 = 1 (rho = 1/2), restated at rho
+        cand.update(lower_bound=float(at_budget(res.lower_bound / 2.0, "gaussian", p.budget)),
+                    bound_method="dual of the Gaussian optimum, certified")
+    else:
+        cand["method"] += " (optimal for add/remove neighbours; no certificate under swap)"
+    return [_Candidate(**cand)]
+
+
+def _dense_optimum_applies(p: _Problem) -> str | None:
+    if not p.one_d:
+        return "1-D workloads only (grids: kron_p_identity, kron_gaussian_optimum)"
+    if p.noise == "gaussian":
+        if p.workload.kind in ("prefix", "all_range", "identity"):
+            return "the implicit optimum (gaussian_optimum) solves the same problem at any size"
+        if p.n > MAX_GAUSSIAN_DENSE_BINS:
+            return (f"dense: a dense eigendecomposition per iteration, up to "
+                    f"{MAX_GAUSSIAN_DENSE_BINS} bins (got {p.n})")
+    elif p.n > MAX_P_IDENTITY_BINS:
+        return (f"dense: HDMM's p-Identity is optimised up to {MAX_P_IDENTITY_BINS} bins "
+                f"(got {p.n}; its cost is cubic in K)")
+    return None
+
+
+def _dense_optimum(p: _Problem):
+    if p.noise == "gaussian":
+        slow = _too_slow(GAUSSIAN_DENSE_SECONDS * (p.n / MAX_GAUSSIAN_DENSE_BINS) ** 3, p)
+    else:
+        slow = _too_slow(P_IDENTITY_SECONDS * (p.n / MAX_P_IDENTITY_BINS) ** 3, p)
+    if slow:
+        return slow
+    res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours)
+    cand = {"mech": p.mechanism(res.strategy),
+            "method": f"optimize.optimized_strategy: {res.method}",
+            "releasable": isinstance(res.strategy, LevelUniformTree)}
+    if p.noise == "gaussian" and p.neighbours == "add_remove" and res.lower_bound:
+        cand.update(lower_bound=float(at_budget(res.lower_bound / 2.0, "gaussian", p.budget)),
+                    bound_method="dual of the Gaussian optimum, certified")
+    return [_Candidate(**cand)]
+
+
+def _grid_hierarchy(p: _Problem, family: str):
+    res = best_grid_hierarchy(p.workload.grid_shape, p.workload, neighbours=p.neighbours,
+                              budgets="optimal", family=family, allow_padding=False, top=1,
+                              **p.budget_kwargs)
+    d = res.best
+    chains = " x ".join("(" + ",".join(map(str, c)) + ")" for c in d.branching)
+    return [_Candidate(d.mechanism(), f"optimize.best_grid_hierarchy(family='{family}', "
+                       f"budgets='optimal', unpadded): {chains}; {res.method}")]
+
+
+def _grid_kron_trees(p: _Problem):
+    return _grid_hierarchy(p, "kron")
+
+
+def _grid_quadtree(p: _Problem):
+    return _grid_hierarchy(p, "quadtree")
+
+
+def _kron_p_identity(p: _Problem):
+    slow = _too_slow(_axes_seconds(p, P_IDENTITY_SECONDS), p)
+    if slow:
+        return slow
+    res = kron_p_identity(p.workload)
+    note = "" if p.noise == "laplace" else " (optimised for Laplace noise)"
+    return [_Candidate(p.mechanism(res.strategy), f"strategies.kron_p_identity{note}: "
+                       f"{res.method}")]
+
+
+def _kron_gaussian_applies(p: _Problem) -> str | None:
+    return "Gaussian noise only (rho)" if p.noise != "gaussian" else _kron_axes(p)
+
+
+def _kron_gaussian_optimum(p: _Problem):
+    slow = _too_slow(_axes_seconds(p, GAUSSIAN_AXIS_SECONDS), p)
+    if slow:
+        return slow
+    res = kron_gaussian_optimal(p.workload)
+    return [_Candidate(p.mechanism(res.strategy), f"strategies.kron_gaussian_optimal: "
+                       f"{res.method}")]
+
+
+#: The families, in the order they run (cheap first). One entry per family:
+#: Family(applies, build, about, releasable[, why not releasable][, always]).
+FAMILIES: dict[str, Family] = {
+    "histogram": Family(_anywhere, _histogram, "every bin (cell) measured once", True,
+                        always=True),
+    "workload": Family(_direct_applies, _direct, "the workload's own rows measured directly",
+                       True),
+    "tree_equal": Family(_one_d_tree, _tree_equal, "best level-uniform tree, BLUE, equal "
+                         "budgets", True),
+    "tree_optimal": Family(_tree_optimal_applies, _tree_optimal, "best level-uniform tree, "
+                           "BLUE, optimal per-level budgets", True),
+    "haar": Family(_haar_applies, _haar, "Privelet's Haar wavelet, BLUE", True),
+    "sqrt": Family(_one_d, _sqrt, "square-root factorisation (Toeplitz), BLUE", False, _REAL),
+    "blt": Family(_one_d, _blt, "buffered linear Toeplitz, BLUE", False, _REAL),
+    "gaussian_optimum": Family(_gaussian_optimum_applies, _gaussian_optimum, "the Gaussian "
+                               "optimum, implicit (any size), certified", False, _REAL),
+    "node_budgets": Family(_node_budgets_applies, _node_budgets, "a budget per node on the "
+                           "finest tree, BLUE", True),
+    "dense_optimum": Family(_dense_optimum_applies, _dense_optimum, "HDMM's p-Identity / the "
+                            "dense Gaussian optimum (small domains)", False, _REAL),
+    "grid_kron_trees": Family(_grid, _grid_kron_trees, "Kronecker products of trees, optimal "
+                              "budgets", True),
+    "grid_quadtree": Family(_grid, _grid_quadtree, "quadtrees, optimal budgets", True),
+    "kron_p_identity": Family(_kron_axes, _kron_p_identity, "HDMM's Kronecker p-Identity",
+                              False, _REAL),
+    "kron_gaussian_optimum": Family(_kron_gaussian_applies, _kron_gaussian_optimum,
+                                    "product of the 1-D Gaussian optima", False, _REAL),
+}
+
+
+# --------------------------------------------------------------------------- lower bound
+def _svd_lower_bound(p: _Problem) -> tuple[float | None, str]:
+    """(bound, what) from the SVD bound where it is cheap (closed forms, or a dense
+    eigendecomposition up to MAX_BOUND_DENSE_BINS), else (None, "")."""
+    w = p.workload
+    what = ("SVD bound (Li & Miklau 2012)" if p.noise == "gaussian" else
+            "l1 SVD bound (Li & Miklau 2012), valid but loose under Laplace noise")
+    public = resolve_public(p.neighbours)
+    kw = dict(noise=p.noise, neighbours=p.neighbours, **p.budget_kwargs)
+    if p.kron and not public:
+        # singular values of W_1 x W_2 are the products of theirs: the bound factorises
+        if any(f.kind not in _BOUND_KINDS and f.n_bins > MAX_BOUND_DENSE_BINS
+               for f in w.factors):
+            return None, ""
+        first, *rest = w.factors
+        return (float(error_lower_bound(first, **kw)) * math.prod(svd_bound(f) for f in rest),
+                what)
+    if public and not p.one_d:
+        return None, ""    # the public-total bound is computed for 1-D workloads only
+    cheap = (p.one_d and w.kind in _BOUND_KINDS
+             and (not public or w.kind in ("identity", "total") or p.n > 8192))
+    if not cheap and p.n > MAX_BOUND_DENSE_BINS:
+        return None, ""
+    return float(error_lower_bound(w, **kw)), what
+
+
+# --------------------------------------------------------------------------- front door
+def _score(workload: Workload, mech: Mechanism) -> float:
+    """The exact total error (``expected_error``, the BLUE); a stacked workload part by
+    part (trace(W Cov W') adds over blocks of rows, and the BLUE does not depend on W), so
+    each Kronecker part keeps its structured path."""
+    if isinstance(workload, StackedWorkload):
+        return float(sum(expected_error(part, mech) for part in workload.parts))
+    return float(expected_error(workload, mech))
+
+
+def _check_families(families, releasable) -> tuple[str, ...]:
+    if not isinstance(releasable, (bool, np.bool_)):
+        raise ValueError(f"releasable must be True or False, got {releasable!r}")
+    if families is None:
+        return tuple(FAMILIES)
+    names = (families,) if isinstance(families, str) else families
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise ValueError(f"families must be None or a sequence of family names from "
+                         f"{list(FAMILIES)}, got {families!r}") from None
+    if not names:
+        raise ValueError(f"families must name at least one family from {list(FAMILIES)}")
+    unknown = [f for f in names if not isinstance(f, str) or f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"families: unknown family {unknown[0]!r}; choose from "
+                         f"{list(FAMILIES)}")
+    return tuple(f for f in FAMILIES if f in names)
+
+
+def _describe(w: Workload) -> str:
+    if isinstance(w, KroneckerWorkload):
+        return " x ".join(_describe(f) for f in w.factors)
+    if isinstance(w, StackedWorkload):
+        return f"{len(w.parts)} stacked workloads over {w.n_bins} cells"
+    if w.kind == "ranges":
+        return f"ranges({w.n_bins}, {w.n_queries} queries)"
+    return f"{w.kind}({w.n_bins})"
+
+
+def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
+                   time_limit=60.0, families=None, releasable=False) -> Design:
+    """The best mechanism for ``workload`` found among every family of :data:`FAMILIES`
+    that applies (module docstring), ranked by the exact BLUE error.
+
+    Parameters
+    ----------
+    workload : a ``dptree_opt.workloads`` workload (1-D, a Kronecker grid workload, or
+        stacked marginals).
+    epsilon | rho : exactly one: eps for Laplace noise (pure eps-DP) or rho for Gaussian
+        noise (rho-zCDP; sigma = 1 per unit l2 sensitivity is rho = 1/2).
+    neighbours : "add_remove" (N private, default) or "swap" (N public).
+    time_limit : seconds for the whole search (> 0; module docstring: checked between
+        families, a share given to the time-limited ones).
+    families : None (all) or names from :data:`FAMILIES` to try (unknown names refused).
+    releasable : True keeps only the families with a secure sampler path today.
+
+    Returns
+    -------
+    Design: ``.mechanism()``, ``.error`` (exact, counts^2, total over the queries), ``.mean``,
+    ``.lower_bound`` / ``.gap`` (where a bound is computed), ``.family``, ``.method``,
+    ``.alternatives`` (one Design per other family scored, best first), ``.skipped``
+    ((family, reason) pairs), ``.seconds``, ``.releasable``. ValueError when no family can
+    be scored."""
+    t0 = time.perf_counter()
+    if not isinstance(workload, Workload):
+        raise ValueError(f"workload must be a dptree_opt Workload (dptree_opt.workloads), got "
+                         f"{type(workload).__name__}")
+    if (epsilon is None) == (rho is None):
+        raise ValueError("give exactly one of epsilon (Laplace noise, eps-DP) or rho "
+                         "(Gaussian noise, rho-zCDP)")
+    noise = "laplace" if epsilon is not None else "gaussian"
+    budget = resolve_budget(noise, epsilon, rho)
+    resolve_public(neighbours)      # validates the neighbour model
+    if (isinstance(time_limit, (bool, np.bool_)) or not isinstance(time_limit, Real)
+            or not math.isfinite(time_limit) or time_limit <= 0):
+        raise ValueError(f"time_limit must be a finite number of seconds > 0, got "
+                         f"{time_limit!r}")
+    names = _check_families(families, releasable)
+    p = _Problem(workload, noise, budget, neighbours, t0 + float(time_limit))
+    name_of = _describe(workload)
+    designs, skipped, bounds = [], [], []
+    lb, lb_what = _svd_lower_bound(p)
+    if lb is not None:
+        bounds.append((lb, lb_what))
+    for rank, name in enumerate(names):
+        fam = FAMILIES[name]
+        why = fam.applies(p)
+        if why is not None:
+            skipped.append((name, why))
+            continue
+        if releasable and not fam.releasable:
+            skipped.append((name, f"not releasable: {fam.release_note}"))
+            continue
+        if not fam.always and p.remaining() <= 0:
+            skipped.append((name, f"time limit: the {float(time_limit):g} s are spent"))
+            continue
+        t1 = time.perf_counter()
+        try:
+            out = fam.build(p)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            skipped.append((name, f"refused: {exc}"))
+            continue
+        if isinstance(out, str):
+            skipped.append((name, out))
+            continue
+        scored, reason = [], "no candidate"
+        for cand in out:
+            try:
+                scored.append((_score(workload, cand.mech), cand))
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                reason = f"not scored: {exc}"
+        if not scored:
+            skipped.append((name, reason))
+            continue
+        err, cand = min(scored, key=lambda x: x[0])
+        for c in out:
+            if c.lower_bound is not None:
+                bounds.append((c.lower_bound, c.bound_method))
+        ok = fam.releasable if cand.releasable is None else cand.releasable
+        spent = time.perf_counter() - t1
+        designs.append((err, not ok, rank, Design(
+            family=name, method=cand.method, error=err, n_queries=workload.n_queries,
+            noise=noise, budget=budget, neighbours=neighbours, mech=cand.mech,
+            seconds=spent, family_seconds=spent, releasable=ok,
+            release_note=_INTEGER if ok else fam.release_note, workload_name=name_of)))
+    if not designs:
+        raise ValueError("no family could be scored for this workload: " + "; ".join(
+            f"{n}: {r}" for n, r in skipped))
+    designs.sort(key=lambda x: x[:3])
+    lower, what = max(bounds, key=lambda b: b[0]) if bounds else (None, "")
+    ranked = [replace(d, lower_bound=lower, bound_method=what) for *_, d in designs]
+    return replace(ranked[0], alternatives=tuple(ranked[1:]), skipped=tuple(skipped),
+                   seconds=time.perf_counter() - t0)

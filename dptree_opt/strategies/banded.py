@@ -1,0 +1,250 @@
+"""Banded lower-triangular strategies: A_ij = 0 unless 0 <= i - j < b (b "bands").
+
+The strategy of the banded matrix factorisations of private learning (e.g. the banded square
+root: the square-root factorisation's coefficients truncated to b bands, Kalinin & Lampert,
+"Banded square root matrix factorization for differentially private model training", 2024;
+banded Toeplitz strategies, Choquette-Choo et al., "Amplified matrix factorization", 2023).
+Its columns are disjoint once b apart, which bounds the sensitivity under multiple
+participations (docs/math.md section 11), and its BLUE is forward substitution, O(n b)
+(:mod:`dptree_opt.engines.banded`).
+
+Storage: the band as an (n, b) array of diagonals, ``diagonals[i, d] = A[i, i - d]`` (row
+aligned; 0 where i - d < 0), and the CSR matrix of :class:`~dptree_opt.strategies.base.Strategy`
+(n b nonzeros at most). Every row is at budget level 1 (one noise scale).
+
+Sensitivity (docs/math.md section 0) with row weights w. Add/remove: the largest weighted
+column norm, exact from the CSR matrix (the base class). Swap: max over column pairs
+a < c of ||w (A_a - A_c)||_p^p = g_a + g_c - overlap(a, c), with g_c = ||w A_c||_p^p and
+overlap(a, c) = sum_r (|w_r A_ra|^p + |w_r A_rc|^p - |w_r (A_ra - A_rc)|^p) over the rows
+both columns touch. Columns c - a >= b apart do not overlap: their best is max_a g_a + (the
+largest g_c with c >= a + b), a suffix maximum, O(n). The pairs at gap D < b overlap on the
+b - D rows a + D .. a + b - 1: O(n (b - D)) per gap, vectorised over a; O(n b^2) in all.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..limits import check_count, check_memory
+from .base import Strategy
+
+__all__ = ["BandedStrategy", "banded", "MAX_SWAP_WORK"]
+
+# Bytes per stored band entry: the diagonals (8), the CSR data and indices (12) and the
+# construction's temporaries (row / column indices, mask: ~20).
+_BYTES_PER_ENTRY = 40
+# The exact swap sensitivity costs about n b^2 / 2 products: refused above this many.
+MAX_SWAP_WORK = 1 << 33
+
+
+def _check_int(value, name: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _check_band_memory(n: int, bands: int) -> None:
+    check_memory(n * bands * _BYTES_PER_ENTRY,
+                 f"a banded strategy over {n} bins with {bands} bands",
+                 "use fewer bins or fewer bands")
+
+
+def _check_diagonal(diagonals: np.ndarray) -> None:
+    """ValueError naming the first zero entry of the main diagonal (the strategy would be
+    singular)."""
+    zero = np.flatnonzero(diagonals[:, 0] == 0.0)
+    if zero.size:
+        i = int(zero[0])
+        raise ValueError(f"the diagonal entry ({i}, {i}) is zero: a lower-triangular strategy "
+                         "with a zero on its diagonal is singular (every diagonal entry must "
+                         "be non-zero)")
+
+
+class BandedStrategy(Strategy):
+    """A banded lower-triangular n x n strategy with ``bands`` diagonals (module docstring).
+
+    Parameters
+    ----------
+    diagonals : array-like, shape (n, bands)
+        ``diagonals[i, d] = A[i, i - d]``; entries with i - d < 0 are ignored (must be 0 or
+        finite). Finite; the main diagonal ``diagonals[:, 0]`` non-zero.
+    name : str
+        Label for printed tables.
+    """
+
+    def __init__(self, diagonals, *, name: str = "banded"):
+        try:
+            d = np.array(diagonals, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError("diagonals must be an (n, bands) array of numbers") from None
+        if d.ndim != 2 or d.shape[0] < 1 or not 1 <= d.shape[1] <= d.shape[0]:
+            raise ValueError(f"diagonals must have shape (n, bands) with 1 <= bands <= n, got "
+                             f"shape {d.shape}")
+        n, b = d.shape
+        _check_band_memory(n, b)
+        head = min(b - 1, n)  # rows 0 .. b - 2 have i + 1 < b entries
+        for k in range(1, b):  # clear the entries left of column 0 (i - k < 0), O(b^2)
+            d[:min(k, n), k] = 0.0
+        if not np.all(np.isfinite(d)):
+            i, k = (int(v) for v in np.argwhere(~np.isfinite(d))[0])
+            raise ValueError(f"diagonals has a non-finite entry at ({i}, {k}) (the matrix "
+                             f"entry ({i}, {i - k}))")
+        _check_diagonal(d)
+        # CSR row by row, columns ascending (d descending): the first rows are partial
+        flipped = d[:, ::-1]
+        count = np.minimum(np.arange(n) + 1, b)
+        indptr = np.concatenate([[0], np.cumsum(count)])
+        part_rows, part_cols = np.nonzero(np.arange(b)[None, :] >= b - 1 - np.arange(head)[:, None])
+        data = np.concatenate([flipped[:head][part_rows, part_cols], flipped[head:].ravel()])
+        first_col = np.arange(head, n) - (b - 1)
+        indices = np.concatenate([part_cols - (b - 1) + part_rows,
+                                  (first_col[:, None] + np.arange(b)[None, :]).ravel()])
+        matrix = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+        super().__init__(matrix, name=name)
+        d.flags.writeable = False
+        self._diagonals = d
+
+    @property
+    def bands(self) -> int:
+        """The number of diagonals b (the main one and b - 1 below it)."""
+        return int(self._diagonals.shape[1])
+
+    @property
+    def diagonals(self) -> np.ndarray:
+        """The band, shape (n, bands): ``diagonals[i, d] = A[i, i - d]`` (0 where i < d);
+        read-only."""
+        return self._diagonals
+
+    def __repr__(self) -> str:
+        return (f"<BandedStrategy {self.name}: {self.n_bins} x {self.n_bins}, "
+                f"{self.bands} bands>")
+
+    # -------------------------------------------------------- sensitivity
+    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+        """max_(a < c) ||w (A_a - A_c)||_p (module docstring), O(n b^2)."""
+        n, b = self._diagonals.shape
+        check_count(n * b * b // 2, MAX_SWAP_WORK,
+                    f"the exact swap sensitivity of a banded strategy over {n} bins with {b} "
+                    f"bands (about n b^2 / 2 = {n * b * b // 2} products)",
+                    "use add/remove neighbours, or fewer bands")
+        # column storage: col[c, d] = w_(c+d) A[c + d, c] (0 past the last row)
+        r = np.arange(n)[:, None] + np.arange(b)[None, :]
+        valid = r < n
+        rr = np.where(valid, r, 0)
+        col = np.where(valid, w[rr] * self._diagonals[rr, np.arange(b)[None, :]], 0.0)
+        mag = np.abs(col) ** p
+        g = mag.sum(axis=1)
+        best = 0.0
+        if n > b:  # pairs at least b apart: disjoint supports
+            suffix = np.maximum.accumulate(g[::-1])[::-1]  # suffix[c] = max_(c' >= c) g_c'
+            best = float(np.max(g[:n - b] + suffix[b:]))
+        for gap in range(1, min(b, n)):  # O(n (b - gap)) each
+            x, y = col[:n - gap, gap:], col[gap:, :b - gap]  # the rows both columns touch
+            overlap = (mag[:n - gap, gap:] + mag[gap:, :b - gap]
+                       - np.abs(x - y) ** p).sum(axis=1)
+            best = max(best, float(np.max(g[:n - gap] + g[gap:] - overlap)))
+        best = max(best, 0.0)
+        return math.sqrt(best) if p == 2 else best
+
+
+def banded(coefs_or_matrix, bands, n=None, *, name: str | None = None) -> BandedStrategy:
+    """A banded lower-triangular strategy with ``bands`` diagonals (:class:`BandedStrategy`).
+
+    ``coefs_or_matrix``: either a 1-D coefficient vector a (the Toeplitz first column; its
+    first ``bands`` entries are used, so A_ij = a_(i-j) for 0 <= i - j < bands) over ``n``
+    steps (default len(a)); or an (n, n) lower-triangular matrix (dense array or
+    scipy.sparse) whose entries more than ``bands - 1`` below the diagonal are dropped
+    (``n``, if given, must match). ``bands``: an integer in [1, n] (and <= len(a)).
+
+    ValueError (naming the parameter, and the index of the entry) for a zero or non-finite
+    diagonal entry, non-finite entries, an entry above the diagonal, or a band that would not
+    fit in memory (checked before it is built). E.g. ``banded(sqrt_coefficients(n), b)`` is
+    the banded square root."""
+    if sp.issparse(coefs_or_matrix):
+        return _from_sparse(coefs_or_matrix, bands, n, name)
+    try:
+        arr = np.asarray(coefs_or_matrix, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("coefs_or_matrix must be a 1-D coefficient vector or an (n, n) "
+                         "lower-triangular matrix of numbers") from None
+    if arr.ndim == 1:
+        return _from_coefficients(arr, bands, n, name)
+    if arr.ndim == 2:
+        return _from_dense(arr, bands, n, name)
+    raise ValueError(f"coefs_or_matrix must be 1-D (coefficients) or 2-D (a matrix), got "
+                     f"shape {arr.shape}")
+
+
+def _from_coefficients(a: np.ndarray, bands, n, name) -> BandedStrategy:
+    if a.size == 0:
+        raise ValueError("coefs_or_matrix: the coefficient vector is empty")
+    n = a.size if n is None else _check_int(n, "n", 1)
+    bands = _check_int(bands, "bands", 1, n)
+    if bands > a.size:
+        raise ValueError(f"bands = {bands} is more than the {a.size} coefficients given")
+    a = a[:bands]
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise ValueError(f"coefs_or_matrix[{int(bad[0])}] is not finite ({a[bad[0]]})")
+    if a[0] == 0.0:
+        raise ValueError("coefs_or_matrix[0] (the diagonal) is zero: the strategy would be "
+                         "singular")
+    _check_band_memory(n, bands)
+    return BandedStrategy(np.broadcast_to(a, (n, bands)), name=name or "banded toeplitz")
+
+
+def _check_square(shape, n) -> int:
+    if len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
+        raise ValueError(f"coefs_or_matrix must be a square (n, n) matrix, got shape {shape}")
+    if n is not None and _check_int(n, "n", 1) != shape[0]:
+        raise ValueError(f"n = {n} does not match the matrix's {shape[0]} rows")
+    return int(shape[0])
+
+
+def _from_dense(m: np.ndarray, bands, n, name) -> BandedStrategy:
+    n = _check_square(m.shape, n)
+    bands = _check_int(bands, "bands", 1, n)
+    bad = np.argwhere(~np.isfinite(m))
+    if bad.size:
+        i, j = (int(v) for v in bad[0])
+        raise ValueError(f"coefs_or_matrix[{i}, {j}] is not finite ({m[i, j]})")
+    upper = np.argwhere(np.triu(m, 1))
+    if upper.size:
+        i, j = (int(v) for v in upper[0])
+        raise ValueError(f"coefs_or_matrix must be lower-triangular: entry ({i}, {j}) above "
+                         f"the diagonal is {m[i, j]}")
+    _check_band_memory(n, bands)
+    i = np.arange(n)[:, None]
+    col = i - np.arange(bands)[None, :]
+    diagonals = np.where(col >= 0, m[i, np.maximum(col, 0)], 0.0)
+    return BandedStrategy(diagonals, name=name or "banded")
+
+
+def _from_sparse(m, bands, n, name) -> BandedStrategy:
+    n = _check_square(m.shape, n)
+    bands = _check_int(bands, "bands", 1, n)
+    coo = sp.coo_matrix(m, dtype=float)
+    coo.sum_duplicates()  # canonical: one entry per (row, col)
+    bad = np.flatnonzero(~np.isfinite(coo.data))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(f"coefs_or_matrix[{int(coo.row[k])}, {int(coo.col[k])}] is not "
+                         f"finite ({coo.data[k]})")
+    upper = np.flatnonzero((coo.col > coo.row) & (coo.data != 0.0))
+    if upper.size:
+        k = int(upper[0])
+        raise ValueError(f"coefs_or_matrix must be lower-triangular: entry ({int(coo.row[k])}, "
+                         f"{int(coo.col[k])}) above the diagonal is {coo.data[k]}")
+    _check_band_memory(n, bands)
+    offset = coo.row.astype(np.int64) - coo.col
+    keep = offset < bands  # entries further below the band are dropped
+    diagonals = np.zeros((n, bands))
+    diagonals[coo.row[keep], offset[keep]] = coo.data[keep]
+    return BandedStrategy(diagonals, name=name or "banded")
