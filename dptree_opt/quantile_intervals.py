@@ -135,9 +135,7 @@ import scipy.sparse as sp
 from scipy.special import ndtri
 
 from . import queries as _queries
-from .engines.tree_error import blue_covariance_coefficients
-from .engines.gls import gls
-from .engines.honaker import is_tree_mechanism, tree_parameters
+from . import engines
 from .mechanism import Mechanism
 
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",
@@ -258,8 +256,8 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
     """Rows r_b of the raw-CDF estimator's noise map: e_b = r_b . z (shape (len(bs), rows)).
 
     r_b = V^-1 A Cov p_b on noisy rows, 0 on exact and unmeasured ones (BLUE: R = P Cov A' V^-1,
-    Cov symmetric, constrained when N is public). Trees: Cov = sum_l c_l (I kron J_{w_l})
-    (``error.tree.blue_covariance_coefficients``), O(K' h) per prefix; otherwise the GLS
+    Cov symmetric, constrained when N is public); Cov p_b from the engine of the strategy
+    (trees: the Haar form, O(K' h) per prefix; otherwise the GLS
     solver's Cov @ p. b = -1 gives zeros."""
     kp = mechanism.n_bins
     var = mechanism.variances
@@ -268,28 +266,11 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
     inv[noisy] = 1.0 / var[noisy]
     bins = np.arange(kp)
     out = np.zeros((bs.size, var.size))
-    if is_tree_mechanism(mechanism):
-        tree = mechanism.released
-        ks, v = tree_parameters(mechanism)
-        coef = blue_covariance_coefficients(ks, v)
-        widths = [int(w) for w in tree.level_widths]
-        for start in range(0, bs.size, _CHUNK):
-            b = bs[start:start + _CHUNK]
-            u = (bins[None, :] <= b[:, None]).astype(np.float64)  # p_b, (m, K')
-            x = np.zeros_like(u)
-            for c_l, w in zip(coef, widths):  # Cov p: O(K') per level
-                s = u.reshape(b.size, kp // w, w).sum(axis=2)
-                x += np.repeat(c_l * s, w, axis=1)
-            ax = np.concatenate([x.reshape(b.size, kp // w, w).sum(axis=2) for w in widths],
-                                axis=1)  # node sums in level order = A Cov p
-            out[start:start + _CHUNK] = ax * inv
-        return out
-    solver = gls(mechanism)
     a = sp.csr_matrix(mechanism.released.matrix)
     for start in range(0, bs.size, _CHUNK):
         b = bs[start:start + _CHUNK]
-        u = (bins[:, None] <= b[None, :]).astype(np.float64)  # (K', m)
-        x = solver.cov_times(u)
+        u = (bins[:, None] <= b[None, :]).astype(np.float64)  # (K', m): the prefixes p_b
+        x = engines.run("covariance", mechanism, None, "blue", y=u)   # Cov p_b
         out[start:start + _CHUNK] = np.asarray(a @ x).T * inv
     return out
 
@@ -420,14 +401,20 @@ def _signed_digit_weight(widths, n: np.ndarray, root_free: bool) -> np.ndarray:
     return np.minimum(f0 + root(top), f1 + root(top + 1))
 
 
+def _tree_served(mechanism: Mechanism) -> bool:
+    """Whether the level-uniform tree engine serves the mechanism (its digit structure then
+    picks the prefixes to check, and its parameters key the calibration cache)."""
+    return engines.select("estimate", mechanism).name == "tree"
+
+
 def _checked_prefixes(mechanism: Mechanism, k: int) -> np.ndarray:
     """The prefixes b whose critical values enter the maximum (module docstring)."""
-    if k <= _ALL_PREFIXES or (not is_tree_mechanism(mechanism) and k <= 4 * _ALL_PREFIXES):
+    if k <= _ALL_PREFIXES or (not _tree_served(mechanism) and k <= 4 * _ALL_PREFIXES):
         return np.arange(-1, k)
     rng = np.random.default_rng(20240917)  # fixed: a public, data-independent choice
     rand = rng.choice(k, size=min(_N_RANDOM, k), replace=False)
     ends = np.concatenate([np.arange(-1, _ENDS), np.arange(k - _ENDS, k)])
-    if not is_tree_mechanism(mechanism):
+    if not _tree_served(mechanism):
         b = np.concatenate([np.linspace(0, k - 1, _MAX_HEAVY).round().astype(int), rand, ends])
         return np.unique(b[(b >= -1) & (b < k)])
     tree = mechanism.released
@@ -455,7 +442,7 @@ _CAL_WEAK: "weakref.WeakKeyDictionary[Mechanism, dict]" = weakref.WeakKeyDiction
 
 def _cache_key(mechanism: Mechanism):
     """Parameters that determine the noise law and the estimator (trees), else None."""
-    if not is_tree_mechanism(mechanism):
+    if not _tree_served(mechanism):
         return None
     return (mechanism.released.branching, mechanism.noise, mechanism.discrete,
             mechanism.public_total,

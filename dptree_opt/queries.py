@@ -51,14 +51,12 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0.75 s to import)
 
-from . import strategies as S
 from . import workloads
 from .error import ESTIMATORS, expected_error
 from .estimation.blue import blue
-from .engines.covering import covering_cdf, covering_operator
+from .engines.covering import covering_cdf
 from .engines.tree import refined_cdf
 from .mechanism import Mechanism, as_generator
 
@@ -250,39 +248,6 @@ def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.nda
     return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
 
 
-def _all_levels_measured(mechanism: Mechanism) -> bool:
-    """A level-uniform tree whose levels are all measured (finite variances)."""
-    return (isinstance(mechanism.released, S.LevelUniformTree)
-            and mechanism.row_budgets is None
-            and all(np.isfinite(v) for v in mechanism.level_variances.values()))
-
-
-def _tree_covering_range_variances(mechanism: Mechanism, lo: np.ndarray,
-                                   hi: np.ndarray) -> np.ndarray:
-    """Var(C_hi - C_lo) of the covering sums on a fully measured level-uniform tree, O(h) each.
-
-    The covering of [0, t) uses, at level l, the level-l nodes with indices in
-    [floor(t / w_{l-1}) k_l, floor(t / w_l)) (the left siblings of the level-l ancestor of bin
-    t, [RTS] Lemma IV.1; level 0: [0, floor(t / K))). Independent noise, so
-    Var(C_hi - C_lo) = sum_l v_l (n_l(lo) + n_l(hi) - 2 shared_l), shared_l = the overlap of
-    the two index ranges."""
-    tree = mechanism.released
-    var = np.zeros(lo.shape, dtype=np.float64)
-    widths = tree.level_widths
-    for lvl in range(tree.height + 1):
-        v = mechanism.level_variances[lvl]
-        if v == 0:
-            continue
-        w = int(widths[lvl])
-        k = int(tree.branching[lvl - 1]) if lvl else 1
-        parent_w = int(widths[lvl - 1]) if lvl else int(widths[0]) * 2  # root: no parent
-        s_lo, e_lo = (lo // parent_w) * k, lo // w
-        s_hi, e_hi = (hi // parent_w) * k, hi // w
-        shared = np.maximum(0, np.minimum(e_lo, e_hi) - np.maximum(s_lo, s_hi))
-        var += v * ((e_lo - s_lo) + (e_hi - s_hi) - 2 * shared)
-    return var
-
-
 def range_standard_errors(mechanism: Mechanism, a, b, estimator: str = "blue") -> np.ndarray:
     """Exact standard errors of the raw estimates of the range counts [a, b] (inclusive,
     0-based; ``a``, ``b`` broadcast), as computed by :func:`range_count` on the raw estimate.
@@ -298,37 +263,9 @@ def range_standard_errors(mechanism: Mechanism, a, b, estimator: str = "blue") -
     a_arr, b_arr = _check_ranges(a, b, k)
     shape = a_arr.shape
     lo, hi = a_arr.ravel(), b_arr.ravel() + 1  # half-open [lo, hi)
-    if estimator == "covering" and _all_levels_measured(mechanism):
-        var = _tree_covering_range_variances(mechanism, lo, hi)
-    elif estimator == "covering":
-        d = covering_operator(mechanism)  # C_t = sum_{s <= t} (D y)_s, t = 1..K
-        v = np.where(np.isfinite(mechanism.variances), mechanism.variances, 0.0)
-        m = _cumsum_rows(d)
-        diff = m[hi] - m[lo]  # row t of m is the covering of the first t bins (t = 0..K)
-        var = np.asarray(diff.multiply(diff) @ v).ravel()
-    else:
-        var = expected_error(workloads.ranges(k, np.column_stack([lo, hi - 1])), mechanism,
-                             estimator, per_query=True)
+    var = expected_error(workloads.ranges(k, np.column_stack([lo, hi - 1])), mechanism,
+                         estimator, per_query=True)     # the engine of the strategy
     return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0)).reshape(shape)
-
-
-def _cumsum_rows(d: sp.csr_matrix) -> sp.csr_matrix:
-    """Row-wise cumulative sum of the covering difference matrix without densifying: column r
-    holds +1 at row start_r and -1 at row stop_r (or nothing when stop_r is past the end), so
-    its cumulative sum is the indicator of rows [start_r, stop_r). O(nnz of the result)."""
-    coo = d.tocoo()
-    n_rows, n_cols = d.shape
-    starts = np.full(n_cols, -1, dtype=np.int64)
-    stops = np.full(n_cols, n_rows, dtype=np.int64)
-    pos = coo.data > 0
-    starts[coo.col[pos]] = coo.row[pos]
-    stops[coo.col[~pos]] = coo.row[~pos]
-    used = starts >= 0
-    starts, stops, cols = starts[used], stops[used], np.flatnonzero(used)
-    lengths = stops - starts
-    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    rows = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
-    return sp.csr_matrix((np.ones(rows.size), (rows, np.repeat(cols, lengths))), shape=d.shape)
 
 
 # ----------------------------------------------------------------------------- bands

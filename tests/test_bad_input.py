@@ -294,10 +294,15 @@ def test_expected_error_bad_types(mech8):
 
 def test_covering_estimator_other_workloads_refused_when_dense_is_too_big():
     """Off the prefix workload the covering estimator answers by differences of its
-    prefixes; custom ranges need its dense covariance, refused above 8192 bins."""
+    prefixes: custom ranges structured at any size (O(h) per range on a fully measured
+    tree), the dense covariance (method="dense") refused above 8192 bins."""
     mech = Mechanism(strategies.tree(16384, [128, 128]), epsilon=1.0)
+    ranges = workloads.ranges(16384, [(1, 3)])
+    # C_4 - C_1: the coverings of [0, 4) (leaves 0..3) and [0, 1) (leaf 0) differ by 3 leaves
+    assert expected_error(ranges, mech, "covering") == pytest.approx(
+        3 * mech.level_variances[2], rel=1e-12)
     with pytest.raises(ValueError, match="covering"):
-        expected_error(workloads.ranges(16384, [(1, 3)]), mech, "covering")
+        expected_error(ranges, mech, "covering", method="dense")
     assert expected_error(workloads.identity(16384), mech, "covering") > 0
 
 

@@ -9,7 +9,7 @@ from ..engines import ESTIMATORS, TASKS, capability_table
 ORDER = 15  # position in `dptree-opt --help`
 
 _TASK_TEXT = {"estimate": "estimate from y", "error": "exact error (total)",
-              "per_query": "exact error per query"}
+              "per_query": "exact error per query", "covariance": "covariance times U"}
 
 
 def table_rows(task: str | None = None, estimator: str | None = None) -> list[dict]:

@@ -17,6 +17,8 @@ Tasks (``TASKS``):
   "causal" the workload's answers (shape (q,) / (trials, q)).
 * ``"error"``: the exact expected squared error summed over the workload's queries (float).
 * ``"per_query"``: the exact per-query variances (shape (q,)).
+* ``"covariance"``: Cov @ U, the BLUE's covariance applied to U of shape (n,) or (n, m),
+  without forming Cov where the structure allows.
 
 Every estimator is linear and unbiased, so the errors are variances (counts^2).
 """
@@ -29,7 +31,7 @@ import numpy as np
 
 __all__ = ["TASKS", "ESTIMATORS", "ANY_WORKLOAD", "Capability", "Engine"]
 
-TASKS = ("estimate", "error", "per_query")
+TASKS = ("estimate", "error", "per_query", "covariance")
 ESTIMATORS = ("blue", "covering", "refined", "causal")
 # a capability that serves every workload (of the right dimension) lists this kind
 ANY_WORKLOAD = "any"
@@ -83,6 +85,10 @@ class Engine:
 
     def estimate(self, mechanism, y: np.ndarray, workload, estimator: str) -> np.ndarray:
         """The "estimate" task (module docstring); y is checked by the front door."""
+        raise NotImplementedError
+
+    def covariance(self, mechanism, u: np.ndarray) -> np.ndarray:
+        """The "covariance" task: Cov @ u for u of shape (n,) or (n, m)."""
         raise NotImplementedError
 
     def error(self, mechanism, workload, estimator: str, per_query: bool, dense: bool = False):

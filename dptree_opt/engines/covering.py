@@ -24,9 +24,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..mechanism import Mechanism
-from ..strategies import IntervalStrategy
+from ..strategies import IntervalStrategy, LevelUniformTree
 
-__all__ = ["covering_cdf", "covering_variances", "covering_operator", "covering_moments",
+__all__ = ["covering_range_variances", "tree_covering_range_variances", "all_levels_measured",
+           "covering_cdf", "covering_variances", "covering_operator", "covering_moments",
            "covering_covariance", "MAX_COVERING_DENSE_BINS"]
 
 MAX_COVERING_DENSE_BINS = 8192  # covering_covariance: dense (K, K)
@@ -129,3 +130,66 @@ def covering_covariance(mechanism: Mechanism) -> np.ndarray:
     # bins: x_hat_i = C_(i+1) - C_i = (D y)_(i+1) row of the difference matrix
     b = d[1:kp + 1]
     return np.asarray((b @ sp.diags(v) @ b.T).todense())
+
+
+def covering_range_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
+    """Var(C_hi - C_lo) of the covering sums for ranges [lo, hi) (C_0 = 0), from the sparse
+    covering operator: O(nnz) per range, any interval strategy."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    d = covering_operator(mechanism)  # C_t = sum_{s <= t} (D y)_s, t = 1..K
+    v = np.where(np.isfinite(mechanism.variances), mechanism.variances, 0.0)
+    m = _cumsum_rows(d)
+    diff = m[hi] - m[lo]  # row t of m is the covering of the first t bins (t = 0..K)
+    return np.asarray(diff.multiply(diff) @ v).ravel()
+
+
+def _cumsum_rows(d: sp.csr_matrix) -> sp.csr_matrix:
+    """Row-wise cumulative sum of the covering difference matrix without densifying: column r
+    holds +1 at row start_r and -1 at row stop_r (or nothing when stop_r is past the end), so
+    its cumulative sum is the indicator of rows [start_r, stop_r). O(nnz of the result)."""
+    coo = d.tocoo()
+    n_rows, n_cols = d.shape
+    starts = np.full(n_cols, -1, dtype=np.int64)
+    stops = np.full(n_cols, n_rows, dtype=np.int64)
+    pos = coo.data > 0
+    starts[coo.col[pos]] = coo.row[pos]
+    stops[coo.col[~pos]] = coo.row[~pos]
+    used = starts >= 0
+    starts, stops, cols = starts[used], stops[used], np.flatnonzero(used)
+    lengths = stops - starts
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    rows = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
+    return sp.csr_matrix((np.ones(rows.size), (rows, np.repeat(cols, lengths))), shape=d.shape)
+
+
+def all_levels_measured(mechanism: Mechanism) -> bool:
+    """A level-uniform tree whose levels are all measured (finite variances)."""
+    return (isinstance(mechanism.released, LevelUniformTree)
+            and mechanism.row_budgets is None
+            and all(np.isfinite(v) for v in mechanism.level_variances.values()))
+
+
+def tree_covering_range_variances(mechanism: Mechanism, lo: np.ndarray,
+                                   hi: np.ndarray) -> np.ndarray:
+    """Var(C_hi - C_lo) of the covering sums on a fully measured level-uniform tree, O(h) each.
+
+    The covering of [0, t) uses, at level l, the level-l nodes with indices in
+    [floor(t / w_{l-1}) k_l, floor(t / w_l)) (the left siblings of the level-l ancestor of bin
+    t, [RTS] Lemma IV.1; level 0: [0, floor(t / K))). Independent noise, so
+    Var(C_hi - C_lo) = sum_l v_l (n_l(lo) + n_l(hi) - 2 shared_l), shared_l = the overlap of
+    the two index ranges."""
+    tree = mechanism.released
+    var = np.zeros(lo.shape, dtype=np.float64)
+    widths = tree.level_widths
+    for lvl in range(tree.height + 1):
+        v = mechanism.level_variances[lvl]
+        if v == 0:
+            continue
+        w = int(widths[lvl])
+        k = int(tree.branching[lvl - 1]) if lvl else 1
+        parent_w = int(widths[lvl - 1]) if lvl else int(widths[0]) * 2  # root: no parent
+        s_lo, e_lo = (lo // parent_w) * k, lo // w
+        s_hi, e_hi = (hi // parent_w) * k, hi // w
+        shared = np.maximum(0, np.minimum(e_lo, e_hi) - np.maximum(s_lo, s_hi))
+        var += v * ((e_lo - s_lo) + (e_hi - s_hi) - 2 * shared)
+    return var

@@ -263,6 +263,7 @@ class DenseEngine(Engine):
         Capability("estimate", "blue", (ANY_WORKLOAD,), "sparse LU / dense Cholesky"),
         Capability("error", "blue", (ANY_WORKLOAD,), f"O(n^3), n <= {MAX_DENSE_BINS}"),
         Capability("per_query", "blue", (ANY_WORKLOAD,), f"O(n^3), n <= {MAX_DENSE_BINS}"),
+        Capability("covariance", "blue", (ANY_WORKLOAD,), "one GLS solve per column"),
         Capability("estimate", "causal", INTERVAL_WORKLOADS,
                    f"dense filter, n <= {MAX_CAUSAL_DENSE_BINS}"),
         Capability("error", "causal", INTERVAL_WORKLOADS,
@@ -281,7 +282,7 @@ class DenseEngine(Engine):
             return f"the strategy's explicit matrix is refused for {n} > {limit} bins"
         if estimator == "causal" and n > MAX_CAUSAL_DENSE_BINS:
             return f"the dense causal filter is refused for {n} > {MAX_CAUSAL_DENSE_BINS} bins"
-        if estimator == "blue" and task != "estimate" and n > MAX_DENSE_BINS:
+        if estimator == "blue" and task in ("error", "per_query") and n > MAX_DENSE_BINS:
             return f"the dense covariance is refused for {n} > {MAX_DENSE_BINS} bins"
         return None
 
@@ -289,6 +290,9 @@ class DenseEngine(Engine):
         if estimator == "causal":
             return dense_causal_answers(mechanism, y, workload)
         return gls(mechanism, mode).estimate(y)
+
+    def covariance(self, mechanism, u):
+        return gls(mechanism).cov_times(u)
 
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         if estimator == "causal":

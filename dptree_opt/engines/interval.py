@@ -24,7 +24,7 @@ from .gls import gls
 from .base import ANY_WORKLOAD, Capability, Engine
 from .causal_error import laminar_causal_prefix_variances
 from .covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
-                       covering_moments, covering_variances)
+                       covering_moments, covering_range_variances, covering_variances)
 from .haar import haar_blue, haar_model, is_haar_mechanism
 from .laminar import (MAX_DEPTH, is_laminar_mechanism, laminar_blue, laminar_model, point_moments,
                                   point_sum_variance, range_variances, star_moments)
@@ -342,9 +342,10 @@ class IntervalEngine(Engine):
         Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n depth) per trial"),
         Capability("estimate", "covering", (ANY_WORKLOAD,), "O(rows) per trial"),
         Capability("error", "covering", (ANY_WORKLOAD,),
-                   "prefix / identity / all_range O(rows); else dense, n <= 8192"),
+                   "prefix / identity / all_range O(rows); ranges O(nnz) each; else dense, "
+                   "n <= 8192"),
         Capability("per_query", "covering", (ANY_WORKLOAD,),
-                   "prefix / identity O(rows); else dense, n <= 8192"),
+                   "prefix / identity O(rows); ranges O(nnz) each; else dense, n <= 8192"),
         Capability("error", "causal", ("prefix",), "O(rows)"),
         Capability("per_query", "causal", ("prefix",), "O(rows)"),
     )
@@ -356,7 +357,7 @@ class IntervalEngine(Engine):
         if estimator == "blue" and not is_laminar_mechanism(mechanism):
             return ("the bridge recursion needs depth < 256 and no exact row but the total")
         if estimator == "covering" and task != "estimate":
-            structured = (workload.kind == "prefix" or (workload.kind == "identity")
+            structured = (workload.kind in ("prefix", "identity", "ranges", "total")
                           or (workload.kind == "all_range" and task == "error"))
             if not structured and mechanism.n_bins > MAX_COVERING_DENSE_BINS:
                 return (f"{workload.kind!r} errors of the covering estimator need its dense "
@@ -388,6 +389,9 @@ class IntervalEngine(Engine):
             return var if per_query else float(var.sum())
         if not dense and kind == "all_range" and not per_query:
             return covering_moments(mechanism)["all_range_total"]
+        if not dense and kind in ("ranges", "total"):   # O(nnz) per range, no matrix
+            var = covering_range_variances(mechanism, workload.lo, workload.hi)
+            return var if per_query else float(var.sum())
         if mechanism.n_bins > MAX_COVERING_DENSE_BINS:
             raise ValueError(f"{kind!r} errors of the covering estimator need its dense "
                              f"covariance: refused for {mechanism.n_bins} > "

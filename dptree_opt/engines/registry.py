@@ -100,7 +100,8 @@ def select(task: str, mechanism, workload=None, estimator: str = "blue", *,
 def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
         generic_only: bool = False, dense: bool = False, y=None):
     """Run the request on the first engine that serves it and does not decline
-    (:class:`Declined`). ``task`` "estimate" needs ``y=``; "error" / "per_query" return
+    (:class:`Declined`). ``task`` "estimate" needs ``y=`` (and "covariance" the matrix U as
+    ``y=``); "error" / "per_query" return
     the total / per-query variances (``dense``: the engines' dense twin of a structured
     formula where they have one, e.g. the covering estimator's covariance). A stacked
     workload's error is the sum (per query: the concatenation) over its parts."""
@@ -117,6 +118,8 @@ def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
         try:
             if task == "estimate":
                 return e.estimate(mechanism, y, workload, estimator)
+            if task == "covariance":
+                return e.covariance(mechanism, y)
             return e.error(mechanism, workload, estimator, per_query=task == "per_query",
                            dense=dense)
         except Declined as exc:

@@ -12,9 +12,12 @@ import numpy as np
 from ..mechanism import Mechanism
 from .base import ANY_WORKLOAD, Capability, Engine
 from .causal import tree_causal_answers
+from .registry import Declined
+from .covering import all_levels_measured, tree_covering_range_variances
 from .causal_error import tree_causal_error
 from .refined import MAX_REFINED_DENSE_BINS, refined_histogram_covariance, refined_workload_error
-from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, WORKLOADS, blue_error, blue_range_variances
+from .tree_error import (MAX_ALL_RANGE_PER_QUERY_K, WORKLOADS, blue_covariance_coefficients,
+                         blue_error, blue_range_variances)
 from .honaker import (TreeEstimates, check_answers, honaker_recursions, is_tree_mechanism,
                       refined_error, refined_recursion, tree_parameters)
 
@@ -69,6 +72,10 @@ class TreeEngine(Engine):
         Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
         Capability("error", "blue", _INTERVALS, "O(h); ranges O(h) each"),
         Capability("per_query", "blue", _INTERVALS, "O(n); all_range O(n^2), n <= 4096"),
+        Capability("covariance", "blue", (ANY_WORKLOAD,), "O(n h) per column"),
+        Capability("error", "covering", ("ranges", "total"), "O(h) per range, all levels measured"),
+        Capability("per_query", "covering", ("ranges", "total"),
+                   "O(h) per range, all levels measured"),
         Capability("estimate", "refined", (ANY_WORKLOAD,), "O(n) per trial"),
         Capability("error", "refined", (ANY_WORKLOAD,),
                    "O(n) prefix / identity / all_range; else dense, n <= 4096"),
@@ -83,6 +90,8 @@ class TreeEngine(Engine):
         return is_tree_mechanism(mechanism)
 
     def refusal(self, task, mechanism, workload, estimator):
+        if estimator == "covering" and not all_levels_measured(mechanism):
+            return "the O(h) covering formula needs every level measured"
         if (estimator == "blue" and task == "per_query" and workload.kind == "all_range"
                 and mechanism.n_bins > MAX_ALL_RANGE_PER_QUERY_K):
             return (f"per-query all-range errors need K <= {MAX_ALL_RANGE_PER_QUERY_K}, got "
@@ -103,11 +112,29 @@ class TreeEngine(Engine):
             return np.diff(refined_cdf(mechanism, y), axis=-1, prepend=0.0)
         return tree_causal_answers(mechanism, y, workload)
 
+    def covariance(self, mechanism, u):
+        # Cov = sum_l c_l (I kron J_(w_l)) (the Haar form of the BLUE's covariance)
+        ks, v = tree_parameters(mechanism)
+        u = np.asarray(u, dtype=float)
+        cols = u.reshape(u.shape[0], -1).T                      # (m, n)
+        n = cols.shape[1]
+        x = np.zeros_like(cols)
+        for c_l, w in zip(blue_covariance_coefficients(ks, v),
+                          mechanism.released.level_widths):     # O(n) per level
+            w = int(w)
+            x += np.repeat(c_l * cols.reshape(cols.shape[0], n // w, w).sum(axis=2), w, axis=1)
+        return x.T.reshape(u.shape)
+
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         ks, v = tree_parameters(mechanism)
         kind = workload.kind
         if estimator == "causal":
             return tree_causal_error(workload, mechanism, per_query)
+        if estimator == "covering":             # ranges and the total
+            if dense:
+                raise Declined("the dense covariance of the covering sums was asked for")
+            var = tree_covering_range_variances(mechanism, workload.lo, workload.hi)
+            return var if per_query else float(var.sum())
         if estimator == "refined":
             if not dense and kind in WORKLOADS:
                 return refined_workload_error(ks, v, kind, per_query=per_query)
