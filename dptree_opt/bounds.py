@@ -49,8 +49,7 @@ from functools import lru_cache
 import numpy as np
 
 from .limits import at_budget
-from .privacy import check_noise, resolve_budget, resolve_public
-from .strategies.base import check_neighbours
+from .privacy import check_neighbours, check_noise, resolve_budget, resolve_public
 from .workloads import Workload
 from . import workloads as _workloads
 

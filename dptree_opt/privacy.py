@@ -17,6 +17,16 @@ import math
 
 import numpy as np
 
+# neighbouring datasets: swap (change one record: N public) or add/remove (N private)
+NEIGHBOURS = ("swap", "add_remove")
+
+
+def check_neighbours(neighbours: str) -> str:
+    """Validate a neighbour model: "swap" (N public) or "add_remove" (docs/math.md section 0)."""
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
+    return neighbours
+
 NOISES = ("laplace", "gaussian")
 # Counts and noisy counts must stay exact integers in float64 (and far from int64 saturation).
 EXACT_LIMIT = 2**53

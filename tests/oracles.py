@@ -6,6 +6,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+import scipy.linalg as sla
 
 
 def tree_matrix(branching):
@@ -104,3 +105,82 @@ def factorisations(n):
     if n == 1:
         return [()]
     return [(k,) + r for k in range(2, n + 1) if n % k == 0 for r in factorisations(n // k)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dense generalised least squares: the BLUE of any queries, and its causal restriction
+# ---------------------------------------------------------------------------------------------
+def constrained_gls(a, var, w, rtol: float = 1e-8):
+    """The BLUE of the linear queries ``w`` (q, n) from y = a x + z, Var z = diag(var)
+    (var 0: an exact row, an equality constraint; inf: an unmeasured row, ignored), by the
+    textbook construction, no library code.
+
+    Exact rows E: x = x0 + N u with x0 = E^+ y_E and N a basis of null(E). Noisy rows B,
+    whitened G = V^-1/2 B N: the BLUE of w'x is w'x0 + d'V^-1/2 (y_B - B x0) with d the
+    minimum-norm solution of G'd = N'w, variance d'd; w'x is identified (has an unbiased
+    linear estimate) iff that system is consistent (relative residual <= ``rtol``).
+
+    Returns (coef (q, m): estimate = coef @ y, zero on unmeasured rows, NaN for queries not
+    identified; variances (q,), inf where not identified; identified (q,) bool). y on the
+    exact rows must be consistent (E x = y_E for some x), as real answers are."""
+    a = np.atleast_2d(np.asarray(a, dtype=float))
+    var = np.asarray(var, dtype=float)
+    w = np.atleast_2d(np.asarray(w, dtype=float))
+    m, n = a.shape
+    q = w.shape[0]
+    exact = var == 0
+    noisy = np.isfinite(var) & (var > 0)
+    e = a[exact]
+    if exact.any():
+        basis = sla.null_space(e)
+        e_pinv = np.linalg.pinv(e)
+    else:
+        basis, e_pinv = np.eye(n), np.zeros((n, 0))
+    c = w @ basis                                             # (q, k): N'w per query
+    sd = np.sqrt(var[noisy])
+    g = (a[noisy] @ basis) / sd[:, None]                      # (noisy, k)
+    if g.size and basis.shape[1]:
+        d = np.linalg.lstsq(g.T, c.T, rcond=1e-10)[0]         # (noisy, q), minimum norm
+        resid = np.linalg.norm(g.T @ d - c.T, axis=0)
+    else:
+        d = np.zeros((int(noisy.sum()), q))
+        resid = np.linalg.norm(c, axis=1)
+    identified = resid <= rtol * np.maximum(1.0, np.linalg.norm(c, axis=1))
+    coef = np.zeros((q, m))
+    coef_b = (d / sd[:, None]).T                              # (q, noisy)
+    coef[:, noisy] = coef_b
+    coef[:, exact] = (w - coef_b @ a[noisy]) @ e_pinv
+    variances = np.sum(d * d, axis=0)
+    coef[~identified] = np.nan
+    variances[~identified] = np.inf
+    return coef, variances, identified
+
+
+def completion_steps(a) -> np.ndarray:
+    """1 + the last non-zero column of each row (0 for an empty row): the step at which a
+    row (or a query) is complete."""
+    nz = np.atleast_2d(np.asarray(a)) != 0
+    n = nz.shape[1]
+    return np.where(nz.any(axis=1), n - np.argmax(nz[:, ::-1], axis=1), 0)
+
+
+def causal_gls(a, var, w, rtol: float = 1e-8):
+    """The causal BLUE of the queries ``w`` (q, n): query j, answered at step
+    t_j = completion_steps(w)[j], is the BLUE (:func:`constrained_gls`) from the rows
+    complete by t_j only (those whose last non-zero column is before t_j). Same returns as
+    :func:`constrained_gls`."""
+    a = np.atleast_2d(np.asarray(a, dtype=float))
+    var = np.asarray(var, dtype=float)
+    w = np.atleast_2d(np.asarray(w, dtype=float))
+    row_steps, query_steps = completion_steps(a), completion_steps(w)
+    coef = np.zeros((w.shape[0], a.shape[0]))
+    variances = np.zeros(w.shape[0])
+    identified = np.ones(w.shape[0], dtype=bool)
+    for t in np.unique(query_steps):
+        qs = np.flatnonzero(query_steps == t)
+        rows = np.flatnonzero(row_steps <= t)
+        sub = constrained_gls(a[rows][:, :t], var[rows], w[qs][:, :t], rtol)
+        coef[np.ix_(qs, rows)] = sub[0]
+        coef[qs[~sub[2]]] = np.nan
+        variances[qs], identified[qs] = sub[1], sub[2]
+    return coef, variances, identified

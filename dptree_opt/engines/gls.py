@@ -44,6 +44,8 @@ __all__ = ["DenseEngine", "GLS", "gls", "METHODS"]
 METHODS = ("auto", "sparse", "dense")
 # Dense covariance / dense backend only up to this many bins (n^2 float64 = 512 MiB).
 MAX_DENSE_BINS = 8192
+# estimable_variances: a pseudo-inverse of the (n + exact rows) bordered matrix
+MAX_ESTIMABLE_BINS = 2048
 # Pivot ratios below which the sparse KKT matrix / the dense Gram is treated as singular.
 _PIVOT_TOL = 1e-13
 _CHOL_TOL = 1e-11
@@ -297,5 +299,46 @@ class DenseEngine(Engine):
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         if estimator == "causal":
             return dense_causal_error(workload, mechanism, per_query, dense)
-        cov = gls(mechanism).covariance()
+        try:
+            cov = gls(mechanism).covariance()
+        except ValueError as exc:
+            if not str(exc).startswith(_NOT_IDENTIFIED):
+                raise
+            var = estimable_variances(mechanism, workload, str(exc))
+            return var if per_query else float(var.sum())
         return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+
+
+def estimable_variances(mechanism: Mechanism, workload, why: str = _NOT_IDENTIFIED) -> np.ndarray:
+    """Per-query BLUE variances of a workload W that a rank-deficient strategy still
+    estimates (every row of W in the row space of the measured rows: W x has an unbiased
+    linear estimate though x has none), shape (q,).
+
+    With M = A_n' V^-1 A_n (noisy rows) and E the exact rows, Var(BLUE of W x) = W G W' for
+    G the top-left block of any generalised inverse of the bordered matrix [[M, E'], [E, 0]]
+    (the same for every g-inverse when W is estimable; the Moore-Penrose one here, O((n + e)^3),
+    n <= MAX_ESTIMABLE_BINS). ValueError (with ``why``) when a query is not estimable."""
+    n = mechanism.n_bins
+    if n > MAX_ESTIMABLE_BINS:
+        raise ValueError(f"{why}; the error of the workload alone (if it is estimable) is "
+                         f"computed up to {MAX_ESTIMABLE_BINS} bins, got {n}")
+    a = sp.csr_matrix(mechanism.released.matrix).toarray()
+    var = np.asarray(mechanism.variances, dtype=float)
+    noisy, exact = np.isfinite(var) & (var > 0), var == 0
+    an = a[noisy] / np.sqrt(var[noisy])[:, None]
+    e = a[exact]
+    rows = np.vstack([an, e])
+    w = np.asarray(workload.dense(), dtype=float)
+    # estimability: W lies in the row space of the measured rows (orthogonal complement test)
+    _, sv, vt = np.linalg.svd(rows, full_matrices=False)
+    basis = vt[sv > sv[0] * n * np.finfo(float).eps] if sv.size and sv[0] > 0 else vt[:0]
+    resid = w - (w @ basis.T) @ basis
+    scale = np.linalg.norm(w, axis=1)
+    bad = np.linalg.norm(resid, axis=1) > 1e-9 * np.maximum(scale, 1.0)
+    if bad.any():
+        raise ValueError(f"{why}, and query {int(np.flatnonzero(bad)[0])} of the "
+                         f"{workload.kind!r} workload is not estimable either (not in the row "
+                         "space of the measured rows)")
+    kkt = np.block([[an.T @ an, e.T], [e, np.zeros((e.shape[0], e.shape[0]))]])
+    g = np.linalg.pinv(kkt, hermitian=True)[:n, :n]
+    return np.maximum(np.einsum("qi,ij,qj->q", w, g, w), 0.0)

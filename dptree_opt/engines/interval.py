@@ -22,6 +22,7 @@ import numpy as np
 
 from .gls import gls
 from .base import ANY_WORKLOAD, Capability, Engine
+from .registry import Declined
 from .causal_error import laminar_causal_prefix_variances
 from .covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                        covering_moments, covering_range_variances, covering_variances)
@@ -302,10 +303,11 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
 
 # ----------------------------------------------------------------------------- the engines
 def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
+    """Decline a workload the bridge decomposition leaves unidentified (infinite variances):
+    the dense engine decides whether it is still estimable."""
     if not np.all(np.isfinite(var)):
-        raise ValueError(f"the strategy {mechanism.released.name!r} does not identify the "
-                         f"{kind} workload (rank-deficient: some queries have no unbiased "
-                         "linear estimate)")
+        raise Declined(f"the {kind} workload is not identified by the bins' estimates "
+                       "(rank-deficient strategy)")
 
 
 def _bridge_error(mechanism: Mechanism, workload, per_query: bool):

@@ -237,8 +237,11 @@ def quadtree_blue(mechanism: Mechanism, y) -> np.ndarray:
         raise ValueError(f"y must have {strat.n_rows} entries per trial, got shape {y.shape}")
     v = np.array([mechanism.level_variances[lvl] for lvl in range(tree.height + 1)])
     est = honaker_recursions(tree.branching, v, y)
-    leaves = est.efficient[..., tree.level_slice(tree.height)]
-    return leaves[..., strat.morton]
+    leaf_rows = tree.level_slice(tree.height)
+    if not np.all(np.isfinite(est.efficient_var[leaf_rows])):
+        raise ValueError("the strategy cannot identify the histogram (no measured level "
+                         "resolves the cells)")
+    return est.efficient[..., leaf_rows][..., strat.morton]
 
 
 KRON_TREE_WORKLOADS = ("prefix", "identity", "total", "all_range")

@@ -406,21 +406,23 @@ def point_moments(lam: Laminar) -> PointMoments:
     ent_bad = np.zeros(E, bool)
     seg_var = np.zeros(E)
     seg_bad = np.zeros(E, bool)
-    for ns, es in lam.depth_slices():
-        v = lam.ent_node[es]
-        t = lam.t[es]
-        ent_var[es] = ((1 - t) * Va[v] + t * Vb[v] - t * (1 - t) * D[v]
-                       + lam.f[es] * lam.g[es])
-        ent_bad[es] = lam.mid[es] | ((t < 1) & bad_a[v]) | ((t > 0) & bad_b[v])
-        e = np.arange(es.start, es.stop)
-        nx = np.minimum(e + 1, E - 1)
-        seg_var[es] = lam.dt[es] ** 2 * D[v] + lam.dvar[es]
-        seg_bad[es] = ent_bad[es] | ent_bad[nx]
-        c = lam.seg_child[es]
-        has = c >= 0
-        cc, ee = c[has], e[has]
-        Va[cc], Vb[cc], D[cc] = ent_var[ee], ent_var[ee + 1], seg_var[ee]
-        bad_a[cc], bad_b[cc] = ent_bad[ee], ent_bad[ee + 1]
+    # values of entries flagged bad (unidentified) are NaN and never used
+    with np.errstate(invalid="ignore"):
+        for ns, es in lam.depth_slices():
+            v = lam.ent_node[es]
+            t = lam.t[es]
+            ent_var[es] = ((1 - t) * Va[v] + t * Vb[v] - t * (1 - t) * D[v]
+                           + lam.f[es] * lam.g[es])
+            ent_bad[es] = lam.mid[es] | ((t < 1) & bad_a[v]) | ((t > 0) & bad_b[v])
+            e = np.arange(es.start, es.stop)
+            nx = np.minimum(e + 1, E - 1)
+            seg_var[es] = lam.dt[es] ** 2 * D[v] + lam.dvar[es]
+            seg_bad[es] = ent_bad[es] | ent_bad[nx]
+            c = lam.seg_child[es]
+            has = c >= 0
+            cc, ee = c[has], e[has]
+            Va[cc], Vb[cc], D[cc] = ent_var[ee], ent_var[ee + 1], seg_var[ee]
+            bad_a[cc], bad_b[cc] = ent_bad[ee], ent_bad[ee + 1]
     P = lam.n_points
     var = np.full(P, np.inf)
     var[lam.ent_pt] = np.where(ent_bad, np.inf, ent_var)  # every entry of p has p's variance

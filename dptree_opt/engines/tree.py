@@ -109,7 +109,11 @@ class TreeEngine(Engine):
         if estimator == "blue":
             return tree_blue(mechanism, y)
         if estimator == "refined":
-            return np.diff(refined_cdf(mechanism, y), axis=-1, prepend=0.0)
+            x = np.diff(refined_cdf(mechanism, y), axis=-1, prepend=0.0)
+            if not np.all(np.isfinite(x)):   # NaN: some prefix has no estimate from below
+                raise ValueError("the refined estimator cannot estimate the histogram: an "
+                                 "unmeasured level leaves some prefixes without an estimate")
+            return x
         return tree_causal_answers(mechanism, y, workload)
 
     def covariance(self, mechanism, u):
@@ -139,7 +143,16 @@ class TreeEngine(Engine):
             if not dense and kind in WORKLOADS:
                 return refined_workload_error(ks, v, kind, per_query=per_query)
             cov = refined_histogram_covariance(mechanism)
-            return workload.query_variances(cov) if per_query else workload.total_variance(cov)
+            if not per_query:
+                total = workload.total_variance(cov)
+                if np.isfinite(total):
+                    return total
+            var = workload.query_variances(cov)
+            if not np.all(np.isfinite(var)):  # an unmeasured level: no estimate from below
+                raise ValueError("the refined estimator does not identify every query of the "
+                                 f"{kind!r} workload: an unmeasured level leaves some prefixes "
+                                 "without an estimate")
+            return var if per_query else float(var.sum())
         if kind in WORKLOADS:
             return blue_error(ks, v, kind, per_query=per_query)
         var = blue_range_variances(ks, v, workload.lo, workload.hi)  # O(h) each

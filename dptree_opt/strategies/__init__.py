@@ -19,7 +19,6 @@ from .interval import (
     PrefixSums,
     binary_tree,
     hierarchy,
-    histogram,
     padded_height,
     prefix_sums,
     resolve_branching,
@@ -31,7 +30,7 @@ from .blt import BLTStrategy, blt
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
 from .banded import BandedStrategy, banded
-from .kronecker import KroneckerStrategy, kron
+from .kronecker import KroneckerStrategy, histogram, kron
 from .quadtree import QuadtreeStrategy, quadtree
 from .optimized import OptimizedStrategy, kron_gaussian_optimal, kron_p_identity, p_identity
 from . import implicit_optimum

@@ -16,19 +16,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-NEIGHBOURS = ("swap", "add_remove")
+from ..privacy import NEIGHBOURS, check_neighbours
+
 
 # Generic swap search: columns per chunk of the Gram route, floats per chunk of the direct one.
 _DIRECT_SWAP_BINS = 2048  # the direct recomputation of a degenerate l2 swap, O(m n^2)
 _PAIR_CHUNK = 256
 _PAIR_FLOATS = 1 << 24
-
-
-def check_neighbours(neighbours: str) -> str:
-    """Validate a neighbour model: "swap" (N public) or "add_remove" (docs/math.md section 0)."""
-    if neighbours not in NEIGHBOURS:
-        raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
-    return neighbours
 
 
 def check_norm(norm) -> int:

@@ -290,7 +290,8 @@ def _check_interval_size(rows: int, n: int, what: str) -> None:
                  f"{what} over {n} bins ({rows} rows)", "use fewer bins")
 
 
-def _check_n(n) -> int:
+def check_n(n) -> int:
+    """n as a number of bins (an integer >= 1; ValueError naming n otherwise)."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
     if n < 1:
@@ -299,19 +300,9 @@ def _check_n(n) -> int:
 
 
 def histogram(n) -> Strategy:
-    """A = I: each bin measured once (all rows at level 1; no total row).
-
-    A grid shape (n_1, .., n_d) (d >= 2) gives the flat grid, every cell measured once: the
-    Kronecker product histogram(n_1) x .. x histogram(n_d) (``strategies.kron``, one budget
-    level; docs/math.md section 8). A 1-tuple keeps the 1-D meaning."""
-    if isinstance(n, (tuple, list, np.ndarray)) and np.ndim(n) == 1:
-        dims = [_check_n(k) for k in np.asarray(n, dtype=object).tolist()]
-        if len(dims) >= 2:
-            from .kronecker import kron  # local import, as kronecker.py imports interval
-            return kron(*[histogram(k) for k in dims],
-                        name="histogram " + "x".join(map(str, dims)))
-        n = dims[0] if dims else n
-    n = _check_n(n)
+    """A = I over n bins: each bin measured once (all rows at level 1; no total row). The
+    grid version (a shape (n_1, .., n_d)) is ``strategies.histogram`` (module kronecker)."""
+    n = check_n(n)
     _check_interval_size(n, n, "the histogram")
     idx = np.arange(n)
     return IntervalStrategy(idx, idx + 1, np.full(n, -1), np.ones(n, dtype=np.int32),
@@ -322,7 +313,7 @@ def prefix_sums(n: int) -> PrefixSums:
     """A = the prefix matrix: row j measures C_{j+1} = x_0 + ... + x_j ([RTS] Sec. III-A).
 
     The last row is the total N (level 0, exact under swap); the others are level 1."""
-    n = _check_n(n)
+    n = check_n(n)
     _check_interval_size(n, n, "the prefix sums")
     idx = np.arange(n)
     levels = np.ones(n, dtype=np.int32)
@@ -346,7 +337,7 @@ def padded_height(n: int, k: int) -> int:
 
 def resolve_branching(n: int, branching) -> tuple[int, ...]:
     """The branching list for ``tree(n, branching)``; ValueError if it does not match n."""
-    n = _check_n(n)
+    n = check_n(n)
     if isinstance(branching, (int, np.integer)) and not isinstance(branching, bool):
         k = int(branching)
         if k < 2:
@@ -378,7 +369,7 @@ def tree(n: int, branching) -> LevelUniformTree:
     """Level-uniform tree over n bins ([RTS] Def. IV.1) with its root row (level 0).
 
     ``branching``: an int k (n must be a power of k) or a list [k_1..k_h] with product n."""
-    return LevelUniformTree(_check_n(n), resolve_branching(n, branching))
+    return LevelUniformTree(check_n(n), resolve_branching(n, branching))
 
 
 def truncated_tree(n: int, branching) -> IntervalStrategy:
@@ -389,7 +380,7 @@ def truncated_tree(n: int, branching) -> IntervalStrategy:
     w_d = k_(d+1) ... k_h) covers [i w_d, min((i + 1) w_d, n)); its parent is node i // k_d
     of level d - 1; rows in level order, levels = depth. O(rows) numpy, one step per level.
     With K' = n it is the level-uniform tree itself (as an IntervalStrategy)."""
-    n = _check_n(n)
+    n = check_n(n)
     ks = tuple(int(k) for k in branching)
     if any(k < 1 for k in ks):
         raise ValueError(f"branching factors must be >= 1, got {branching!r}")

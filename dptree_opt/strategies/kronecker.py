@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from ..workloads import along_axis as _along
 from ..limits import check_memory
 from .base import Strategy, _readonly, check_neighbours, check_norm
+from .interval import LevelUniformTree, check_n, histogram as _histogram_1d
 
 __all__ = ["KroneckerStrategy", "kron", "MAX_MATRIX_CELLS"]
 
@@ -252,7 +253,6 @@ class KroneckerStrategy(Strategy):
         smallest depth at which two different cells can still share a node (their deepest
         common node), i.e. (first level with k >= 2) - 1, or h_i for a one-cell axis;
         else None."""
-        from .interval import LevelUniformTree
         out = []
         for f, r in zip(self._factors, self._radix):
             if not (isinstance(f, LevelUniformTree) and f.n_bins == math.prod(f.branching)
@@ -452,3 +452,18 @@ def kron(*factors: Strategy, name: str | None = None) -> KroneckerStrategy:
     if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
         factors = tuple(factors[0])
     return KroneckerStrategy(factors, name=name)
+
+
+def histogram(n) -> Strategy:
+    """A = I: each bin (cell) measured once (all rows at level 1; no total row).
+
+    ``n`` bins, or a grid shape (n_1, .., n_d) (d >= 2): the flat grid, the Kronecker product
+    histogram(n_1) x .. x histogram(n_d) (one budget level; docs/math.md section 8). A
+    1-tuple keeps the 1-D meaning."""
+    if isinstance(n, (tuple, list, np.ndarray)) and np.ndim(n) == 1:
+        dims = [check_n(k) for k in np.asarray(n, dtype=object).tolist()]
+        if len(dims) >= 2:
+            return kron(*[_histogram_1d(k) for k in dims],
+                        name="histogram " + "x".join(map(str, dims)))
+        n = dims[0] if dims else n
+    return _histogram_1d(n)

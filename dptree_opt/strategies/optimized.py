@@ -63,6 +63,7 @@ import scipy.linalg as sla
 import scipy.optimize as sopt
 import scipy.sparse as sp
 
+from ..bounds import singular_values
 from ..workloads import Workload
 from .base import Strategy
 from .kronecker import KroneckerStrategy
@@ -229,7 +230,6 @@ def dual_start(workload: Workload, d0=None) -> np.ndarray:
     SVD-bound point d = (||W||_* / n)^2 1, whose dual value is the SVD bound."""
     n = workload.n_bins
     if d0 is None:
-        from ..bounds import singular_values
         return np.full(n, (float(np.sum(singular_values(workload))) / n) ** 2)
     d = np.asarray(d0, dtype=float)
     if d.shape != (n,) or not np.all(np.isfinite(d)) or np.any(d <= 0):
