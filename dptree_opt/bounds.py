@@ -62,7 +62,7 @@ MAX_DENSE_BINS = 8192
 def prefix_singular_values(n: int) -> np.ndarray:
     """Singular values of the n x n prefix matrix, closed form (docs/math.md section 6), descending:
     lambda_j = 1 / (2 sin((2j - 1) pi / (2 (2n + 1)))), j = 1..n. O(n)."""
-    n = _workloads._check_n(n)
+    n = _workloads.check_n(n)
     j = np.arange(1, n + 1, dtype=float)
     return 1.0 / (2.0 * np.sin((2.0 * j - 1.0) * np.pi / (2.0 * (2 * n + 1))))
 
@@ -72,7 +72,7 @@ def all_range_singular_values(n: int) -> np.ndarray:
     descending: W'W = (n + 1) L^-1 with L = tridiag(-1, 2, -1) of size n (the Dirichlet
     Green's function: (W'W)_ij = (min(i, j) + 1)(n - max(i, j)), 0-based), so
     lambda_j = sqrt(n + 1) / (2 sin(j pi / (2 (n + 1)))), j = 1..n. O(n)."""
-    n = _workloads._check_n(n)
+    n = _workloads.check_n(n)
     j = np.arange(1, n + 1, dtype=float)
     return math.sqrt(n + 1.0) / (2.0 * np.sin(j * np.pi / (2.0 * (n + 1))))
 

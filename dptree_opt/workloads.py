@@ -58,7 +58,8 @@ MAX_DENSE_GRID_CELLS = 8192
 _MAX_ALL_RANGE_QUERIES = 10**8
 
 
-def _check_n(n) -> int:
+def check_n(n) -> int:
+    """n as a number of bins: an integer >= 1 (ValueError naming n otherwise)."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
     if n < 1:
@@ -382,11 +383,11 @@ class StackedWorkload(Workload):
 def _grid_shape(shape) -> tuple[int, ...] | None:
     """None for a 1-D int n; the validated tuple (n_1, .., n_d) for a sequence."""
     if not isinstance(shape, (tuple, list, np.ndarray)) or np.ndim(shape) == 0:
-        return None  # an int n (anything else is refused by _check_n's message)
+        return None  # an int n (anything else is refused by check_n's message)
     dims = tuple(np.asarray(shape, dtype=object).ravel().tolist())
     if not dims:
         raise ValueError("shape must have at least one axis")
-    return tuple(_check_n(n) for n in dims)
+    return tuple(check_n(n) for n in dims)
 
 
 def kron(*factors: Workload) -> Workload:
@@ -418,7 +419,7 @@ def marginals(shape, axes) -> Workload:
     stacked. ``axes=()`` is the grand total."""
     dims = _grid_shape(shape)
     if dims is None:
-        dims = (_check_n(shape),)
+        dims = (check_n(shape),)
     try:
         items = list(axes)
     except TypeError:
@@ -454,7 +455,7 @@ def prefix(n) -> Workload:
     grid = _per_axis(prefix, n)
     if grid is not None:
         return grid
-    n = _check_n(n)
+    n = check_n(n)
     _check_queries(n, f"the prefix workload over {n} bins")
     return Workload("prefix", n, np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
@@ -464,14 +465,14 @@ def identity(n) -> Workload:
     grid = _per_axis(identity, n)
     if grid is not None:
         return grid
-    n = _check_n(n)
+    n = check_n(n)
     _check_queries(n, f"the identity workload over {n} bins")
     return Workload("identity", n, np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
 
 def total(n: int) -> Workload:
     """The single query N = x_0 + ... + x_{n-1}."""
-    n = _check_n(n)
+    n = check_n(n)
     return Workload("total", n, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64))
 
 
@@ -481,12 +482,12 @@ def all_range(n) -> Workload:
     grid = _per_axis(all_range, n)
     if grid is not None:
         return grid
-    return Workload("all_range", _check_n(n))
+    return Workload("all_range", check_n(n))
 
 
 def ranges(n: int, intervals) -> Workload:
     """Arbitrary interval queries: ``intervals`` is a sequence of inclusive 0-based (a, b) pairs."""
-    n = _check_n(n)
+    n = check_n(n)
     iv = np.asarray(intervals)
     if iv.size == 0:
         raise ValueError("intervals must contain at least one (a, b) pair")

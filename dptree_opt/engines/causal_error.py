@@ -99,7 +99,7 @@ def tree_causal_prefix_variances(branching, level_variances, per_query: bool = T
     level-uniform tree: Var_t = sum_l d_l(t) F_l, F_l of [HON] eq. (10) (module docstring;
     docs/math.md section 9). O(K) per query, O(h) total; ValueError if some prefix is not
     identified."""
-    ks, _, v = tree._check_tree(branching, level_variances)
+    ks, _, v = tree.check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     check_tree_prefixes_identified(ks, F)
     w = tree_widths(ks)
@@ -139,7 +139,7 @@ def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarra
     tree: full maximal nodes (F_l, [HON] eq. (10)) plus the straddled node's suffix (offline
     subtree variance, :func:`dptree_opt.engines.tree_error.blue_error`; module docstring). O(K)
     tables, then O(h) per range. ValueError unless 0 <= lo <= hi <= K (integers, 1-D)."""
-    ks, w, v = tree._check_tree(branching, level_variances)
+    ks, w, v = tree.check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     try:
         lo_f, hi_f = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
@@ -177,7 +177,7 @@ def tree_causal_all_range_total(branching, level_variances) -> float:
     """Sum of the causal variances of all K (K + 1) / 2 ranges on a level-uniform tree, O(h^2)
     (closed form over the mixed-radix digits of t with F_l of [HON] eq. (10) and the offline
     subtree prefix totals of :func:`dptree_opt.engines.tree_error.blue_error`; module docstring)."""
-    ks, w, v = tree._check_tree(branching, level_variances)
+    ks, w, v = tree.check_tree(branching, level_variances)
     F = from_below_variances(ks, v)
     check_tree_prefixes_identified(ks, F)  # every level with digits > 0 must be identified
     K = w[0]

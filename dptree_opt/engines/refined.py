@@ -94,7 +94,7 @@ from .honaker import (
 )
 from .honaker import tree_parameters
 from ..mechanism import Mechanism
-from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, _check_tree
+from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, check_tree
 
 __all__ = ["refined_workload_error", "REFINED_WORKLOADS"]
 
@@ -386,7 +386,7 @@ def refined_workload_error(branching, level_variances, workload, per_query=False
     Raises:
         ValueError naming the offending parameter.
     """
-    ks, _, v = _check_tree(branching, level_variances)
+    ks, _, v = check_tree(branching, level_variances)
     if workload not in REFINED_WORKLOADS:
         raise ValueError(f"workload must be one of {REFINED_WORKLOADS}, got {workload!r}")
     if not isinstance(per_query, (bool, np.bool_)):

@@ -82,7 +82,7 @@ MAX_ALL_RANGE_PER_QUERY_K = 4096
 _MAX_PER_QUERY_K = 2**31
 
 
-def _check_branching(branching):
+def check_branching(branching):
     """Validate the branching; return (branching tuple, widths tuple of ints)."""
     if isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__"):
         raise ValueError(f"branching must be a sequence of integers >= 1, got {branching!r}")
@@ -97,9 +97,9 @@ def _check_branching(branching):
     return tuple(ks), tuple(widths)
 
 
-def _check_tree(branching, level_variances):
+def check_tree(branching, level_variances):
     """Validate the tree; return (branching tuple, widths tuple of ints, variances ndarray)."""
-    ks, widths = _check_branching(branching)
+    ks, widths = check_branching(branching)
 
     try:
         v = np.asarray(level_variances, dtype=float)
@@ -173,7 +173,7 @@ def blue_haar_variances(branching, level_variances) -> np.ndarray:
     ------
     ValueError on invalid inputs or if the histogram is not identifiable.
     """
-    ks, widths, v = _check_tree(branching, level_variances)
+    ks, widths, v = check_tree(branching, level_variances)
     return _haar_variances(ks, widths, v)
 
 
@@ -192,7 +192,7 @@ def blue_covariance_coefficients(branching, level_variances) -> np.ndarray:
     -------
     ndarray of shape (h + 1,), root first.
     """
-    ks, widths, v = _check_tree(branching, level_variances)
+    ks, widths, v = check_tree(branching, level_variances)
     mu = _haar_variances(ks, widths, v)
     return (mu - np.append(mu[1:], 0.0)) / np.asarray(widths, dtype=float)
 
@@ -335,7 +335,7 @@ def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.nd
     -------
     ndarray of shape (h + 1,), non-negative.
     """
-    ks, widths = _check_branching(branching)
+    ks, widths = check_branching(branching)
     if workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
     if n_queries is not None:
@@ -448,7 +448,7 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
     ------
     ValueError naming the offending parameter, or if the histogram is not identifiable.
     """
-    ks, widths, v = _check_tree(branching, level_variances)
+    ks, widths, v = check_tree(branching, level_variances)
     if workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
     if not isinstance(per_query, (bool, np.bool_)):
@@ -489,7 +489,7 @@ def blue_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
     docstring; docs/math.md section 3), L = hi - lo, G_l = sum over level-l nodes of the squared
     overlap with [lo, hi): F(hi) - F(lo) - 2 r (w - r) when the range leaves the node holding
     lo, else L^2, with F(t) = (t // w) w^2 + (t mod w)^2, r = lo mod w."""
-    ks, widths = _check_branching(branching)
+    ks, widths = check_branching(branching)
     mu = blue_haar_variances(ks, level_variances)
     lo = np.asarray(lo, dtype=np.int64)
     hi = np.asarray(hi, dtype=np.int64)

@@ -20,7 +20,7 @@ from ..strategies.base import check_neighbours
 from ..strategies.optimized import (
     MAX_BINS,
     OptimizedStrategy,
-    _check_workload,
+    check_workload,
     gaussian_optimal,
     laplace_p_identity,
 )
@@ -99,7 +99,7 @@ def optimized_strategy(workload: Workload, noise: str = "gaussian", *,
             "epsilon=... or rho=...), which tries every structured family at this size; for "
             "Gaussian noise and the prefix, all-range or identity workload it includes the "
             "implicit optimum, strategies.gaussian_optimal_implicit (certified gap, no matrix)")
-    w = _check_workload(workload)
+    w = check_workload(workload)
     check_neighbours(neighbours)
     if noise not in ("gaussian", "laplace"):
         raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")

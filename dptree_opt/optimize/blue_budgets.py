@@ -78,7 +78,7 @@ from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
 from ..engines.tree_error import (
     WORKLOADS,
-    _check_branching,
+    check_branching,
     blue_error,
     blue_haar_variances,
     haar_workload_weights,
@@ -222,7 +222,7 @@ def blue_budget_problem(branching, *, noise="laplace", neighbours="swap", public
                         workload="prefix", n_queries=None, measure_root=True
                         ) -> BlueBudgetProblem:
     """Build the O(h) budget problem of a tree (see the module docstring)."""
-    ks, widths = _check_branching(branching)
+    ks, widths = check_branching(branching)
     noise = check_noise(noise)
     neighbours = check_neighbours(neighbours)
     public = resolve_public(neighbours, public_total)

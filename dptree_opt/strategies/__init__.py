@@ -12,7 +12,8 @@ Kronecker products ``kron_p_identity`` / ``kron_gaussian_optimal`` for grids; wi
 ``optimize.optimized_strategy``).
 """
 
-from .base import NEIGHBOURS, Strategy
+from ..privacy import NEIGHBOURS
+from .base import Strategy
 from .interval import (
     IntervalStrategy,
     LevelUniformTree,

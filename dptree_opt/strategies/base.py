@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..privacy import NEIGHBOURS, check_neighbours
+from ..privacy import check_neighbours
 
 
 # Generic swap search: columns per chunk of the Gram route, floats per chunk of the direct one.

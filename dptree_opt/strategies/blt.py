@@ -74,7 +74,7 @@ BLT_OBJECTIVES = ("mean", "max")
 MAX_BUFFERS = 12
 # n beyond this is refused (the closed forms work in log n; 2^40 = stream.Counter's bound).
 MAX_BLT_BINS = 1 << 40
-_DEFAULT_BUFFERS = 4
+DEFAULT_BUFFERS = 4
 _COMPLEX_STEP = 1e-30
 
 
@@ -344,7 +344,7 @@ def _optimize_cached(n: int, d: int, objective: str, starts: int):
     return tuple(theta.tolist()), tuple(omega[order].tolist())
 
 
-def optimize_blt(n: int, buffers: int = _DEFAULT_BUFFERS, objective: str = "mean", *,
+def optimize_blt(n: int, buffers: int = DEFAULT_BUFFERS, objective: str = "mean", *,
                  starts: int = 4) -> tuple[np.ndarray, np.ndarray, float]:
     """BLT parameters (theta, omega, loss) minimising :func:`blt_loss` for the n x n prefix
     workload with ``buffers`` buffers (module docstring: L-BFGS on theta = sigmoid(a),
@@ -445,5 +445,5 @@ def blt(n: int, *, buffers: int | None = None, objective: str = "mean", theta=No
     given = check_blt_options(buffers, objective, theta, omega)
     if given is not None:
         return BLTStrategy(*given, n, objective=None)
-    th, om, _ = optimize_blt(n, _DEFAULT_BUFFERS if buffers is None else buffers, objective)
+    th, om, _ = optimize_blt(n, DEFAULT_BUFFERS if buffers is None else buffers, objective)
     return BLTStrategy(th, om, n, objective=objective)

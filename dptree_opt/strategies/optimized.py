@@ -114,7 +114,9 @@ class OptimizedStrategy:
         return self.error / self.lower_bound - 1.0
 
 
-def _check_workload(workload) -> Workload:
+def check_workload(workload) -> Workload:
+    """The workload, checked: a dptree_opt Workload of at most MAX_BINS bins (the optimised
+    strategies are dense; ValueError otherwise)."""
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a dptree_opt Workload, got {type(workload).__name__}")
     if workload.n_bins > MAX_BINS:
@@ -248,7 +250,7 @@ def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 5
     best primal iterate as an n x n upper-triangular Strategy with unit column norms;
     ``error`` = its tr(G X^-1), ``lower_bound`` = best dual value. Time O(n^2) per iteration
     for prefix / all_range / identity, O(n^3) otherwise; memory O(n^2)."""
-    w = _check_workload(workload)
+    w = check_workload(workload)
     t0 = time.perf_counter()
     prob = _GaussianProblem(w)
     d = dual_start(w, d0)
@@ -282,7 +284,7 @@ def gaussian_optimal_cvxpy(workload: Workload, solver=None):
     For small n only (n <= 32 in the tests)."""
     import cvxpy as cp
 
-    w = _check_workload(workload)
+    w = check_workload(workload)
     n = w.n_bins
     lg = np.linalg.cholesky(w.gram_dense())  # G = Lg Lg', so tr(G X^-1) = tr(Lg' X^-1 Lg)
     x = cp.Variable((n, n), PSD=True)
@@ -340,7 +342,7 @@ class _PIdentityObjective:
 def p_identity_objective(workload: Workload, theta) -> tuple[float, np.ndarray]:
     """(f, grad) of HDMM's p-Identity objective tr(G (A'A)^-1) at ``theta`` (p, n)."""
     th = np.asarray(theta, dtype=float)
-    obj = _PIdentityObjective(_check_workload(workload), th.shape[0])
+    obj = _PIdentityObjective(check_workload(workload), th.shape[0])
     f, g = obj(th.ravel())
     return f, g.reshape(th.shape)
 
@@ -380,7 +382,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     ones (HDMM's). ``p`` defaults to max(1, n // 16) (HDMM's choice for 1-D range
     workloads). ``error`` = 2 f(Theta) (Laplace, eps = 1, add/remove);
     ``start_error`` is the error of the best start (the result is never worse)."""
-    w = _check_workload(workload)
+    w = check_workload(workload)
     n = w.n_bins
     p = max(1, n // 16) if p is None else int(p)
     if p < 1:

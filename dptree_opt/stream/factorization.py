@@ -54,7 +54,7 @@ import numpy as np
 
 from ..privacy import EXACT_LIMIT, HALF_ULP_OF_ONE, calibrate, check_budget, check_noise_scales
 from ..strategies.blt import (
-    _DEFAULT_BUFFERS,
+    DEFAULT_BUFFERS,
     MAX_BLT_BINS,
     blt_coefficients,
     blt_inverse_coefficients,
@@ -393,7 +393,7 @@ class BLTEngine(ToeplitzEngine):
             th = om = None
             self.objective = objective
         self._given = (th, om)
-        self._buffers = _DEFAULT_BUFFERS if buffers is None else int(buffers)
+        self._buffers = DEFAULT_BUFFERS if buffers is None else int(buffers)
         super().__init__(horizon, noise=noise, budget=budget, rng=rng)
 
     def _setup(self) -> None:
