@@ -23,6 +23,7 @@ import pkgutil
 import re
 import sys
 
+from ..threads import limited_blas
 from ._common import stdout_closed
 
 # a token that can only be a (list of) number(s): "-" then a digit, ".digit", inf or nan;
@@ -126,7 +127,8 @@ def main(argv=None) -> int:
             sys.stdout.flush()
             raise
         try:
-            code = args.func(args)
+            with limited_blas():     # one BLAS thread unless the user chose (threads.py)
+                code = args.func(args)
         except ValueError as exc:
             print(f"dptree-opt: error: {exc}", file=sys.stderr)
             code = 2
