@@ -56,12 +56,13 @@ import scipy.linalg as sla
 
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, Strategy
-from ..workloads import KroneckerWorkload, Workload
-from .base import Capability, Engine
+from ..workloads import KroneckerWorkload, Workload, along_axis
+from .base import ANY_WORKLOAD, Capability, Engine
+from .registry import Declined
 from .kronecker import grid_trees, level_tuple_lambdas
 from .kronecker import axis_interval_weights, is_grid_tree_mechanism
 
-__all__ = ["KronProductEngine", "MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
+__all__ = ["KronProductEngine", "kron_product_blue", "MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
            "KronNoise", "kron_product_noise",
            "is_kron_product_mechanism", "kron_product_supports", "kron_product_error",
            "kron_product_max", "product_form_max", "grid_tree_axis_weights",
@@ -443,24 +444,79 @@ def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=
     return total, _max_multilinear(us, m)
 
 
+def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
+    """The BLUE of the cells for a single-scale Kronecker product A_1 x .. x A_d: every core
+    row noisy with one variance v, so the GLS is least squares and factorises per axis,
+    x = (L_1 x .. x L_d) y_core with L_i = (A_i'A_i)^-1 A_i' (one dense solve per axis,
+    O(sum_i n_i^3) plus O(rows sum_i n_i) per trial). Total rows (exact N, or noisy ones of
+    combined variance v_N) add the rank-one step of the constrained / combined GLS, as on
+    Toeplitz strategies: x - h (1'x - N^) / (q + r), h = Cov 1 / v = h_1 x .. x h_d with
+    h_i = (A_i'A_i)^-1 1, q = 1'h, r = v_N / v (0 for an exact N). Shape (n,) or (trials, n)
+    for y of shape (rows,) or (trials, rows). Declined when a core row is exact or a factor
+    does not identify its axis (the generic GLS decides)."""
+    noise = kron_product_noise(mechanism)
+    strat = mechanism.released
+    n_core = math.prod(f.n_rows for f in strat.factors)
+    var = np.asarray(mechanism.variances, dtype=float)
+    if noise is None or np.any(var[:n_core] == 0):
+        raise Declined("an exact core row (the total inside the product)")
+    solves, ones = [], []
+    for f in strat.factors:
+        a = f.matrix.toarray()
+        g = a.T @ a
+        if np.linalg.matrix_rank(g) < g.shape[0]:
+            raise Declined("a factor does not identify its axis")
+        solves.append(np.linalg.solve(g, a.T))
+        ones.append(np.linalg.solve(g, np.ones(g.shape[0])))
+    y = np.asarray(y, dtype=float)
+    if y.ndim not in (1, 2) or y.shape[-1] != strat.n_rows:
+        raise ValueError(f"y must have {strat.n_rows} entries per trial, got shape {y.shape}")
+    flat = y.reshape(-1, y.shape[-1])
+    t = flat[:, :n_core].T.reshape(tuple(f.n_rows for f in strat.factors) + (flat.shape[0],))
+    for axis, solve in enumerate(solves):
+        t = along_axis(t, axis, lambda z, s=solve: s @ z)
+    x = t.reshape(strat.n_bins, flat.shape[0]).T
+    extra = var[n_core:]
+    exact, noisy = np.flatnonzero(extra == 0), (extra > 0) & np.isfinite(extra)
+    if exact.size or noisy.any():
+        if exact.size:
+            n_hat, r = flat[:, n_core + exact[0]], 0.0
+        else:
+            w = np.where(noisy, 1.0 / np.where(noisy, extra, 1.0), 0.0)
+            n_hat, r = flat[:, n_core:] @ (w / w.sum()), 1.0 / (w.sum() * noise.variance)
+        h = ones[0]
+        for hi in ones[1:]:
+            h = np.kron(h, hi)
+        x = x - np.multiply.outer(x.sum(axis=-1) - n_hat, h / (float(h.sum()) + r))
+    return x.reshape(y.shape[:-1] + (strat.n_bins,))
+
+
 class KronProductEngine(Engine):
     """Kronecker products of any strategies with one noise scale (e.g. HDMM's Kronecker
-    p-Identity, equal budgets on a Kronecker tree): the error v prod_i tr(G_i C_i) per axis;
-    the BLUE is the generic one."""
+    p-Identity, equal budgets on a Kronecker tree): the BLUE by per-axis least squares, the
+    error v prod_i tr(G_i C_i) per axis."""
 
     name = "kron_product"
     structure = "Kronecker product, one noise scale"
-    capabilities = (Capability("error", "blue", ("kron",), "O(sum_i n_i^3)"),
+    capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,),
+                               "O(sum_i n_i^3) + O(rows sum_i n_i) per trial"),
+                    Capability("error", "blue", ("kron",), "O(sum_i n_i^3)"),
                     Capability("per_query", "blue", ("kron",), "O(sum_i n_i^3 + q)"))
 
     def claims(self, mechanism) -> bool:
         return is_kron_product_mechanism(mechanism)
 
     def refusal(self, task, mechanism, workload, estimator):
+        if task == "estimate":
+            big = max(mechanism.released.grid_shape) > MAX_AXIS_BINS
+            return f"axes of at most {MAX_AXIS_BINS} bins" if big else None
         if kron_product_supports(mechanism, workload, task == "per_query"):
             return None
         return (f"a Kronecker workload over the same grid, axes of at most {MAX_AXIS_BINS} "
                 f"bins and at most {MAX_PER_QUERY} queries per query")
+
+    def estimate(self, mechanism, y, workload, estimator):
+        return kron_product_blue(mechanism, y)
 
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         return kron_product_error(mechanism, workload, per_query=per_query)
