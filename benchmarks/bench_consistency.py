@@ -63,7 +63,7 @@ def bench_fast(k_log2, repeat, heap):
           " changed entries |")
     print("|---|---|---|---|---|---|---|")
     for eps in (1.0, 0.001):
-        mech = dp.Mechanism(S.tree(k, branching), epsilon=eps)
+        mech = dp.Mechanism(S.tree(k, branching), epsilon=eps, neighbours="swap")
         raw = np.cumsum(dp.blue(mech, mech.measure(hist, rng)))
         se = queries.cdf_standard_errors(mech)
         w = 1.0 / np.append(se[:-1] ** 2, 1.0)
@@ -142,7 +142,7 @@ def k289_numbers(runs, seed=289):
     print("|---|---|---|---|---|---|---|---|")
     checks = []
     for eps in (1.0, 0.1):
-        mech = dp.Mechanism(S.tree(k, branching), epsilon=eps)
+        mech = dp.Mechanism(S.tree(k, branching), epsilon=eps, neighbours="swap")
         y = mech.released.apply(hist) + mech.sample_noise(rng, size=runs)  # (runs, rows)
         for est in ("covering", "blue"):
             raw = queries.estimate_cdf(mech, y, est)

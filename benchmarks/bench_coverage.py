@@ -48,7 +48,7 @@ def mechanisms(k: int, noise: str, budget: dict, neighbours: str, which=("optima
     out = []
     if "optimal" in which:
         d = optimize.level_uniform(k, estimator="blue", noise=noise, neighbours=neighbours,
-                                   **budget)
+                                   budgets="equal", **budget)
         m = dp.Mechanism(S.tree(math.prod(d.branching), list(d.branching)), noise=noise,
                          neighbours=neighbours, level_budgets=list(d.budgets), discrete=True,
                          **budget)

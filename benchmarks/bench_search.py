@@ -39,7 +39,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for K in sizes:
         for est in ("covering", "refined", "blue"):
-            wall, cpu, d = timed(lambda: optimize.level_uniform(K, 1.0, estimator=est),
+            wall, cpu, d = timed(lambda: optimize.level_uniform(
+                K, 1.0, estimator=est, neighbours="swap", budgets="equal"),
                                  args.repeat)
             print(f"| {K} | {est} | {wall:.2f} | {cpu:.2f} | {','.join(map(str, d.branching))}"
                   f" | {d.error / K:.2f} |", flush=True)

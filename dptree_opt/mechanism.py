@@ -247,17 +247,19 @@ class Mechanism:
         ``noise="gaussian"`` (rho-zCDP).
     noise : "laplace" | "gaussian", optional
         Default: Gaussian when only ``rho`` is given, Laplace otherwise.
-    neighbours : "swap" | "add_remove"
-        swap: one record changes value, so the total N is invariant and public; rows at
-        level 0 (total rows) are released exactly and take no budget.
+    neighbours : "add_remove" (default) | "swap"
         add_remove: one record appears or disappears; N is private and the level-0 rows are
         a noisy level with their own budget, unless ``public_total=True``.
+        swap: one record changes value, so the total N is invariant and public; rows at
+        level 0 (total rows) are released exactly and take no budget (the setting of the
+        level-uniform paper [RTS]: pass ``neighbours="swap"`` to reproduce it).
     public_total : bool, optional
-        Under add_remove, ``True`` declares N public knowledge: level-0 rows are released
-        exactly and **N itself is not protected** (the guarantee holds for everything else,
-        conditionally on N). Under swap N is always public (``False`` is an error).
-        Whenever N is public an exact total row is appended (last row) if the strategy has no
-        level-0 row, so every estimator can use it.
+        Default None: N is private under add_remove (protected like every other count) and
+        public under swap. Under add_remove, ``True`` declares N public knowledge: level-0
+        rows are released exactly and **N itself is not protected** (the guarantee holds for
+        everything else, conditionally on N). Under swap N is always public (``False`` is an
+        error). Whenever N is public an exact total row is appended (last row) if the
+        strategy has no level-0 row, so every estimator can use it.
     level_budgets : sequence of float, optional
         One absolute budget per noisy level, in increasing level order, summing to the total
         (a level may get 0: it is then not measured). Noisy levels are all levels but the
@@ -296,7 +298,7 @@ class Mechanism:
     """
 
     def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str | None = None,
-                 neighbours: str = "swap", public_total=None, level_budgets=None,
+                 neighbours: str = "add_remove", public_total=None, level_budgets=None,
                  row_budgets=None, discrete: bool = False):
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")

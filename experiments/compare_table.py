@@ -1,7 +1,7 @@
 """The table behind ``dptree-opt compare``: every mechanism's exact mean / max per-query error
 on the CDF, identity and all-range workloads at K = 2^10 and 2^16, eps = 1.
 
-Laplace, add/remove neighbours (N private), the setting of MATH.md section 6, so the anchor
+Laplace, add/remove neighbours (N private), the setting of docs/math.md section 6, so the anchor
 rows (binary covering 1210 / 4624, binary + OLS 298.9 / 1002.8, Google default 297.1 / 960.0,
 OpenDP default 284.8 / 615.7 with noised padding) can be read off the table. Quick mode: K = 2^10
 only, without OpenDP's own Monte Carlo run; full mode: both K and the OpenDP run (if installed).

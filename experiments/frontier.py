@@ -16,9 +16,9 @@ ranks:
   Laplace (loose: no pure-DP strategy comes near it); for Gaussian the optimum's certified
   dual value is drawn too (nothing can beat it).
 
-Curves are ratios to the bound. Checks: MATH.md section 7 numbers (Gaussian optimum 8.7348
+Curves are ratios to the bound. Checks: docs/math.md section 7 numbers (Gaussian optimum 8.7348
 at 2^10, square-root factorisation 9.6708 / 19.6643 / 28.2753; the best tree with optimal
-BLUE budgets under Laplace at most MATH.md's 119.0 / 414.5 / 760.9 at 2^10 / 2^16 / 2^20:
+BLUE budgets under Laplace at most docs/math.md's 119.0 / 414.5 / 760.9 at 2^10 / 2^16 / 2^20:
 the search now beats the first two) and every ratio >= 1.
 """
 
@@ -38,12 +38,12 @@ BINS = tuple(2**m for m in range(4, 21, 2))
 QUICK_BINS = tuple(2**m for m in range(4, 13, 2))  # 2^4 .. 2^12: seconds
 NON_TREE = ("haar", "sqrt_factorization", "optimized")
 ROWS = ("best_blue_optimal", "best_node_budgets") + NON_TREE
-# MATH.md section 7 (mean per prefix; Gaussian per unit sigma^2)
+# docs/math.md section 7 (mean per prefix; Gaussian per unit sigma^2)
 ANCHORS = {("gaussian", "optimized", 1024): 8.7348,
            ("gaussian", "sqrt_factorization", 1024): 9.6708,
            ("gaussian", "sqrt_factorization", 65536): 19.6643,
            ("gaussian", "sqrt_factorization", 1048576): 28.2753}
-# MATH.md's best trees with BLUE-optimal budgets (Laplace): upper bounds now, the search also
+# docs/math.md's best trees with BLUE-optimal budgets (Laplace): upper bounds now, the search also
 # optimises the finest 3-smooth trees (K = 2^10: 118.23 on 3,3,3,2,...,2 over 1728 bins)
 UPPER = {("laplace", 1024): 119.0, ("laplace", 65536): 414.5, ("laplace", 1048576): 760.9}
 
@@ -82,22 +82,22 @@ def run(out_dir: Path, quick: bool = True) -> dict:
             got = r["best_tree"] if key == "best_blue_optimal" else r.get(f"{key}_mean")
             if want is not None and got is not None:
                 checks.append(C.check(f"{r['noise']} {key}, K = {r['n_bins']}", got, want,
-                                      "MATH.md section 7", rel=2e-4 if key == "optimized"
+                                      "docs/math.md section 7", rel=2e-4 if key == "optimized"
                                       else 1e-4 if r["noise"] == "gaussian" else 1e-3))
     for r in rows:
         want = UPPER.get((r["noise"], r["n_bins"]))
-        if want is not None:  # never worse than MATH.md's best tree (ratio clipped at 1)
-            checks.append(C.check(f"{r['noise']} best tree <= MATH.md's {want}, K = "
+        if want is not None:  # never worse than docs/math.md's best tree (ratio clipped at 1)
+            checks.append(C.check(f"{r['noise']} best tree <= docs/math.md's {want}, K = "
                                   f"{r['n_bins']}", max(r["best_tree"] / want, 1.0), 1.0,
-                                  "MATH.md section 7 (an upper bound)", rel=1e-9))
-    for r in rows:  # budgets per node on the binary tree beat MATH.md's best trees with
+                                  "docs/math.md section 7 (an upper bound)", rel=1e-9))
+    for r in rows:  # budgets per node on the binary tree beat docs/math.md's best trees with
         # per-level budgets (measured 112.77 / 384.63 / ~707, bench_frontier.py)
         if r["node_budgets"] is not None and r["n_bins"] in (1024, 65536, 1048576) \
                 and r["noise"] == "laplace":
-            checks.append(C.check(f"laplace budgets per node <= MATH.md's best tree "
+            checks.append(C.check(f"laplace budgets per node <= docs/math.md's best tree "
                                   f"{UPPER[('laplace', r['n_bins'])]}, K = {r['n_bins']}",
                                   max(r["node_budgets"] / UPPER[("laplace", r["n_bins"])],
-                                      1.0), 1.0, "MATH.md section 7 (an upper bound)",
+                                      1.0), 1.0, "docs/math.md section 7 (an upper bound)",
                                   rel=1e-9))
     low = min(min(r["best_tree"], r["best_non_tree"], r["node_budgets"] or float("inf"))
               / r["bound"] for r in rows)

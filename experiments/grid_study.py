@@ -88,10 +88,11 @@ def two_d_row(kind: str, n: int, pool: int, starts: int) -> dict:
     row["quad_binary_equal"] = _mean(kind, shape, Mechanism(quad, **kw))
     row["quad_binary_optimal"] = optimize.optimal_grid_budgets(
         quad, _workload(kind, shape), EPSILON, neighbours=NEIGHBOURS).mean
-    eq = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1, **kw)
+    eq = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1,
+                                      budgets="equal", **kw)
     for fam in ("kron", "quadtree"):
         r = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1, family=fam,
-                                         **kw)
+                                         budgets="equal", **kw)
         key = "kron_best_equal" if fam == "kron" else "quad_best_equal"
         row[key] = r.best.mean
         row[key + "_branching"] = _fmt(r.best.branching)
@@ -120,7 +121,8 @@ def dimension_row(d: int, a: int, pool: int, starts: int) -> dict:
     if d == 1 and n > ONE_D_SEARCH_MAX:   # the 1-D branch and bound: same candidates, fast
         q = _n_queries(kind, shape)
         eq = optimize.level_uniform(n, EPSILON, estimator="blue", workload=kind,
-                                    neighbours=NEIGHBOURS, allow_padding=False)
+                                    neighbours=NEIGHBOURS, allow_padding=False,
+                                    budgets="equal")
         op = optimize.level_uniform(n, EPSILON, estimator="blue", workload=kind,
                                     neighbours=NEIGHBOURS, allow_padding=False,
                                     budgets="optimal")
@@ -129,10 +131,11 @@ def dimension_row(d: int, a: int, pool: int, starts: int) -> dict:
                    optimal_design=str(op.branching), method="optimize.level_uniform")
     else:
         k = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1,
-                                         family="kron", **kw)
+                                         family="kron", budgets="equal", **kw)
         row.update(kron_equal=k.best.mean, kron_equal_branching=_fmt(k.best.branching))
         row["quad_equal"] = (optimize.best_grid_hierarchy(
-            shape, kind, allow_padding=False, top=1, family="quadtree", **kw).best.mean
+            shape, kind, allow_padding=False, top=1, family="quadtree", budgets="equal",
+            **kw).best.mean
             if d > 1 else None)
         op = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1,
                                           budgets="optimal", pool=pool, exhaustive=0,
@@ -151,7 +154,7 @@ def _one_d_ratio(n: int) -> float:
     """Best 1-D tree / flat histogram for all ranges over n bins, by ``level_uniform``."""
     q = n * (n + 1) // 2
     tree = optimize.level_uniform(n, EPSILON, estimator="blue", workload="all_range",
-                                  neighbours=NEIGHBOURS, allow_padding=False)
+                                  neighbours=NEIGHBOURS, allow_padding=False, budgets="equal")
     flat = optimize.flat_grid_error((n,), "all_range", EPSILON, neighbours=NEIGHBOURS)
     return (tree.error / q) / (flat / q)
 
@@ -172,7 +175,7 @@ def _dense_checks(rows_2d, pool: int, starts: int) -> list[dict]:
                               row["flat"], dense, "dense GLS"))
         for fam in ("kron", "quadtree"):
             r = optimize.best_grid_hierarchy(shape, kind, allow_padding=False, top=1,
-                                             family=fam, **kw)
+                                             family=fam, budgets="equal", **kw)
             key = "kron_best_equal" if fam == "kron" else "quad_best_equal"
             dense = expected_error(W, r.best.mechanism(), method="dense") / q
             checks.append(C.check(f"{kind} 16x16: {key} = dense GLS", row[key], dense,
@@ -199,16 +202,16 @@ def run(out_dir: Path, quick: bool = True) -> dict:
               if m % d == 0]
 
     checks = _dense_checks(rows_2d, pool, starts)
-    # MATH.md section 8 anchors, 2-D CDF at 256^2 (eps 1, add/remove)
+    # docs/math.md section 8 anchors, 2-D CDF at 256^2 (eps 1, add/remove)
     r256 = next((r for r in rows_2d if r["workload"] == "prefix" and r["n"] == 256), None)
     if r256 is not None:
         checks.append(C.check("2-D CDF 256^2: flat grid = 2 (257 / 2)^2", r256["flat"],
                               2 * (257 / 2) ** 2, "closed form"))
         checks.append(C.check("2-D CDF 256^2: binary x binary, equal budgets",
-                              r256["kron_binary_equal"], 15004, "MATH.md section 8",
+                              r256["kron_binary_equal"], 15004, "docs/math.md section 8",
                               rel=0.5 / 15004))
         checks.append(C.check("2-D CDF 256^2: binary quadtree, equal budgets",
-                              r256["quad_binary_equal"], 16095, "MATH.md section 8",
+                              r256["quad_binary_equal"], 16095, "docs/math.md section 8",
                               rel=0.5 / 16095))
     # the exact reduction: Kronecker / flat in d-D = (1-D best tree / flat)^d
     worst, cache = 0.0, {}
@@ -225,10 +228,10 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                    "deviation": None})
     # d = 1: the grid search agrees with the 1-D branch and bound (independent code)
     g1 = optimize.best_grid_hierarchy((4096,), "all_range", EPSILON, neighbours=NEIGHBOURS,
-                                      allow_padding=False, top=1)
+                                      allow_padding=False, top=1, budgets="equal")
     q1 = 4096 * 4097 // 2
     lu = optimize.level_uniform(4096, EPSILON, estimator="blue", workload="all_range",
-                                neighbours=NEIGHBOURS, allow_padding=False)
+                                neighbours=NEIGHBOURS, allow_padding=False, budgets="equal")
     checks.append(C.check("d = 1, 4096 bins: best_grid_hierarchy = level_uniform",
                           g1.best.mean, lu.error / q1, "optimize.level_uniform"))
     # QYL: from 3 dimensions the flat grid beats the hierarchies (equal budgets)

@@ -30,7 +30,8 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     for K in (QUICK_BINS if quick else BINS):
         for eps in EPSILONS:
             for est in ESTIMATORS:
-                d = optimize.level_uniform(K, eps, estimator=est, neighbours=NEIGHBOURS, top=0)
+                d = optimize.level_uniform(K, eps, estimator=est, neighbours=NEIGHBOURS,
+                                           budgets="equal", top=0)
                 rows.append({"n_bins": K, "epsilon": eps, "estimator": est,
                              "branching": " ".join(map(str, d.branching)),
                              "height": d.height, "padded_bins": d.padded_bins,

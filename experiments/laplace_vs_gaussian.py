@@ -39,7 +39,7 @@ def _shape(tree: str, K: int, noise: str) -> tuple:
         return (16,) * padded_height(K, 16)
     kw = {"epsilon": EPSILON} if noise == "laplace" else {"rho": RHO}
     return optimize.level_uniform(K, estimator=ESTIMATOR, noise=noise, neighbours=NEIGHBOURS,
-                                  top=0, **kw).branching
+                                  budgets="equal", top=0, **kw).branching
 
 
 def run(out_dir: Path, quick: bool = True) -> dict:

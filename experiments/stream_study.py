@@ -3,7 +3,7 @@ average, for every mechanism at T = 2^10 .. 2^20, and the published constants.
 
 Setting: the running count after t steps (the prefix workload over T steps), event level (one
 record changes one step's count by one: add/remove). Laplace eps = 1 (pure DP) and Gaussian
-rho = 1/2 (sigma^2 = 1 per unit of l2 sensitivity, MATH.md section 6). Exact variances, no
+rho = 1/2 (sigma^2 = 1 per unit of l2 sensitivity, docs/math.md section 6). Exact variances, no
 simulation:
 
 * row-causal: estimators that use only the rows (nodes) complete by step t, what a counter
@@ -25,7 +25,7 @@ trees, the square-root factorisation (Henzinger-Upadhyay-Upadhyay, SODA 2023) an
 
 Published constants, each with a verdict: the binary mechanism's popcount(t) variance; the
 square-root factorisation's (1/pi^2) ln^2 T leading term; Andersson-Pagh's improvement over
-the binary mechanism; MATH.md's square-root / BLT anchors.
+the binary mechanism; docs/math.md's square-root / BLT anchors.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def _andersson_pagh(rows: list[dict]) -> list[dict]:
     return checks
 
 
-MATH_SQRT = {2**10: 9.6708, 2**16: 19.6643, 2**20: 28.2753}   # MATH.md section 7
+MATH_SQRT = {2**10: 9.6708, 2**16: 19.6643, 2**20: 28.2753}   # docs/math.md section 7
 MATH_BLT_MAX_OBJECTIVE = {2**10: 9.692, 2**16: 19.803, 2**20: 28.474}
 
 
@@ -201,14 +201,14 @@ def run(out_dir: Path, quick: bool = True) -> dict:
             checks += _engine_checks(T, noise, steps)
             if noise == "gaussian" and T in MATH_SQRT:
                 checks.append(C.check(f"sqrt factorisation mean per step at T = 2^{m} "
-                                      "(MATH.md section 7)", row["sqrt"], MATH_SQRT[T],
-                                      "MATH.md section 7 (direct summation)", rel=1e-4))
+                                      "(docs/math.md section 7)", row["sqrt"], MATH_SQRT[T],
+                                      "docs/math.md section 7 (direct summation)", rel=1e-4))
             if noise == "gaussian" and T in MATH_BLT_MAX_OBJECTIVE:
                 b = MATH_BLT_MAX_OBJECTIVE[T]
                 checks.append({"what": f"BLT (ours, mean objective) <= jax_privacy's BLT "
                                        f"(max objective) at T = 2^{m}",
                                "reproduced": row["blt"], "expected": b,
-                               "source": "MATH.md section 7", "ok": row["blt"] <= b,
+                               "source": "docs/math.md section 7", "ok": row["blt"] <= b,
                                "deviation": max(0.0, row["blt"] / b - 1)})
     for noise in ("laplace", "gaussian"):
         prof = per_step(2**PROFILE_LOG_T, noise)

@@ -3,7 +3,7 @@
 Every script in ``paper_figures/`` exposes ``run(out_dir: pathlib.Path, quick: bool = True)
 -> dict`` writing ``<name>.png`` and ``<name>.json`` into ``out_dir`` and returning
 :func:`summary` (name, title, png, json, checks). A *check* compares a reproduced number with
-the value printed in the paper or restored in ``../shared/MATH.md`` (:func:`check`).
+the value printed in the paper or restored in ``docs/math.md`` (:func:`check`).
 
 Scripts ``import _figures``: their own folder is on ``sys.path`` both when run as
 ``python paper_figures/NAME.py --quick --out DIR`` and when loaded by ``dptree-opt figures``

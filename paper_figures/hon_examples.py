@@ -8,7 +8,7 @@ vectors through ``dptree_opt.tree_estimates``; variances are its exact variances
 The Sec. 3.4 claim "sigma(t^*) = sigma sqrt(2)/7 = 0.202 sigma, variance reduced by a factor
 of 25, about eighty percent" does not follow from its own inputs: with
 var(t^-) = var(t^-_sibling) = s^2/2 and var(t^+_parent) = s^2/3,
-var(t^*) = 1 / (2 + 1/(1/3 + 1/2)) s^2 = 5 s^2 / 16 (MATH.md section 2). The best case is a
+var(t^*) = 1 / (2 + 1/(1/3 + 1/2)) s^2 = 5 s^2 / 16 (docs/math.md section 2). The best case is a
 depth-1 node of a tall tree with N known: s^2 / 4.
 """
 
@@ -37,7 +37,8 @@ def unit_tree(height: int, n_known: bool = True) -> dp.Mechanism:
     K = 2**height
     if n_known:
         return dp.Mechanism(strategies.tree(K, [2] * height), noise="gaussian",
-                            rho=float(height), level_budgets=[1.0] * height)
+                            neighbours="swap", rho=float(height),
+                            level_budgets=[1.0] * height)
     return dp.Mechanism(strategies.tree(K, [2] * height), noise="gaussian",
                         neighbours="add_remove", rho=(height + 1) / 2.0,
                         level_budgets=[0.5] * (height + 1))
@@ -88,7 +89,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     checks.append(C.check("weight of t_100 in t_10^-", w_child, 2 / 7, src))
     checks.append(C.check("weight of t_1000 in t_10^-", w_grand, 1 / 7, src))
     checks.append(C.check("var(t_10^-) / s^2 (Remark 2: = weight)", float(v8.below_var[t10]),
-                          4 / 7, "[HON] Remark 2; MATH.md sec. 2"))
+                          4 / 7, "[HON] Remark 2; docs/math.md sec. 2"))
     row("Sec. 3.2.1 eq. (9): weights in t_10^-\n(8 leaves, equal s)",
         "t_10: 4/7 ≈ 0.571; t_100, t_101: (1/2)/(7/4);\nt_1000..t_1011: (1/4)/(7/4)",
         f"{w_self:.6f} = 4/7; {w_child:.6f} = 2/7;\n{w_grand:.6f} = 1/7", "matches")
@@ -133,17 +134,17 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     # --- Sec. 3.4: the erratum
     paper_sd = np.sqrt(2) / 7
     fixed = 1.0 / (2.0 + 1.0 / (1.0 / 3.0 + 1.0 / 2.0))  # (13) with the paper's inputs
-    src = "[HON] Sec. 3.4, eq. (13); MATH.md sec. 2 erratum"
+    src = "[HON] Sec. 3.4, eq. (13); docs/math.md sec. 2 erratum"
     checks.append(C.check("eq. (13) with var(t^-)=var(t^-_sib)=1/2, var(t^+_par)=1/3",
                           fixed, float(Fraction(5, 16)), src, rel=1e-12,
                           note="[HON] claims sd 0.202σ (variance 2/49 = 0.0408 s²)"))
     checks.append(C.check(f"var(t^*) at depth 2 of a height-{H} tree, N known", lim_eff2,
                           5 / 16, src, abs_tol=tol))
     checks.append(C.check(f"best case: var(t^*) at depth 1, height {H}, N known", lim_eff1,
-                          1 / 4, "MATH.md sec. 2 (75 % MSE reduction)", abs_tol=tol))
+                          1 / 4, "docs/math.md sec. 2 (75 % MSE reduction)", abs_tol=tol))
     claim_reproduced = abs(np.sqrt(fixed) - paper_sd) < 0.01
     checks.append(C.flag_check("[HON] Sec. 3.4 claim σ(t^*) = σ√2/7 ≈ 0.202σ is an erratum",
-                               f"{np.sqrt(fixed):.4f}σ", "≠ 0.202σ (MATH.md)",
+                               f"{np.sqrt(fixed):.4f}σ", "≠ 0.202σ (docs/math.md)",
                                not claim_reproduced, src))
     row("Sec. 3.4 eq. (13): t^* with\nvar(t^-) = var(t^-_sibling) = s²/2,\nvar(t^+_parent) = s²/3",
         "σ(t^*) = σ√2/7 ≈ 0.202σ, 'variance σ²·49/2';\nvariance ÷25, 'about 80 %'",
@@ -153,7 +154,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     row("tall tree, depth-2 node, N known\n(where those inputs hold)", "0.202σ (as above)",
         f"{lim_eff2:.6f} s² (height {H}) → 5/16", "corrected value")
     row("true best case: depth-1 node,\ntall tree, N known", "(not stated)",
-        f"{lim_eff1:.6f} s² → 1/4 (−75 % MSE)", "MATH.md")
+        f"{lim_eff1:.6f} s² → 1/4 (−75 % MSE)", "docs/math.md")
 
     # --- Sec. 4 "about one quarter" and the hat-matrix identity on the 16-leaf tree
     m16 = unit_tree(4)
@@ -165,9 +166,9 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     mean_unknown = float(v16u.efficient_var.mean())
     r_top = float(v16.efficient_var[node_row(m16, 1, 0)])
     checks.append(C.check("mean var(t^*)/s^2, 16 leaves, N known (= 15/30)", mean_known, 0.5,
-                          "MATH.md sec. 2 identity"))
+                          "docs/math.md sec. 2 identity"))
     checks.append(C.check("mean var(t^*)/s^2, 16 leaves, N unknown (= 16/31)", mean_unknown,
-                          16 / 31, "MATH.md sec. 2 identity"))
+                          16 / 31, "docs/math.md sec. 2 identity"))
     row("Sec. 4: 16 leaves, N known,\nratio at depth 1", "'about one quarter'",
         f"{r_top:.4f} (= 2.4/9)", "consistent with 5/16-type\nvalues, not with 0.0408")
     row("hat-matrix trace: mean var(t^*)/s²\nover noisy nodes, 16 leaves",
@@ -204,7 +205,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
         ax.legend(loc="upper right", ncol=2 if d == 2 else 1)
     C.caption(fig, "Reproduces [HON] Honaker (TPDP 2015) Sec. 3.2.1, 3.3, 3.3.1 and checks "
                    "Sec. 3.4: the claimed 0.202σ does not follow from eq. (13); the corrected "
-                   "value is 5/16 s² (MATH.md sec. 2).", y=0.008)
+                   "value is 5/16 s² (docs/math.md sec. 2).", y=0.008)
     fig.subplots_adjust(left=0.06, right=0.97, top=0.95, bottom=0.08)
     png = C.save_png(fig, out_dir, NAME)
 

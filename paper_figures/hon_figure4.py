@@ -5,7 +5,7 @@ perfect binary trees with 16 leaves (5 levels, depth 0..4), leaves Poisson(10), 
 sd 3 on every node (raw MSE 9), N known. For each tree: t^- (from below), t^+ (from above) and
 t^* (fully efficient) for every node, and the squared error of each. The exact variances come
 from the same recursions' variance formulas and, independently, from the generic GLS
-covariance diag(A Cov A') (t^* is the BLUE; MATH.md section 2).
+covariance diag(A Cov A') (t^* is the BLUE; docs/math.md section 2).
 
 Our setting: ``Mechanism(tree(16, [2,2,2,2]), noise="gaussian", rho=4/9,
 level_budgets=[1/9]*4)`` (swap: N public, one level's l2 sensitivity sqrt(2), so
@@ -39,7 +39,7 @@ LABELS = {"raw": "raw private value t_i", "below": "from below t⁻", "above": "
 def mechanism() -> dp.Mechanism:
     """The [HON] Sec. 4 tree: 16 leaves, Gaussian sd 3 on every non-root node, N known."""
     h = 4
-    return dp.Mechanism(strategies.tree(LEAVES, [2] * h), noise="gaussian",
+    return dp.Mechanism(strategies.tree(LEAVES, [2] * h), noise="gaussian", neighbours="swap",
                         rho=h / SIGMA**2, level_budgets=[1 / SIGMA**2] * h)
 
 
@@ -96,10 +96,10 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     s2 = SIGMA**2
     checks.append(C.check("exact t* variance = GLS diag(A Cov A') (max rel. dev. over 30 nodes)",
                           float(np.max(np.abs(exact["efficient"] / gls_node_var - 1))), 0.0,
-                          "MATH.md sec. 2 (Honaker = BLUE)", abs_tol=1e-10))
+                          "docs/math.md sec. 2 (Honaker = BLUE)", abs_tol=1e-10))
     checks.append(C.check("mean var(t*)/sigma^2 over the 30 noisy nodes (hat-matrix trace)",
                           float(exact["efficient"].mean() / s2), 15 / 30,
-                          "MATH.md sec. 2 identity", rel=1e-12))
+                          "docs/math.md sec. 2 identity", rel=1e-12))
     for e in ESTIMATORS:
         for d in depths:
             b = by_depth[e][d]
@@ -116,7 +116,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     checks.append(C.check("efficient/raw MSE ratio at the leaves (exact)", rl, 2 / 3, src,
                           rel=0.15, note="paper: 'even the terminal leaves have about a "
                           "one-third reduction' (ratio ~0.667); exact 0.605, a 39.5 % "
-                          "reduction (MATH.md: 'about 0.6')"))
+                          "reduction (docs/math.md: 'about 0.6')"))
     above_lt_below = all(by_depth["above"][d]["exact"] < by_depth["below"][d]["exact"]
                          for d in depths)
     checks.append(C.flag_check("above estimator has less error than below at every depth",

@@ -37,7 +37,8 @@ JOINT = [(4096, 3), (17**3, 3)]
 def exact_covering(ks, eps_l) -> float:
     """Exact covering CDF error (counts^2) of the tree with the given level budgets."""
     K = math.prod(ks)
-    mech = dp.Mechanism(strategies.tree(K, list(ks)), epsilon=EPS, level_budgets=list(eps_l))
+    mech = dp.Mechanism(strategies.tree(K, list(ks)), epsilon=EPS, neighbours="swap",
+                        level_budgets=list(eps_l))
     return dp.expected_error(workloads.prefix(K), mech, "covering")
 
 
@@ -45,7 +46,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     C.style()
     out_dir = Path(out_dir)
     checks, rows = [], []
-    src_a = "[RTS] Thm IV.2(a); MATH.md sec. 4"
+    src_a = "[RTS] Thm IV.2(a); docs/math.md sec. 4"
     for ks in TREES:
         K = math.prod(ks)
         h = len(ks)
@@ -78,7 +79,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                      "normalised_equal": err_eq / (4 * K / EPS**2)})
 
     o2 = []
-    src_b = "[RTS] Thm IV.2(b); MATH.md sec. 4"
+    src_b = "[RTS] Thm IV.2(b); docs/math.md sec. 4"
     for K, shares in O2_CASES:
         e = np.array(shares) * EPS
         design = optimize.branching(K, e)

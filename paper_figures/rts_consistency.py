@@ -6,7 +6,7 @@ since [lost] is prime. We first sample N uniformly random points in the interval
 compute the noisy CDF via (3), (4) and Definition IV.1. Next we ... compute optimal,
 consistent solutions c^(1) and c^(2) corresponding to the l1 and l2 error metrics ... the
 errors shown below are the empirical average errors ... when eps = [lost]." The numbers were
-lost with the formulas (MATH.md: reproduce as a reconstruction).
+lost with the formulas (docs/math.md: reproduce as a reconstruction).
 
 **Our reconstruction**: K = 17^2 = 289 bins, the tree (17, 17) (Cor. V.1: all-17 is optimal
 for K = 17^m), N = 1000 points uniform on [0, 1) drawn afresh for every trial, swap neighbours
@@ -82,7 +82,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     trellis_dev = 0.0
     sample = None
     for e in eps_grid:
-        mech = dp.Mechanism(strategies.tree(K, BRANCHING), epsilon=e)
+        mech = dp.Mechanism(strategies.tree(K, BRANCHING), epsilon=e, neighbours="swap")
         sims, raw, truth, hist, y = simulate(mech, trials, rng)
         ex_cov = closed_forms.theorem_iv_1(BRANCHING, [e / 2] * 2, n_records=N)
         ex_blue = dp.expected_error(workloads.prefix(K), mech, "blue") / N**2
@@ -132,7 +132,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     zw = max(z_raw)
     checks.append(C.check(f"MC raw E||F_hat-F||^2 vs exact (Thm IV.1 covering; BLUE trace), "
                           f"{trials} trials per eps; worst: {zw[3]} at eps={zw[4]:g}",
-                          zw[1], zw[2], "[RTS] Thm IV.1 / MATH.md sec. 2", ok=zw[0] <= 4.0,
+                          zw[1], zw[2], "[RTS] Thm IV.1 / docs/math.md sec. 2", ok=zw[0] <= 4.0,
                           note=f"max |z| = {zw[0]:.2f} (<= 4 standard errors)"))
     checks.append(C.check("fast projection = [RTS] trellis DP optimum (max rel. dev. of the "
                           "objective)", trellis_dev, 0.0, "[RTS] Sec. VI-2 eqs. (8)-(10)",

@@ -8,7 +8,7 @@ errors are each multiplied by the common value [lost]. ... for this (relatively 
 of K, the naive histogram-based estimator performs better than even the binary tree
 mechanism ... the 17-ary ... mechanism with equal privacy budgets has the lowest error."
 
-The paper's K and normalising constant were lost with its formulas (MATH.md). **Our
+The paper's K and normalising constant were lost with its formulas (docs/math.md). **Our
 reconstruction**: K = 289 = 17^2 (the 17-ary tree fits exactly), eps = 1, and the plotted
 quantity is N^2 eps^2 E||F_hat - F||^2 = eps^2 x (total squared error of the K cumulative
 counts), which is free of N and eps (every error here scales as 1/(N eps)^2). Setting: swap
@@ -45,6 +45,7 @@ NAME = "rts_figure1"
 TITLE = "[RTS] Figure 1 (reconstruction): range vs histogram vs binary vs 17-ary, K = 289 and 2^4..2^20"
 K_SMALL = 289
 EPS = 1.0
+RTS = dict(estimator="covering", neighbours="swap")  # [RTS]'s setting: direct sums, N public
 MECHS = ("range", "histogram", "binary", "17-ary")
 LABELS = {"range": "range / threshold (Lemma III.1)", "histogram": "histogram (Lemma III.2)",
           "binary": "binary tree (Thm IV.1)", "17-ary": "17-ary tree (Thm IV.1)"}
@@ -55,14 +56,15 @@ def tree_error_exact(K: int, k: int) -> float:
     to k^h >= K bins, from the Mechanism's per-query variances."""
     h = padded_height(K, k)
     Kp = k**h
-    mech = dp.Mechanism(strategies.tree(Kp, [k] * h), epsilon=EPS)
+    mech = dp.Mechanism(strategies.tree(Kp, [k] * h), epsilon=EPS, neighbours="swap")
     per_q = dp.expected_error(workloads.prefix(Kp), mech, "covering", per_query=True)
     return float(np.sum(per_q[:K]))
 
 
 def simple_error_exact(K: int, which: str) -> float:
     strat = strategies.prefix_sums(K) if which == "range" else strategies.histogram(K)
-    return dp.expected_error(workloads.prefix(K), dp.Mechanism(strat, epsilon=EPS), "covering")
+    mech = dp.Mechanism(strat, epsilon=EPS, neighbours="swap")
+    return dp.expected_error(workloads.prefix(K), mech, "covering")
 
 
 def run(out_dir: Path, quick: bool = True) -> dict:
@@ -90,7 +92,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     checks.append(C.check("K=289 17-ary (17,17): exact = 4K h^2 sum(k-1)", small["17-ary"],
                           4 * 289 * 4 * 32, src))
     checks.append(C.check("K=289 binary padded to 512: Mechanism vs design_error",
-                          small["binary"], optimize.design_error(K, [2] * 9),
+                          small["binary"], optimize.design_error(K, [2] * 9, **RTS),
                           "exact sums (two code paths)"))
     for m in ("range", "histogram", "17-ary"):
         checks.append(C.check(f"K=289 {m}: closed form = exact", closed[m], small[m], src))
@@ -125,13 +127,13 @@ def run(out_dir: Path, quick: bool = True) -> dict:
         if Kb <= tree_exact_limit:
             vb = tree_error_exact(Kb, 2)
             v17 = tree_error_exact(Kb, 17)
-            max_dev["17-ary"] = max(max_dev["17-ary"],
-                                    abs(v17 / optimize.design_error(Kb, [17] * padded_height(Kb, 17)) - 1))
+            fast = optimize.design_error(Kb, [17] * padded_height(Kb, 17), **RTS)
+            max_dev["17-ary"] = max(max_dev["17-ary"], abs(v17 / fast - 1))
             method["binary"].append("exact (Mechanism)")
             method["17-ary"].append("exact (Mechanism), padded")
         else:
-            vb = optimize.design_error(Kb, [2] * m_)
-            v17 = optimize.design_error(Kb, [17] * padded_height(Kb, 17))
+            vb = optimize.design_error(Kb, [2] * m_, **RTS)
+            v17 = optimize.design_error(Kb, [17] * padded_height(Kb, 17), **RTS)
             method["binary"].append("exact (design_error)")
             method["17-ary"].append("exact (design_error), padded")
         max_dev["binary"] = max(max_dev["binary"], abs(vb / cf["binary"] - 1))

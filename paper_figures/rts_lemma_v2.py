@@ -8,8 +8,10 @@ normalised error 4 * 22 = 88 < 127 (histogram) < 343 (binary).
 
 For every m = 3..M we compare the best equal-branching tree (k, ..., k) with k^h = 2^m (all
 divisors h of m) and the best tree with unequal factors, both from
-``optimize.level_uniform(2^m, eps, allow_padding=False, estimator="covering", top=...)``'s
-exhaustive ranking, cross-checked with ``optimize.design_error``.
+``optimize.level_uniform(2^m, eps, allow_padding=False, estimator="covering",
+neighbours="swap", budgets="equal", top=...)``'s exhaustive ranking ([RTS]'s setting, given
+explicitly: the package defaults are add/remove, BLUE, optimal budgets), cross-checked with
+``optimize.design_error``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / loa
 NAME = "rts_lemma_v2"
 TITLE = "[RTS] Lemma V.2: unequal integer branching beats every equal-branching tree (K = 2^m)"
 M_QUICK = 20
+# [RTS]'s setting: direct (covering) sums, swap neighbours (N public), equal budgets
+RTS = dict(estimator="covering", neighbours="swap", budgets="equal")
 M_FULL = 22
 PRIMES = {2, 3, 5, 7, 11, 13, 17, 19, 23}
 
@@ -41,13 +45,14 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     unit_dev = 0.0
     for m in range(3, M + 1):  # K = 4 has no tree with unequal factors
         K = 2**m
-        best = optimize.level_uniform(K, 1.0, allow_padding=False, top=60, estimator="covering")
+        best = optimize.level_uniform(K, 1.0, allow_padding=False, top=60, **RTS)
         ranked = (best,) + tuple(best.alternatives)
         unequal = next((d for d in ranked if len(set(d.branching)) > 1), None)
         equal_trees = [(2 ** (m // h),) * h for h in range(1, m + 1) if m % h == 0]
         eq_best = min(equal_trees, key=normalised)
         # design_error (counts^2, eps = 1) / (4K) must be the normalised error
-        unit_dev = max(unit_dev, abs(optimize.design_error(K, eq_best) / (4 * K)
+        unit_dev = max(unit_dev, abs(optimize.design_error(K, eq_best, estimator="covering",
+                                                         neighbours="swap") / (4 * K)
                                      / normalised(eq_best) - 1))
         rows.append({"m": m, "K": K, "prime_m": m in PRIMES,
                      "best": list(best.branching), "best_error": best.normalised_error,
@@ -76,7 +81,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     no_small = all(r["best_unequal_error"] >= r["best_equal_error"] for r in small
                    if r["best_unequal"])
     checks.append(C.flag_check("for prime m < 7 the histogram (equal) is optimal", small_txt,
-                               "unequal not better (why MATH.md says m >= 7)", no_small, src))
+                               "unequal not better (why docs/math.md says m >= 7)", no_small, src))
     best_is_unequal = all(len(set(r["best"])) > 1 for r in lemma)
     checks.append(C.flag_check("for prime m >= 7 the overall optimum has unequal factors",
                                best_is_unequal, "True", best_is_unequal, src))

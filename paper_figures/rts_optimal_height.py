@@ -4,8 +4,9 @@ its height h*(K), Thm V.1 (balanced exponents), Thm V.2's bounds and Cor. V.1.
 With equal budgets eps/h the covering error is c h^2 sum_l (k_l - 1), c = 4K / (N eps)^2
 (Thm IV.1); the table lists the normalised error h^2 sum_l (k_l - 1).
 
-* Exact optimum: ``optimize.level_uniform(K, eps, allow_padding=False, estimator="covering")``
-  (exhaustive search over ordered factorisations of K).
+* Exact optimum: ``optimize.level_uniform(K, eps, allow_padding=False, estimator="covering",
+  neighbours="swap", budgets="equal")`` (exhaustive search over ordered factorisations of K;
+  [RTS]'s setting, given explicitly: the package defaults are add/remove, BLUE, optimal).
 * Thm V.1: for K = p^m and height h (m = q h + r), the best tree has r levels p^(q+1) and h - r
   levels p^q; its error is computed here from the formula; the minimum over h must equal the
   search's optimum.
@@ -29,6 +30,8 @@ import _figures as C  # paper_figures/_figures.py (on sys.path: script dir / loa
 NAME = "rts_optimal_height"
 TITLE = "[RTS] Sec. V: optimal integer trees and heights for K = 2^m (Thm V.1, V.2, Cor. V.1)"
 M_QUICK = 20
+# [RTS]'s setting: direct (covering) sums, swap neighbours (N public), equal budgets
+RTS = dict(estimator="covering", neighbours="swap", budgets="equal")
 M_FULL = 24
 
 
@@ -58,7 +61,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     bounds_ok, v1_ok = True, True
     for m in range(1, M + 1):
         K = 2**m
-        best = optimize.level_uniform(K, 1.0, allow_padding=False, top=0, estimator="covering")
+        best = optimize.level_uniform(K, 1.0, allow_padding=False, top=0, **RTS)
         hstar = best.height
         bal = {h: balanced_error(2, m, h) for h in range(1, m + 1)}
         curves[m] = [bal[h][0] for h in range(1, m + 1)]
@@ -80,18 +83,17 @@ def run(out_dir: Path, quick: bool = True) -> dict:
                                bounds_ok, "True", bounds_ok, src2))
     row = {r["m"]: r for r in table}
     checks.append(C.check("h*(2^16) (tree (16,16,16,16))", row[16]["h_star"], 4,
-                          "MATH.md / tests: (16,16,16,16)"))
+                          "docs/math.md / tests: (16,16,16,16)"))
     checks.append(C.check("normalised error of 2^16: 16 * 60", row[16]["normalised_error"], 960,
                           "Thm IV.1: h^2 sum(k-1)"))
     checks.append(C.check("h*(2^20) (tree (16,16,16,16,16))", row[20]["h_star"], 5,
                           "Thm V.2: 2^(20/4) = 32 >= 17, 2^(20/5) = 16 <= 16"))
     checks.append(C.check("relaxed height for 2^20 (Lemma IV.3)", row[20]["relaxed_height"], 5,
-                          "MATH.md sec. 4 / optimize tests"))
+                          "docs/math.md sec. 4 / optimize tests"))
     cor = []
     for p, ms in ((17, (1, 2, 3) if quick else (1, 2, 3, 4)), (19, (2, 3))):
         for m in ms:
-            best = optimize.level_uniform(p**m, 1.0, allow_padding=False, top=0,
-                                          estimator="covering")
+            best = optimize.level_uniform(p**m, 1.0, allow_padding=False, top=0, **RTS)
             ok = tuple(best.branching) == (p,) * m
             cor.append({"p": p, "m": m, "K": p**m, "branching": list(best.branching), "ok": ok})
             checks.append(C.flag_check(f"Cor. V.1: K = {p}^{m} optimum is all-{p}",

@@ -3,7 +3,7 @@
 With equal branching factors k = K^(1/h) and equal budgets, the Thm IV.3 covering error is
 (4K (ln K)^3 / (N^2 eps^2)) psi(k): psi is the error per unit of 4K ln^3 K / (N eps)^2,
 independent of K and eps. It is minimised where ln k = 3 (1 - 1/k), k* = -3 / W0(-3 e^-3) =
-16.801016; over the integers psi(16) = 0.703777 > psi(17) = 0.703529, so 17 (MATH.md sec. 4).
+16.801016; over the integers psi(16) = 0.703777 > psi(17) = 0.703529, so 17 (docs/math.md sec. 4).
 
 The script computes k* two ways (``optimize.optimal_branching_factor``, Lambert W, and a
 scipy ``brentq`` root of ln k - 3 (1 - 1/k) here), psi from ``optimize.psi`` and from the
@@ -28,7 +28,7 @@ TITLE = "[RTS] Lemma IV.3: psi(k) = (k-1)/ln^3 k, k* = 16.801, integer optimum 1
 def run(out_dir: Path, quick: bool = True) -> dict:
     C.style()
     out_dir = Path(out_dir)
-    src = "[RTS] Lemma IV.3; MATH.md sec. 4"
+    src = "[RTS] Lemma IV.3; docs/math.md sec. 4"
     k_star = optimize.optimal_branching_factor()
     k_int = optimize.optimal_branching_factor(integer=True)
     k_root = scipy.optimize.brentq(lambda k: math.log(k) - 3 * (1 - 1 / k), 2.0, 100.0,

@@ -12,7 +12,7 @@ released with Laplace noise of scale b = 2 log2(D) / eps (Claim 2.2: swap l1 sen
 and eq. (10) states E max |Z| = 2 log2(D) (ln(2D - 1) + 1) / eps. The exact value is
 E max |Z| = b H_{2D-1} (|Z| ~ Exp(b), and the maximum of n i.i.d. Exp(b) has mean b H_n,
 H_n the n-th harmonic number), so eq. (10)'s right side is the upper bound
-b (ln n + 1) >= b H_n, not an equality (MATH.md sec. 1).
+b (ln n + 1) >= b H_n, not an equality (docs/math.md sec. 1).
 
 Here: ``Mechanism(strategies.binary_tree(D), epsilon=eps)`` (swap, N public) gives every
 non-root level eps / log2 D and scale b; the lecture also noises the root (the tree T has
@@ -55,7 +55,7 @@ def mc_plan(quick: bool) -> dict[int, int]:
 def simulate(m: int, trials: int, rng: np.random.Generator) -> dict:
     """Max over thresholds of |covering error| and max over the 2D-1 nodes of |Z|, per trial."""
     D = 2**m
-    mech = dp.Mechanism(strategies.binary_tree(D), epsilon=EPS)
+    mech = dp.Mechanism(strategies.binary_tree(D), epsilon=EPS, neighbours="swap")
     root = np.flatnonzero(np.asarray(mech.released.levels) == 0)
     b = 2 * m / EPS
     rows = mech.released.n_rows
@@ -98,7 +98,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     mc_m = np.array(sorted(mc))
 
     # ------------------------------------------------------------------ checks
-    src = "[SU] Claim 2.2, eqs. (10), (15); MATH.md sec. 1"
+    src = "[SU] Claim 2.2, eqs. (10), (15); docs/math.md sec. 1"
     checks = []
     scale_dev = max(abs(mc[m]["scale"] / (2 * m / EPS) - 1) for m in mc)
     checks.append(C.check("node scale = 2 log2(D)/eps (max rel. dev. over D)", scale_dev, 0.0,
@@ -111,7 +111,7 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     worst = int(mc_m[int(np.argmax(z_node))])
     checks.append(C.check(f"MC E max|Z| vs b H_(2D-1), D = 2..2^{mc_m.max()} (worst D = 2^{worst})",
                           mc[worst]["mean_max_node"], float(exact_max_node[worst - 1]),
-                          "MATH.md sec. 1 (exact harmonic formula)", ok=max(z_node) <= 4.0,
+                          "docs/math.md sec. 1 (exact harmonic formula)", ok=max(z_node) <= 4.0,
                           note=f"max |z| over D = {max(z_node):.2f} (<= 4 standard errors)"))
     checks.append(C.bound_check("eq. (10) value / exact b H_(2D-1), min over D = 2..2^20",
                                 float(np.min(notes_max_node / exact_max_node)), 1.0, src,

@@ -139,6 +139,11 @@ def constrained_gls(a, var, w, rtol: float = 1e-8):
     c = w @ basis                                             # (q, k): N'w per query
     sd = np.sqrt(var[noisy])
     g = (a[noisy] @ basis) / sd[:, None]                      # (noisy, k)
+    # rounding of the null-space basis leaves ~1e-17 where B N and N'w are exactly 0 (a noisy
+    # row that repeats an exact one): zero them on an absolute scale, or lstsq (whose rcond
+    # is relative to g's own largest singular value) divides rounding by rounding
+    g[np.abs(g) <= 1e-12 * max(1.0, float(np.abs(a[noisy] / sd[:, None]).max(initial=0.0)))] = 0.0
+    c[np.abs(c) <= 1e-12 * max(1.0, float(np.abs(w).max(initial=0.0)))] = 0.0
     if g.size and basis.shape[1]:
         d = np.linalg.lstsq(g.T, c.T, rcond=1e-10)[0]         # (noisy, q), minimum norm
         resid = np.linalg.norm(g.T @ d - c.T, axis=0)

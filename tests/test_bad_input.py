@@ -53,13 +53,14 @@ def test_rho_with_laplace(tree8):
 
 def test_level_budgets_must_sum_to_total(tree8):
     with pytest.raises(ValueError, match="level_budgets"):
-        Mechanism(tree8, epsilon=1.0, level_budgets=[0.3, 0.3, 0.3])
+        Mechanism(tree8, epsilon=1.0, level_budgets=[0.3, 0.3, 0.3], neighbours="swap")
     with pytest.raises(ValueError, match="level_budgets"):
-        Mechanism(tree8, epsilon=1.0, level_budgets=[0.5, 0.5, 0.5])
+        Mechanism(tree8, epsilon=1.0, level_budgets=[0.5, 0.5, 0.5], neighbours="swap")
     with pytest.raises(ValueError, match="level_budgets"):
-        Mechanism(tree8, rho=1.0, noise="gaussian", level_budgets=[0.2, 0.2, 0.2])
+        Mechanism(tree8, rho=1.0, noise="gaussian", level_budgets=[0.2, 0.2, 0.2],
+                  neighbours="swap")
     # sanity: a valid split is accepted
-    Mechanism(tree8, epsilon=1.0, level_budgets=[0.2, 0.3, 0.5])
+    Mechanism(tree8, epsilon=1.0, level_budgets=[0.2, 0.3, 0.5], neighbours="swap")
 
 
 @pytest.mark.parametrize("budgets", [[0.5, 0.5], [0.25, 0.25, 0.25, 0.25], [1.0], 1.0,
@@ -67,7 +68,7 @@ def test_level_budgets_must_sum_to_total(tree8):
 def test_level_budgets_wrong_count(tree8, budgets):
     # swap: the tree over 8 bins has 3 noisy levels (the root is exact)
     with pytest.raises(ValueError, match="level_budgets"):
-        Mechanism(tree8, epsilon=1.0, level_budgets=budgets)
+        Mechanism(tree8, epsilon=1.0, level_budgets=budgets, neighbours="swap")
 
 
 def test_level_budgets_count_follows_neighbour_model(tree8):
@@ -87,7 +88,7 @@ def test_level_budgets_negative_or_non_finite(tree8, budgets):
 # ---------------------------------------------------------------- neighbours, noise, total
 def test_public_total_false_under_swap(tree8):
     with pytest.raises(ValueError, match="public_total"):
-        Mechanism(tree8, epsilon=1.0, public_total=False)
+        Mechanism(tree8, epsilon=1.0, public_total=False, neighbours="swap")
     with pytest.raises(ValueError, match="public_total"):
         Mechanism(tree8, epsilon=1.0, neighbours="swap", public_total=False)
 
@@ -96,7 +97,7 @@ def test_public_total_false_under_swap(tree8):
 # `public_total is False`, so np.False_ slipped through and was silently treated as True.
 def test_public_total_numpy_false_under_swap(tree8):
     with pytest.raises(ValueError, match="public_total"):
-        Mechanism(tree8, epsilon=1.0, public_total=np.bool_(False))
+        Mechanism(tree8, epsilon=1.0, public_total=np.bool_(False), neighbours="swap")
 
 
 @pytest.mark.parametrize("value", [1, 0, "yes", "True"])
@@ -192,7 +193,7 @@ def test_bad_n_bins(n):
 # ------------------------------------------------------------------------- histograms
 @pytest.fixture
 def mech8():
-    return Mechanism(strategies.tree(8, 2), epsilon=1.0)
+    return Mechanism(strategies.tree(8, 2), epsilon=1.0, neighbours="swap")  # exact root
 
 
 @pytest.mark.parametrize("h", [
@@ -314,7 +315,8 @@ def test_covering_estimator_needs_interval_strategy():
 
 
 def test_covering_estimator_with_unmeasured_leaves():
-    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.5, 0.0])
+    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.5, 0.0],
+                     neighbours="swap")
     with pytest.raises(ValueError, match="covering estimator"):
         expected_error(workloads.prefix(8), mech, "covering")
 
@@ -365,7 +367,8 @@ def test_blue_bin_covered_by_no_row(neighbours):
 @pytest.mark.parametrize("method", ["auto", "sparse", "dense"])
 def test_blue_unmeasured_leaf_level_not_identified(method):
     # leaves get no budget: the two bins under each level-1 node cannot be separated
-    mech = Mechanism(strategies.tree(4, 2), epsilon=1.0, level_budgets=[1.0, 0.0])
+    mech = Mechanism(strategies.tree(4, 2), epsilon=1.0, level_budgets=[1.0, 0.0],
+                     neighbours="swap")
     with pytest.raises(ValueError, match="cannot identify the histogram"):
         blue(mech, np.zeros(7), method=method)
 

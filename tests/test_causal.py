@@ -299,7 +299,7 @@ def test_sqrt_factorisation_with_public_total_at_scale():
     """Swap (N public): before n the total row is not complete, so Var(C_t) = v S2(t) exactly
     (no constraint step); C_n = N is exact. Structured (Toeplitz FFT) at n = 2^14."""
     n = 1 << 14
-    mech = dp.Mechanism(S.sqrt_factorization(n), rho=0.5)
+    mech = dp.Mechanism(S.sqrt_factorization(n), rho=0.5, neighbours="swap")
     v = float(mech.variances[0])
     c = np.cumprod(np.r_[1.0, (2 * np.arange(1, n) - 1) / (2 * np.arange(1, n))])
     var = dp.expected_error(W.prefix(n), mech, "causal", per_query=True)
@@ -420,7 +420,7 @@ def test_monte_carlo_matches_exact(name):
 # ---------------------------------------------------------------------------------------------
 def test_not_identified_causally_raises():
     # Haar: detail rows complete late; bin 0 alone is not known at step 1
-    mech = dp.Mechanism(S.haar(8), epsilon=1.0)
+    mech = dp.Mechanism(S.haar(8), epsilon=1.0, neighbours="swap")
     with pytest.raises(ValueError, match=r"query 0 .*step t = 1"):
         dp.expected_error(W.prefix(8), mech, "causal")
     # rows x0 + x1 and x1: x0 is identified offline, not at step 1
@@ -432,7 +432,8 @@ def test_not_identified_causally_raises():
     with pytest.raises(ValueError, match="not identified"):
         causal_blue(mech, np.zeros(2), W.prefix(2))
     # a tree with unmeasured leaves: odd prefixes are not identified
-    mech = dp.Mechanism(S.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.5, 0.0])
+    mech = dp.Mechanism(S.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.5, 0.0],
+                        neighbours="swap")
     with pytest.raises(ValueError, match=r"step t = 1"):
         dp.expected_error(W.prefix(8), mech, "causal")
     # ... but the even ones are

@@ -27,7 +27,11 @@ PRINT_REL = 5e-6  # the table prints 6 significant digits
 
 @lru_cache(maxsize=None)
 def run(*argv):
-    """(exit code, stdout, stderr) of ``main(argv)``; cached so each command runs once."""
+    """(exit code, stdout, stderr) of ``main(argv)``; cached so each command runs once.
+    ``error`` runs in [RTS]'s setting, swap neighbours, unless the test gives --neighbours
+    (the CLI default is add/remove: tested in test_error_defaults_to_add_remove)."""
+    if argv and argv[0] == "error" and "--neighbours" not in argv:
+        argv = argv + ("--neighbours", "swap")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(argv))
@@ -176,6 +180,16 @@ def test_add_remove_tree_covering_root_noised():
     expected = covering_total((4, 4), v, 16, root_variance=v)
     assert expected == 16 / 2 * 6 * v + v
     assert table(out)["covering"]["total"] == pytest.approx(expected, rel=PRINT_REL)
+
+
+def test_error_defaults_to_add_remove(capsys):
+    """Without --neighbours, ``error`` protects N (add/remove): the root is a noisy level, as
+    in test_add_remove_tree_covering_root_noised (3 levels, Lap(3), variance 18)."""
+    assert main(["error", "--bins", "16", "--strategy", "tree:4,4", "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "add_remove neighbours" in out
+    v = 2 * 3.0**2
+    assert table(out)["covering"]["total"] == pytest.approx(16 / 2 * 6 * v + v, rel=PRINT_REL)
 
 
 def test_add_remove_public_total_covering():

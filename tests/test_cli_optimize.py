@@ -10,9 +10,10 @@ from dptree_opt.cli import main
 
 def test_optimize_json_matches_library(capsys):
     assert main(["optimize", "--bins", "1000", "--epsilon", "1", "--estimator", "covering",
-                 "--json"]) == 0
+                 "--neighbours", "swap", "--budgets", "equal", "--json"]) == 0   # [RTS]
     out = json.loads(capsys.readouterr().out)
-    design = optimize.level_uniform(1000, 1.0, estimator="covering")
+    design = optimize.level_uniform(1000, 1.0, estimator="covering", neighbours="swap",
+                                    budgets="equal")
     assert out["best"]["branching"] == list(design.branching) == [10, 10, 10]
     assert out["best"]["error"] == pytest.approx(design.error)
     # [RTS] equal-budget covering error of (10,10,10): c h^2 sum (k_l - 1), c = 4K/eps^2
@@ -55,7 +56,7 @@ def test_optimize_workload_flag(capsys):
     assert "estimator='blue' only" in capsys.readouterr().err
     # identity: the exhaustive search; under swap the flat histogram (variance 8 (1 - 1/K))
     assert main(["optimize", "--bins", "64", "--epsilon", "1", "--workload", "identity",
-                 "--json"]) == 0
+                 "--neighbours", "swap", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["best"]["branching"] == [64]
     assert out["best"]["mean_error_per_query"] == pytest.approx(8.0 * (1 - 1 / 64))
@@ -152,3 +153,23 @@ def test_optimize_family_auto(capsys):
 def test_optimize_family_auto_bad_input(args, message, capsys):
     assert main(["optimize", "--bins", "16", "--epsilon", "1", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_optimize_defaults_to_add_remove_blue_and_optimal_budgets(capsys):
+    """Without flags: add/remove neighbours, the BLUE, optimal budgets (1-D and grid); the
+    printed design's error is the generic engine's error of the mechanism it describes."""
+    import dptree_opt as dp
+    from dptree_opt import strategies, workloads
+    assert main(["optimize", "--bins", "60", "--epsilon", "1", "--json", "--top", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["neighbours"], out["estimator"], out["budgets_rule"]) == \
+        ("add_remove", "blue", "optimal")
+    assert out["public_total"] is False
+    best = out["best"]
+    mech = dp.Mechanism(strategies.tree(best["padded_bins"], best["branching"]), epsilon=1.0,
+                        neighbours="add_remove", level_budgets=best["budgets"])
+    per = dp.expected_error(workloads.prefix(best["padded_bins"]), mech, per_query=True)
+    assert best["error"] == pytest.approx(per[:60].sum(), rel=1e-9)
+    assert main(["optimize", "--bins", "4x4", "--epsilon", "1", "--json", "--top", "1"]) == 0
+    grid = json.loads(capsys.readouterr().out)
+    assert (grid["neighbours"], grid["budgets_rule"]) == ("add_remove", "optimal")

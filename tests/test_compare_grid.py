@@ -25,7 +25,7 @@ from dptree_opt.engines.kron_product import (grid_tree_summary, kron_product_err
 from dptree_opt.strategies.base import Strategy
 from dptree_opt.strategies.optimized import _SingleLevelKronecker
 
-from oracles import brute_loss, tree_matrix
+from oracles import brute_loss, constrained_gls, tree_matrix
 
 KINDS = ("prefix", "identity", "total", "all_range")
 
@@ -66,14 +66,11 @@ def _gls_cov(a: np.ndarray, var: np.ndarray):
 
 
 def _dense_query_variances(a, var, wd):
-    """(per-query variances, identifiable?) of the GLS for the dense workload wd."""
-    nb, m = _gls_cov(a, var)
-    if nb.shape[1] == 0:  # every cell known exactly
-        return np.zeros(wd.shape[0]), True
-    mp = np.linalg.pinv(m, rcond=1e-10)
-    wn = wd @ nb
-    ok = np.allclose(wn @ (np.eye(m.shape[0]) - mp @ m), 0.0, atol=1e-8 * max(1.0, abs(wn).max()))
-    return np.einsum("qi,ij,qj->q", wn, mp, wn), ok
+    """(per-query variances, identifiable?) of the GLS for the dense workload wd: the textbook
+    constrained GLS of tests/oracles.py (exact rows as equality constraints; the pseudo-inverse
+    of the noisy rows' information missed exact rows that duplicate noisy ones)."""
+    _, v, ok = constrained_gls(a, var, wd)
+    return v, bool(ok.all())
 
 
 def _released_dense(mech: Mechanism) -> np.ndarray:

@@ -20,7 +20,7 @@ def test_covering_error_equals_theorem_iv_1(ks, raw, eps):
     n = int(np.prod(ks))
     split = np.array(raw[: len(ks)]) / np.sum(raw[: len(ks)]) * eps
     split[-1] = eps - split[:-1].sum()
-    mech = dp.Mechanism(S.tree(n, ks), epsilon=eps, level_budgets=list(split))
+    mech = dp.Mechanism(S.tree(n, ks), epsilon=eps, level_budgets=list(split), neighbours="swap")
     expected = 4 * n * np.sum((np.array(ks) - 1) / split**2)  # Thm IV.1 with N = 1
     assert dp.expected_error(W.prefix(n), mech, "covering") == pytest.approx(expected, rel=1e-10)
     assert cf.theorem_iv_1(ks, split) == pytest.approx(expected, rel=1e-12)
@@ -32,7 +32,7 @@ def test_covering_error_gaussian_analogue(ks):
     """Gaussian analogue of Thm IV.1: (K / 2) sum_l (k_l - 1) sigma_l^2, sigma_l^2 = 1/rho_l."""
     n = int(np.prod(ks))
     rho = 0.5
-    mech = dp.Mechanism(S.tree(n, ks), rho=rho, noise="gaussian")
+    mech = dp.Mechanism(S.tree(n, ks), rho=rho, noise="gaussian", neighbours="swap")
     rho_l = rho / len(ks)
     assert mech.level_variances[1] == pytest.approx(1 / rho_l)  # l2 sensitivity sqrt(2), swap
     expected = 0.5 * n * sum(k - 1 for k in ks) / rho_l
@@ -44,8 +44,8 @@ def test_covering_error_gaussian_analogue(ks):
 @pytest.mark.parametrize("eps", [0.1, 1.0])
 def test_lemmas_iii_1_and_iii_2(n, eps):
     """[RTS] Lemma III.1 (range: 2 (K-1)^3 / eps^2) and III.2 (histogram: 4 K (K-1) / eps^2)."""
-    rng_mech = dp.Mechanism(S.prefix_sums(n), epsilon=eps)
-    hist_mech = dp.Mechanism(S.histogram(n), epsilon=eps)
+    rng_mech = dp.Mechanism(S.prefix_sums(n), epsilon=eps, neighbours="swap")
+    hist_mech = dp.Mechanism(S.histogram(n), epsilon=eps, neighbours="swap")
     cdf = W.prefix(n)
     assert dp.expected_error(cdf, rng_mech, "covering") == pytest.approx(2 * (n - 1) ** 3 / eps**2)
     assert dp.expected_error(cdf, hist_mech, "covering") == pytest.approx(4 * n * (n - 1) / eps**2)
@@ -154,7 +154,7 @@ def test_monte_carlo_detects_a_wrong_value():
     (S.tree(64, [4, 4, 4]), dict(epsilon=1.0), 64),
     (S.tree(81, [3, 3, 3, 3]), dict(epsilon=1.0, neighbours="add_remove"), 81),
     (S.tree(81, [3, 3, 3, 3]), dict(epsilon=1.0, neighbours="add_remove"), 70),   # padded use
-    (S.tree(60, [3, 4, 5]), dict(rho=0.3, noise="gaussian",
+    (S.tree(60, [3, 4, 5]), dict(rho=0.3, noise="gaussian", neighbours="swap",
                                  level_budgets=[0.1, 0.1, 0.1]), 60),
     (S.histogram(20), dict(epsilon=1.0, neighbours="add_remove"), 20),
 ])

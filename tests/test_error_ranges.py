@@ -31,7 +31,7 @@ def test_ranges_structured_equal_dense(mech, data):
 
 def test_total_workload_and_unmeasured_levels():
     """The total workload is the range [0, K): with N public its BLUE variance is 0."""
-    swap = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0)
+    swap = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0, neighbours="swap")
     assert dp.expected_error(W.total(64), swap, "blue") == pytest.approx(0.0, abs=1e-9)
     mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0, neighbours="add_remove",
                         level_budgets=[0.0, 0.5, 0.0, 0.5])

@@ -10,11 +10,14 @@ import dptree_opt as dp
 from dptree_opt import strategies as S, workloads as W
 
 
-def _limit_variances(mech, w, big=1e8):
+def _limit_variances(mech, w, ratio=1e9):
+    """The limit oracle with the extra bins' variance ``ratio`` times the largest row variance
+    (bias O(1 / ratio) relative, rounding O(ratio * eps))."""
     a = mech.released.matrix.toarray()
     var = np.asarray(mech.variances, dtype=float)
     keep = np.isfinite(var)
     a, var = a[keep], var[keep]
+    big = ratio * float(var.max())
     exact = var == 0
     a2 = np.vstack([a[~exact], np.eye(mech.n_bins)])
     v2 = np.concatenate([var[~exact], np.full(mech.n_bins, big)])

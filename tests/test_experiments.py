@@ -82,7 +82,7 @@ def test_eps_split(tmp_path):
             continue
         assert float(r["covering_mean"]) == pytest.approx(want, rel=1e-6), r
         b = [float(x) for x in r["budgets"].split()]
-        mech = dp.Mechanism(S.tree(K, ks), epsilon=1.0, level_budgets=b)
+        mech = dp.Mechanism(S.tree(K, ks), epsilon=1.0, neighbours="swap", level_budgets=b)
         assert float(r["blue_mean"]) == pytest.approx(
             dp.expected_error(W.prefix(K), mech, "blue") / K, rel=1e-6)
     for r in rows:  # the BLUE-optimal split is never worse for the BLUE

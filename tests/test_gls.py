@@ -145,7 +145,7 @@ def test_unidentifiable_strategy_raises():
         with pytest.raises(ValueError, match="cannot identify"):
             gls(mech, method)
     # a level with zero budget on the leaves of a tree leaves bins unidentified
-    mech = dp.Mechanism(S.binary_tree(4), epsilon=1.0, level_budgets=[1.0, 0.0])
+    mech = dp.Mechanism(S.binary_tree(4), epsilon=1.0, level_budgets=[1.0, 0.0], neighbours="swap")
     with pytest.raises(ValueError, match="cannot identify"):
         dp.expected_error(dp.workloads.identity(4), mech)
 

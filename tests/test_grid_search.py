@@ -78,7 +78,7 @@ def test_equal_budget_ranking_is_brute_force(shape, kind, kw, neighbours):
     """Every Kronecker tree (padded ones included) and quadtree built by hand, its equal-budget
     error from the dense GLS: the search's ranking and counts are exactly that."""
     brute = brute_errors(shape, kind, kw, neighbours)
-    res = best_grid_hierarchy(shape, kind, neighbours=neighbours, top=8, **kw)
+    res = best_grid_hierarchy(shape, kind, neighbours=neighbours, budgets="equal", top=8, **kw)
     assert sum(res.candidates.values()) == len(brute)
     assert res.candidates["kron"] == sum(1 for f, _ in brute if f == "kron")
     want = sorted(brute.values())[:8]
@@ -107,9 +107,9 @@ def test_counts_at_8x8_by_hand():
     """Per axis: the 4 factorisations of 8 and the padded (3, 3), (2, 5), (2, 6), (2, 2, 3),
     (2, 3, 2), (2, 7) -> 10; quadtrees (every level splitting both axes): (8)x(8), and the
     2 x 2 pairs of (2, 4), (4, 2), and (2, 2, 2) x (2, 2, 2): 6."""
-    res = best_grid_hierarchy((8, 8), "prefix", 1.0, top=1)
+    res = best_grid_hierarchy((8, 8), "prefix", 1.0, top=1, budgets="equal")
     assert res.candidates == {"kron": 100, "quadtree": 6}
-    res = best_grid_hierarchy((8, 8), "prefix", 1.0, top=1, allow_padding=False)
+    res = best_grid_hierarchy((8, 8), "prefix", 1.0, top=1, allow_padding=False, budgets="equal")
     assert res.candidates == {"kron": 16, "quadtree": 6}
 
 
@@ -146,9 +146,9 @@ def test_equal_budgets_add_remove_separate_into_1d_optima(kind, shape, noise):
     kw = {"epsilon": 0.7} if noise == "laplace" else {"rho": 0.3}
     c = 0.7**2 / 2 if noise == "laplace" else 2 * 0.3
     res = best_grid_hierarchy(shape, kind, neighbours="add_remove", family="kron", top=1,
-                              **kw)
+                              budgets="equal", **kw)
     one = [optimize.level_uniform(n, estimator="blue", workload=kind, neighbours="add_remove",
-                                  **kw) for n in shape]
+                                  budgets="equal", **kw) for n in shape]
     want = c ** (len(shape) - 1) * math.prod(o.error for o in one)
     assert res.best.error == pytest.approx(want, rel=1e-9)
     assert res.best.branching == tuple(o.branching for o in one)
@@ -217,14 +217,16 @@ def test_laplace_optimal_never_worse_than_flat_or_equal():
 
 
 def test_height_and_family_restrictions():
-    res = best_grid_hierarchy((16, 16), "prefix", 1.0, height=2, top=50)
+    res = best_grid_hierarchy((16, 16), "prefix", 1.0, height=2, top=50, budgets="equal")
     assert all(all(len(c) == 2 for c in d.branching) for d in res.ranked)
-    res = best_grid_hierarchy((16, 16), "prefix", 1.0, family="kron", height=(1, 2), top=50)
+    res = best_grid_hierarchy((16, 16), "prefix", 1.0, family="kron", height=(1, 2), top=50,
+                              budgets="equal")
     assert all(tuple(map(len, d.branching)) == (1, 2) for d in res.ranked)
     res = best_grid_hierarchy((16, 16), "prefix", rho=1.0, height=2, top=50, budgets="optimal",
                               exhaustive=0, pool=3)
     assert res.ranked and all(all(len(c) == 2 for c in d.branching) for d in res.ranked)
-    res = best_grid_hierarchy((16, 16), "prefix", 1.0, family="quadtree", top=50)
+    res = best_grid_hierarchy((16, 16), "prefix", 1.0, family="quadtree", top=50,
+                              budgets="equal")
     assert {d.family for d in res.ranked} == {"quadtree"}
     assert res.candidates == {"quadtree": sum(math.comb(3, h - 1) ** 2 for h in range(1, 5))}
 
@@ -288,3 +290,18 @@ def test_axis_weights_are_the_projector_energies(kind):
                 got.append(np.sum((Wq @ (E - E_prev)) ** 2))
                 E_prev = E
             assert np.allclose(q, got, rtol=1e-12, atol=1e-9), (ks, kind)
+
+
+def test_defaults_are_add_remove_and_optimal_budgets():
+    """best_grid_hierarchy and flat_grid_error default to add/remove (N private) and, for the
+    search, optimal budgets; the best design's error is the dense GLS of its own mechanism,
+    never above the equal split's; the flat grid is v = 2 per cell (eps 1, sensitivity 1)
+    times the summed volume of the dominance boxes, (n (n + 1) / 2)^2."""
+    res = best_grid_hierarchy((4, 4), "prefix", 1.0, top=1)
+    d = res.best
+    assert (d.neighbours, d.public_total) == ("add_remove", False)
+    assert res.method.startswith("exhaustive: budgets optimised")
+    assert expected_error(d.workload(), d.mechanism(), method="dense") == pytest.approx(
+        d.error, rel=1e-9)
+    assert d.mean <= d.equal_mean * (1 + 1e-12)
+    assert flat_grid_error((4, 4), "prefix", 1.0) == pytest.approx(2 * 10.0**2, rel=1e-12)

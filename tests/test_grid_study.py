@@ -73,7 +73,8 @@ def test_dimension_rows_are_powers_of_the_1d_ratio(study):
     for r in rows:
         n = r["side"]
         tree = optimize.level_uniform(n, 1.0, estimator="blue", workload="all_range",
-                                      neighbours="add_remove", allow_padding=False)
+                                      neighbours="add_remove", allow_padding=False,
+                                      budgets="equal")
         one = (tree.error / (n * (n + 1) // 2)) / (2 * (n + 2) / 3)
         assert r["kron_equal_ratio"] == pytest.approx(one ** r["d"], rel=1e-9)
         assert r["optimal_ratio"] <= 1 + 1e-9

@@ -155,7 +155,7 @@ def test_grid_searches_that_would_run_for_hours_are_refused():
 def test_factorisations_by_height_count_what_is_listed():
     """The quadtree count (by inclusion-exclusion) equals a brute-force listing of the
     ordered factorisations into factors >= 2, grouped by length, for every n <= 400."""
-    from dptree_opt.optimize.grid import _factorisations_by_height
+    from dptree_opt.optimize.factorisations import factorisations_by_height
 
     def listing(n):
         if n == 1:
@@ -165,7 +165,7 @@ def test_factorisations_by_height_count_what_is_listed():
         by_h = {}
         for f in listing(n):
             by_h[len(f)] = by_h.get(len(f), 0) + 1
-        assert {h: c for h, c in _factorisations_by_height(n).items() if c} == by_h, n
+        assert {h: c for h, c in factorisations_by_height(n).items() if c} == by_h, n
 
 
 def test_level_variances_need_no_tree():
@@ -196,7 +196,7 @@ EPS = (1e-150, 1e-100, 1e-30, 1.0, 1e30, 1e100, 1e150)
 def test_covering_error_follows_theorem_iv_1_at_any_budget(eps):
     """[RTS] Thm IV.1: tree [4, 4, 4] (K = 64), equal budgets eps / 3, covering:
     4 K sum_l (k_l - 1) / eps_l^2 = 4 * 64 * 3 * 3 * 9 / eps^2 = 20736 / eps^2."""
-    mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=eps)
+    mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=eps, neighbours="swap")
     got = dp.expected_error(W.prefix(64), mech, "covering")
     assert got == pytest.approx(20736.0 / eps / eps, rel=1e-12)
 
@@ -211,7 +211,8 @@ def test_covering_per_query_keeps_the_exact_zero_of_the_public_total(eps):
     t = np.arange(1, 65)
     want = np.array([bin(x).count("1") for x in t]) * (288.0 / eps / eps)
     want[-1] = 0.0
-    got = dp.expected_error(W.prefix(64), dp.Mechanism(S.tree(64, 2), epsilon=eps), "covering",
+    got = dp.expected_error(W.prefix(64), dp.Mechanism(S.tree(64, 2), epsilon=eps,
+                                                       neighbours="swap"), "covering",
                             per_query=True)
     assert got[-1] == 0.0 and np.all(got[:-1] > 0)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)

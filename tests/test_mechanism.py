@@ -11,18 +11,19 @@ def test_data_independent_level_is_exact_and_free():
     """tree(4, [1, 4]) under swap: level 1 is one node covering every bin, so it never changes
     (sensitivity 0). It is released exactly; the default split gives the whole budget to
     level 2 (variance 8 / eps^2 as in [RTS] eq. (3)), and the guarantee is the full eps."""
-    mech = dp.Mechanism(S.tree(4, [1, 4]), epsilon=2.0)
+    mech = dp.Mechanism(S.tree(4, [1, 4]), epsilon=2.0, neighbours="swap")
     assert mech.level_budgets == {1: 0.0, 2: 2.0}
     assert mech.level_variances[1] == 0.0 and mech.level_variances[2] == pytest.approx(2.0)
     assert mech.exact_rows.tolist() == [True, True, False, False, False, False]
     assert mech.epsilon == pytest.approx(2.0)
     # budget given to the free level is unused, and the reported guarantee says so
-    wasteful = dp.Mechanism(S.tree(4, [1, 4]), epsilon=2.0, level_budgets=[1.0, 1.0])
+    wasteful = dp.Mechanism(S.tree(4, [1, 4]), epsilon=2.0, level_budgets=[1.0, 1.0],
+                            neighbours="swap")
     assert wasteful.epsilon == pytest.approx(1.0)
 
 
 def test_one_bin_under_swap_spends_nothing():
-    mech = dp.Mechanism(S.histogram(1), epsilon=1.0)
+    mech = dp.Mechanism(S.histogram(1), epsilon=1.0, neighbours="swap")
     assert mech.epsilon == 0.0 and np.all(mech.variances == 0)
     assert dp.blue(mech, np.array([3.0, 3.0])).tolist() == [3.0]
 
@@ -62,3 +63,14 @@ def test_discrete_variance_never_divides_by_zero():
     assert discrete_variance(1e300, "laplace") == np.inf  # beyond double precision
     mech = dp.Mechanism(S.tree(8, [2, 2, 2]), epsilon=1e-300, discrete=True)
     assert all(np.isinf(v) for lvl, v in mech.level_variances.items() if lvl)
+
+
+def test_default_neighbours_are_add_remove_with_a_private_total():
+    """The default protects N: add/remove neighbours, no public total, so the root of a tree is
+    a noisy level with its own share (4 levels of eps / 4, sensitivity 1: Lap(4), variance
+    32) and no exact total row is appended."""
+    mech = dp.Mechanism(S.tree(8, 2), epsilon=1.0)
+    assert mech.neighbours == "add_remove" and mech.public_total is False
+    assert mech.level_budgets == pytest.approx({0: 0.25, 1: 0.25, 2: 0.25, 3: 0.25})
+    assert mech.level_variances[0] == pytest.approx(32.0)
+    assert mech.released.n_rows == 15 and not mech.exact_rows.any()

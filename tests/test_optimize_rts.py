@@ -105,7 +105,8 @@ def test_o1_matches_theorem_iv2a(ks, eps):
 def test_o1_error_is_the_slow_generic_error():
     ks, eps = (3, 4, 2), 1.0
     d = rts.budgets(ks, eps)
-    mech = dp.Mechanism(S.tree(24, list(ks)), epsilon=eps, level_budgets=list(d.budgets))
+    mech = dp.Mechanism(S.tree(24, list(ks)), epsilon=eps, neighbours="swap",
+                        level_budgets=list(d.budgets))
     assert d.error == pytest.approx(dp.expected_error(W.prefix(24), mech, "covering"), rel=1e-12)
 
 
@@ -200,7 +201,7 @@ def test_degenerate_optimum_without_the_restriction():
         assert bal.normalised_error == pytest.approx(8.0, rel=1e-12)
         # through the Mechanism and the slow generic error
         for d in (deg, bal):
-            mech = dp.Mechanism(S.tree(4, list(d.branching)), epsilon=eps,
+            mech = dp.Mechanism(S.tree(4, list(d.branching)), epsilon=eps, neighbours="swap",
                                 level_budgets=list(d.budgets))
             assert dp.expected_error(W.prefix(4), mech, "covering") == pytest.approx(d.error)
     # the budget-optimised relaxed objective along k_1 k_2 = 4: maximal at the symmetric point

@@ -17,13 +17,8 @@ from dptree_opt import strategies as S
 from dptree_opt import workloads as W
 from dptree_opt.engines.honaker import refined_error
 from dptree_opt.optimize.levels import noisy_levels
-from dptree_opt.optimize.search import (
-    blue_level_sums,
-    covering_level_sums,
-    level_uniform,
-    refined_prefix_error,
-    design_error,
-)
+from dptree_opt.engines.tree_sums import blue_level_sums, covering_level_sums, refined_prefix_error
+from dptree_opt.optimize.search import design_error, level_uniform
 from builders import tree_mechanism
 
 SETTINGS = [("laplace", "swap", None), ("gaussian", "swap", None),
@@ -152,7 +147,8 @@ def assert_same_ranking(found, brute, rel=1e-9):
 @pytest.mark.parametrize("K", [2, 5, 12, 30, 37, 64])
 def test_search_equals_brute_force_with_padding(estimator, K):
     brute = brute_force(K, estimator)
-    found = table(level_uniform(K, 1.0, estimator=estimator, top=15))
+    found = table(level_uniform(K, 1.0, estimator=estimator, top=15, neighbours="swap",
+                                budgets="equal"))
     assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)  # the best over every K'
     assert_same_ranking(found, minimal_padding(brute, K))
 
@@ -165,7 +161,7 @@ def test_search_equals_brute_force_other_settings(noise, neighbours, public_tota
                             public_total=public_total)
         kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 1.0}
         found = table(level_uniform(K, estimator=estimator, noise=noise, neighbours=neighbours,
-                                    public_total=public_total, top=8, **kw))
+                                    public_total=public_total, budgets="equal", top=8, **kw))
         assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
         assert_same_ranking(found, minimal_padding(brute, K))
 
@@ -174,7 +170,8 @@ def test_search_equals_brute_force_other_settings(noise, neighbours, public_tota
 def test_search_equals_brute_force_without_padding(estimator):
     for K in (36, 48, 64, 97, 360):
         brute = brute_force(K, estimator, allow_padding=False)
-        found = table(level_uniform(K, 1.0, estimator=estimator, top=12, allow_padding=False))
+        found = table(level_uniform(K, 1.0, estimator=estimator, top=12, allow_padding=False,
+                                    neighbours="swap", budgets="equal"))
         assert_same_ranking(found, brute)
         assert all(math.prod(ks) == K for _, ks in found)
 
@@ -224,7 +221,8 @@ def test_covering_optimal_budgets_equal_brute_force():
     from scipy.optimize import minimize
 
     K = 13
-    found = level_uniform(K, 1.0, budgets="optimal", top=5)
+    found = level_uniform(K, 1.0, budgets="optimal", top=5, estimator="covering",
+                          neighbours="swap")
     best = math.inf
     for Kp in range(K, 2 * K + 1):
         for ks in ordered_factorisations(Kp):
@@ -232,7 +230,7 @@ def test_covering_optimal_budgets_equal_brute_force():
 
             def f(x, ks=ks, h=h):
                 b = np.abs(x) / np.abs(x).sum()
-                return design_error(K, ks, b, estimator="covering")
+                return design_error(K, ks, b, estimator="covering", neighbours="swap")
 
             res = minimize(f, np.full(h, 1.0 / h), method="Nelder-Mead",
                            options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 4000})
@@ -240,7 +238,7 @@ def test_covering_optimal_budgets_equal_brute_force():
     assert found.error == pytest.approx(best, rel=1e-6)
     # and its budgets give its error through the Mechanism
     mech = dp.Mechanism(S.tree(math.prod(found.branching), list(found.branching)),
-                        epsilon=1.0, level_budgets=list(found.budgets))
+                        epsilon=1.0, level_budgets=list(found.budgets), neighbours="swap")
     oracle = dp.expected_error(W.prefix(found.padded_bins), mech, "covering",
                                per_query=True)[:K].sum()
     assert found.error == pytest.approx(oracle, rel=1e-9)
@@ -250,9 +248,9 @@ def test_covering_optimal_budgets_equal_brute_force():
 def test_result_error_is_the_mechanism_error(estimator):
     """The reported error of the best tree, recomputed through a Mechanism (slow path)."""
     for K in (50, 100, 257):
-        d = level_uniform(K, 0.7, estimator=estimator)
+        d = level_uniform(K, 0.7, estimator=estimator, neighbours="swap", budgets="equal")
         mech = dp.Mechanism(S.tree(d.padded_bins, list(d.branching)), epsilon=0.7,
-                            level_budgets=list(d.budgets))
+                            level_budgets=list(d.budgets), neighbours="swap")
         oracle = dp.expected_error(W.prefix(d.padded_bins), mech, estimator,
                                    per_query=True)[:K].sum()
         assert d.error == pytest.approx(oracle, rel=1e-9)
@@ -262,8 +260,9 @@ def test_result_error_is_the_mechanism_error(estimator):
 @pytest.mark.parametrize("estimator", ["covering", "blue", "refined"])
 def test_padding_never_hurts_and_the_result_tops_the_table(estimator):
     for K in (97, 250, 1000, 1031):
-        pad = level_uniform(K, 1.0, estimator=estimator)
-        exact = level_uniform(K, 1.0, estimator=estimator, allow_padding=False)
+        pad = level_uniform(K, 1.0, estimator=estimator, neighbours="swap", budgets="equal")
+        exact = level_uniform(K, 1.0, estimator=estimator, allow_padding=False,
+                              neighbours="swap", budgets="equal")
         assert pad.error <= exact.error * (1 + 1e-12)
         errs = [pad.error] + [a.error for a in pad.alternatives]
         assert errs == sorted(errs)
@@ -274,12 +273,12 @@ def test_padding_never_hurts_and_the_result_tops_the_table(estimator):
 
 def test_refined_and_blue_optimal_budgets_never_worse_than_equal():
     for est in ("refined", "blue"):
-        eq = level_uniform(200, 1.0, estimator=est)
-        opt = level_uniform(200, 1.0, estimator=est, budgets="optimal", pool=8)
+        eq = level_uniform(200, 1.0, estimator=est, neighbours="swap", budgets="equal")
+        opt = level_uniform(200, 1.0, estimator=est, budgets="optimal", pool=8, neighbours="swap")
         assert opt.error <= eq.error * (1 + 1e-12)
         assert sum(opt.budgets) == pytest.approx(1.0, rel=1e-9)
         mech = dp.Mechanism(S.tree(opt.padded_bins, list(opt.branching)), epsilon=1.0,
-                            level_budgets=list(opt.budgets))
+                            level_budgets=list(opt.budgets), neighbours="swap")
         oracle = dp.expected_error(W.prefix(opt.padded_bins), mech, est,
                                    per_query=True)[:200].sum()
         assert opt.error == pytest.approx(oracle, rel=1e-6)
@@ -310,7 +309,8 @@ def test_theorem_v1_balanced_exponents(p, m, h):
     optimal = {tuple(sorted(a)) for a in compositions(m, h)
                if equal_budget_cost(a, p) == brute}
     assert optimal == {tuple(balanced)}
-    d = level_uniform(K, 1.0, height=h, allow_padding=False, top=0)
+    d = level_uniform(K, 1.0, height=h, allow_padding=False, top=0, estimator="covering",
+                      neighbours="swap", budgets="equal")
     exps = sorted(round(math.log(k, p)) for k in d.branching)
     assert exps == balanced
     assert d.normalised_error == pytest.approx(brute, rel=1e-12)  # c = 4K/eps^2
@@ -320,7 +320,8 @@ def test_theorem_v1_balanced_exponents(p, m, h):
                                      (12, 3), (15, 3), (16, 4), (16, 2)])
 def test_theorem_v2_small_base_means_height_at_most_h(base, h):
     K = base**h
-    d = level_uniform(K, 1.0, allow_padding=False, top=0)
+    d = level_uniform(K, 1.0, allow_padding=False, top=0, estimator="covering",
+                      neighbours="swap", budgets="equal")
     assert d.height <= h, d.branching
 
 
@@ -328,24 +329,28 @@ def test_theorem_v2_small_base_means_height_at_most_h(base, h):
                                      (32, 3), (50, 2), (100, 3)])
 def test_theorem_v2_large_base_means_height_at_least_h(base, h):
     K = base**h
-    d = level_uniform(K, 1.0, allow_padding=False, top=0)
+    d = level_uniform(K, 1.0, allow_padding=False, top=0, estimator="covering",
+                      neighbours="swap", budgets="equal")
     assert d.height >= h, d.branching
 
 
 @pytest.mark.parametrize("p, m", [(17, 1), (17, 2), (17, 3), (17, 4), (19, 3), (23, 3),
                                   (29, 2), (31, 3), (37, 2)])
 def test_corollary_v1_prime_powers(p, m):
-    d = level_uniform(p**m, 1.0, allow_padding=False, top=0)
+    d = level_uniform(p**m, 1.0, allow_padding=False, top=0, estimator="covering",
+                      neighbours="swap", budgets="equal")
     assert d.branching == (p,) * m
 
 
 @pytest.mark.parametrize("m", [7, 11, 13])
 def test_lemma_v2_unequal_factors_beat_every_equal_tree(m):
     K = 2**m
-    best = level_uniform(K, 1.0, allow_padding=False, top=50)
+    best = level_uniform(K, 1.0, allow_padding=False, top=50, estimator="covering",
+                         neighbours="swap", budgets="equal")
     equal_trees = [ks for ks in ordered_factorisations(K) if len(set(ks)) == 1]
     assert sorted(equal_trees) == [(2,) * m, (K,)]  # m prime: only these
-    best_equal = min(design_error(K, ks) for ks in equal_trees)
+    best_equal = min(design_error(K, ks, estimator="covering",
+                                  neighbours="swap") for ks in equal_trees)
     assert len(set(best.branching)) > 1
     assert best.error < best_equal
     # [RTS] Sec. V unit c = 4K/eps^2: h^2 sum (k_l - 1)
@@ -372,7 +377,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="top"):
         level_uniform(10, 1.0, top=-1)
     with pytest.raises(ValueError, match="public_total"):
-        level_uniform(10, 1.0, public_total=False)
+        level_uniform(10, 1.0, neighbours="swap", public_total=False)
     with pytest.raises(ValueError, match="neighbours"):
         level_uniform(10, 1.0, neighbours="both")
     with pytest.raises(ValueError, match="allow_padding"):
@@ -459,7 +464,7 @@ def test_all_range_search_equals_brute_force(K, noise, neighbours):
     brute = brute_force_all_range(K, noise=noise, neighbours=neighbours)
     kw = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
     found = table(level_uniform(K, **kw, noise=noise, neighbours=neighbours,
-                                estimator="blue", workload="all_range", top=6))
+                                estimator="blue", budgets="equal", workload="all_range", top=6))
     assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
     assert_same_ranking(found, minimal_padding(brute, K))
 
@@ -569,14 +574,14 @@ def test_optimal_budgets_search_reaches_the_issue_anchor_and_beats_math_md():
 
 
 def test_smooth_finest_trees():
-    from dptree_opt.optimize.search import _smooth_finest_trees
-    trees = _smooth_finest_trees(5000, 2.0)
+    from dptree_opt.optimize.factorisations import smooth_finest_trees
+    trees = smooth_finest_trees(5000, 2.0)
     sizes = {math.prod(ks) for ks in trees}
     want = {2**a * 3**b for a in range(14) for b in range(9) if 5000 <= 2**a * 3**b <= 10000}
     assert sizes == want
     assert all(set(ks) <= {2, 3} for ks in trees)
-    assert _smooth_finest_trees(7, 1.0) == [] and set(_smooth_finest_trees(6, 1.0)) == {(2, 3),
-                                                                                       (3, 2)}
+    assert smooth_finest_trees(7, 1.0) == [] and set(smooth_finest_trees(6, 1.0)) == {(2, 3),
+                                                                                     (3, 2)}
 
 
 @pytest.mark.parametrize("noise,kw", [("gaussian", {"rho": 0.1}), ("laplace", {"epsilon": 1.0})])
@@ -601,19 +606,19 @@ def test_optimal_budget_certificate_is_a_valid_lower_bound(noise, kw):
 @given(K=st.integers(2, 30000), workload=st.sampled_from(["prefix", "all_range"]),
        neighbours=st.sampled_from(["swap", "add_remove"]))
 def test_vectorised_completions_equal_the_recursive_ones(K, workload, neighbours):
-    """The BLUE search's batched Pareto completions (_Engine._par_batch, one numpy pass per
-    level) against its slow twin, the memoised recursion _Engine.par alone: the same ranked
-    table (trees and exact errors)."""
-    from dptree_opt.optimize import search
+    """The BLUE search's batched Pareto completions (BranchAndBound._par_batch, one numpy pass
+    per level) against its slow twin, the memoised recursion BranchAndBound.par alone: the
+    same ranked table (trees and exact errors)."""
+    from dptree_opt.optimize.tree_search import BranchAndBound
     fast = level_uniform(K, 1.0, estimator="blue", neighbours=neighbours, workload=workload,
-                         top=5)
-    batch = search._Engine._par_batch
-    search._Engine._par_batch = lambda self, tops, m: None
+                         top=5, budgets="equal")
+    batch = BranchAndBound._par_batch
+    BranchAndBound._par_batch = lambda self, tops, m: None
     try:
         slow = level_uniform(K, 1.0, estimator="blue", neighbours=neighbours,
-                             workload=workload, top=5)
+                             workload=workload, top=5, budgets="equal")
     finally:
-        search._Engine._par_batch = batch
+        BranchAndBound._par_batch = batch
     assert [(d.branching, d.error) for d in (fast,) + fast.alternatives] == \
         [(d.branching, d.error) for d in (slow,) + slow.alternatives]
 
@@ -641,3 +646,23 @@ def test_gaussian_optimal_budget_search_is_the_global_optimum(K, workload, neigh
                       workload=workload)
     assert d.error == pytest.approx(best, rel=1e-9)
     assert "global optimum over all trees" in d.method
+
+
+def test_defaults_are_blue_add_remove_and_optimal_budgets():
+    """level_uniform's defaults: the BLUE, add/remove with N private, optimal budgets; the
+    reported error is the generic engine's on the design's own mechanism, and design_error
+    (same defaults) scores the design the same way."""
+    K = 100
+    d = level_uniform(K, 1.0, top=0)
+    assert (d.estimator, d.neighbours, d.public_total) == ("blue", "add_remove", False)
+    assert "budgets optimised" in d.method
+    mech = dp.Mechanism(S.tree(d.padded_bins, list(d.branching)), epsilon=1.0,
+                        neighbours="add_remove", level_budgets=list(d.budgets))
+    oracle = dp.expected_error(W.prefix(d.padded_bins), mech, "blue", per_query=True)[:K].sum()
+    assert d.error == pytest.approx(oracle, rel=1e-9)
+    assert design_error(K, d.branching, d.budgets) == pytest.approx(d.error, rel=1e-9)
+    equal = level_uniform(K, 1.0, budgets="equal", top=0)
+    assert d.error <= equal.error * (1 + 1e-12)
+    # identity workloads are searched with equal budgets only: that is their default
+    ident = level_uniform(16, 1.0, workload="identity", top=0)
+    assert len(set(ident.budgets)) == 1 and sum(ident.budgets) == pytest.approx(1.0)

@@ -14,6 +14,7 @@ from dptree_opt import strategies as S
 
 
 def tree_mech(**kw):
+    kw.setdefault("neighbours", "swap")   # N public unless a test says otherwise
     return dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=kw.pop("epsilon", 1.0), **kw)
 
 
@@ -99,10 +100,11 @@ def test_no_consistency_and_weighted():
 
 
 def test_non_tree_mechanism_gets_its_public_total_row():
-    mech = dp.Mechanism(S.histogram(64), epsilon=1.0)  # swap: an exact total row is appended
+    mech = dp.Mechanism(S.histogram(64), epsilon=1.0,
+                        neighbours="swap")  # swap: an exact total row is appended
     res = dp.private_cdf(HIST, mech, np.random.default_rng(5))
     assert res.total == N and res.consistent[-1] == N
-    mech_g = dp.Mechanism(S.prefix_sums(64), rho=0.5, noise="gaussian")
+    mech_g = dp.Mechanism(S.prefix_sums(64), rho=0.5, noise="gaussian", neighbours="swap")
     res_g = dp.private_cdf(HIST, mech_g, np.random.default_rng(6), consistency="l1")
     assert res_g.total == N and res_g.consistent[-1] == N
 

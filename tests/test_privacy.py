@@ -320,7 +320,7 @@ TREES = [(2, 2, 2), (4, 8, 2), (3, 5, 2), (16,), (2, 3, 4, 2)]
 def test_laplace_tree_swap_calibration(ks, eps):
     n = math.prod(ks)
     h = len(ks)
-    mech = Mechanism(strategies.tree(n, ks), epsilon=eps)  # swap, Laplace by default
+    mech = Mechanism(strategies.tree(n, ks), epsilon=eps, neighbours="swap")  # Laplace by default
     eps_l = eps / h  # equal split over the h noisy levels; the root is exact
     assert set(mech.level_budgets) == set(range(1, h + 1))
     levels = np.asarray(mech.released.levels)
@@ -395,7 +395,7 @@ def test_gaussian_tree_calibration(ks, neighbours):
 def test_binary_tree_su_scale(d):
     """[SU] (MATH.md section 1): eps_l = eps / log2 D, per-node scale 2 log2 D / eps (swap)."""
     eps = 1.5
-    mech = Mechanism(strategies.binary_tree(d), epsilon=eps)
+    mech = Mechanism(strategies.binary_tree(d), epsilon=eps, neighbours="swap")
     log = math.log2(d)
     for lvl in range(1, int(log) + 1):
         assert mech.level_budgets[lvl] == pytest.approx(eps / log, rel=REL)
@@ -405,11 +405,11 @@ def test_binary_tree_su_scale(d):
 def test_histogram_and_prefix_calibration_match_rts():
     """[RTS] Sec. III (MATH.md section 1): histogram Lap(2/eps); range mechanism Lap((K-1)/eps)."""
     k, eps = 10, 0.8
-    hist = Mechanism(strategies.histogram(k), epsilon=eps)
+    hist = Mechanism(strategies.histogram(k), epsilon=eps, neighbours="swap")
     np.testing.assert_allclose(hist.scales[:k], 2 / eps, rtol=REL)
     np.testing.assert_allclose(hist.variances[:k], 8 / eps**2, rtol=REL)
     assert hist.epsilon == pytest.approx(eps, rel=REL)
-    pre = Mechanism(strategies.prefix_sums(k), epsilon=eps)
+    pre = Mechanism(strategies.prefix_sums(k), epsilon=eps, neighbours="swap")
     np.testing.assert_allclose(pre.scales[:-1], (k - 1) / eps, rtol=REL)
     np.testing.assert_allclose(pre.variances[:-1], 2 * (k - 1) ** 2 / eps**2, rtol=REL)
     assert pre.epsilon == pytest.approx(eps, rel=REL)
@@ -577,7 +577,8 @@ def test_generic_random_levels_guarantee_never_above_request(shape, data, noise,
 # 5. Zero budgets, exact rows, appended total rows
 # =============================================================================================
 def test_zero_level_budget_unmeasured_and_nan():
-    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.0, 0.5])
+    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0, level_budgets=[0.5, 0.0, 0.5],
+                     neighbours="swap")
     levels = np.asarray(mech.released.levels)
     assert np.all(np.isinf(mech.variances[levels == 2]))
     assert np.all(np.isinf(mech.scales[levels == 2]))
@@ -613,7 +614,7 @@ def test_exact_rows_get_true_value(ks):
     n = math.prod(ks)
     rng = np.random.default_rng(11)
     h = rng.integers(0, 50, n)
-    for mech in (Mechanism(strategies.tree(n, ks), epsilon=1.0),
+    for mech in (Mechanism(strategies.tree(n, ks), epsilon=1.0, neighbours="swap"),
                  Mechanism(strategies.tree(n, ks), epsilon=1.0, neighbours="add_remove",
                            public_total=True)):
         y = mech.measure(h, rng)
@@ -625,7 +626,7 @@ def test_exact_rows_get_true_value(ks):
 def test_histogram_swap_appends_exact_total_row():
     k = 6
     strat = strategies.histogram(k)
-    mech = Mechanism(strat, epsilon=1.0)
+    mech = Mechanism(strat, epsilon=1.0, neighbours="swap")
     assert strat.n_rows == k
     rel = mech.released
     assert rel.n_rows == k + 1
@@ -649,7 +650,7 @@ def test_histogram_swap_appends_exact_total_row():
 
 def test_prefix_sums_swap_last_row_exact():
     k = 8
-    mech = Mechanism(strategies.prefix_sums(k), epsilon=2.0)
+    mech = Mechanism(strategies.prefix_sums(k), epsilon=2.0, neighbours="swap")
     assert mech.released.n_rows == k  # the total is already the last row
     assert mech.exact_rows.tolist() == [False] * (k - 1) + [True]
     assert mech.variances[-1] == 0.0
@@ -661,7 +662,7 @@ def test_prefix_sums_swap_last_row_exact():
 
 def test_generic_strategy_swap_appends_total_row():
     a = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
-    mech = Mechanism(Strategy(a), epsilon=1.0)
+    mech = Mechanism(Strategy(a), epsilon=1.0, neighbours="swap")
     np.testing.assert_array_equal(mech.released.matrix.toarray(), with_total(a))
     assert mech.exact_rows.tolist() == [False, False, True]
     y = mech.measure([4, 5, 6], 0)
@@ -683,7 +684,7 @@ def test_sample_noise_variances_match(noise):
     is within 5 sigma / sqrt(n) of 0."""
     strat = strategies.tree(16, [2, 4, 2])
     if noise == "laplace":
-        mech = Mechanism(strat, epsilon=1.0, level_budgets=[0.2, 0.3, 0.5])
+        mech = Mechanism(strat, epsilon=1.0, level_budgets=[0.2, 0.3, 0.5], neighbours="swap")
         kurt = 6.0
     else:
         mech = Mechanism(strat, rho=0.5, noise="gaussian", neighbours="add_remove",
@@ -710,7 +711,8 @@ def test_sample_noise_variances_match(noise):
 
 
 def test_sample_noise_unmeasured_rows_nan_and_shapes():
-    mech = Mechanism(strategies.tree(4, 2), epsilon=1.0, level_budgets=[1.0, 0.0])
+    mech = Mechanism(strategies.tree(4, 2), epsilon=1.0, level_budgets=[1.0, 0.0],
+                     neighbours="swap")
     z = mech.sample_noise(0, size=(3, 5))
     assert z.shape == (3, 5, 7)
     assert np.all(np.isnan(z[..., 3:]))
@@ -724,7 +726,7 @@ def test_sample_noise_unmeasured_rows_nan_and_shapes():
 # 7. Immutability
 # =============================================================================================
 def test_mechanism_is_immutable():
-    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0)
+    mech = Mechanism(strategies.tree(8, 2), epsilon=1.0, neighbours="swap")
     with pytest.raises(AttributeError):
         mech.epsilon = 5.0
     with pytest.raises(AttributeError):

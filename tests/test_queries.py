@@ -131,12 +131,14 @@ def test_range_bad_input():
 
 # ----------------------------------------------------------------------------- standard errors
 MECHANISMS = [
-    ("tree (2,3,2) swap", lambda: dp.Mechanism(S.tree(12, [2, 3, 2]), epsilon=1.0)),
+    ("tree (2,3,2) swap", lambda: dp.Mechanism(S.tree(12, [2, 3, 2]), epsilon=1.0,
+                                               neighbours="swap")),
     ("tree (4,1,3) add_remove", lambda: dp.Mechanism(S.tree(12, [4, 1, 3]), epsilon=0.5,
                                                      neighbours="add_remove")),
     ("tree (3,4) gaussian budgets", lambda: dp.Mechanism(
-        S.tree(12, [3, 4]), rho=1.0, noise="gaussian", level_budgets=[0.2, 0.8])),
-    ("histogram swap", lambda: dp.Mechanism(S.histogram(12), epsilon=1.0)),
+        S.tree(12, [3, 4]), rho=1.0, noise="gaussian", neighbours="swap",
+        level_budgets=[0.2, 0.8])),
+    ("histogram swap", lambda: dp.Mechanism(S.histogram(12), epsilon=1.0, neighbours="swap")),
     ("prefix sums add_remove", lambda: dp.Mechanism(S.prefix_sums(12), epsilon=1.0,
                                                     neighbours="add_remove")),
 ]
@@ -160,7 +162,7 @@ def test_standard_errors_match_dense_covariance(name, make):
 
 COVERING = MECHANISMS[:4] + [
     ("tree (2,3,4), level 2 unmeasured", lambda: dp.Mechanism(
-        S.tree(24, [2, 3, 4]), epsilon=1.0, level_budgets=[0.5, 0.0, 0.5])),
+        S.tree(24, [2, 3, 4]), epsilon=1.0, neighbours="swap", level_budgets=[0.5, 0.0, 0.5])),
 ]
 
 
@@ -254,7 +256,7 @@ def test_gaussian_bands_cover_at_nominal_rate():
     """Gaussian noise: the estimate is exactly normal, so pointwise coverage is 0.95 at every
     t and the Sidak / Bonferroni bands cover all t at least 0.95 of the time. Bound: 4 binomial
     SE at 2000 draws (0.0195)."""
-    mech = dp.Mechanism(S.tree(64, [4, 4, 4]), rho=1.0, noise="gaussian")
+    mech = dp.Mechanism(S.tree(64, [4, 4, 4]), rho=1.0, noise="gaussian", neighbours="swap")
     h = np.random.default_rng(0).poisson(5, 64)
     raw, truth = _simulate(mech, h, DRAWS, 1)
     se = queries.cdf_standard_errors(mech)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dptree_opt import optimize
 from dptree_opt.cli import main
 from dptree_opt.data_release import grid, release, release_file
+from dptree_opt.optimize import factorisations
 from dptree_opt.optimize import grid as ogrid
 
 
@@ -146,12 +147,12 @@ def test_divisors_and_tree_counts_match_brute_force():
         return 1 if n == 1 else sum(naive(n // k) for k in range(2, n + 1) if n % k == 0)
 
     for w in range(1, 300):
-        assert ogrid._divisors(w) == [k for k in range(1, w + 1) if w % k == 0]
-        assert ogrid._n_factorisations(w) == naive(w)
+        assert factorisations.divisors(w) == [k for k in range(1, w + 1) if w % k == 0]
+        assert factorisations.count_factorisations(w) == naive(w)
     for n in (2, 3, 17, 64, 100):
-        assert ogrid._padded_chain_count(n, 10**9) == sum(naive(w) for w in range(1, n))
-    assert ogrid._n_factorisations(2**23) == 2**22
-    assert ogrid._divisors(2**40) == [2**i for i in range(41)]
+        assert factorisations.padded_chain_count(n, 10**9) == sum(naive(w) for w in range(1, n))
+    assert factorisations.count_factorisations(2**23) == 2**22
+    assert factorisations.divisors(2**40) == [2**i for i in range(41)]
 
 
 def test_a_huge_axis_is_refused_without_listing_its_trees(monkeypatch):
@@ -159,7 +160,7 @@ def test_a_huge_axis_is_refused_without_listing_its_trees(monkeypatch):
     factorisation of every width below the axis (7.5 GB) before refusing: now they are
     counted (H(2^23) = 2^22 unpadded), and nothing is listed."""
     listed = []
-    monkeypatch.setattr(ogrid, "_factorisations", lambda w: listed.append(w) or ((w,),))
+    monkeypatch.setattr(ogrid, "factorisations", lambda w: listed.append(w) or ((w,),))
     with pytest.raises(ValueError, match="an axis of 8388608 bins has more than 600000 "
                                          "padded trees"):
         ogrid._axis_groups(2**23, "all_range", True, None)
@@ -184,7 +185,7 @@ def test_the_design_limit_is_within_the_search(monkeypatch, opendp_calls):
     assert h[2**11] == 2**10 and h[12] == 8          # compositions of 11; OEIS A074206
     padded = sum(h[1:n])
     assert padded <= ogrid.MAX_AXIS_CHAINS
-    assert ogrid._padded_chain_count(n, ogrid.MAX_AXIS_CHAINS) == padded
+    assert factorisations.padded_chain_count(n, ogrid.MAX_AXIS_CHAINS) == padded
     searched = []
     monkeypatch.setattr(optimize, "best_grid_hierarchy",
                         lambda *a, **k: searched.append(a) or None)

@@ -78,7 +78,8 @@ def test_secure_measure_refuses_continuous_mechanism_and_takes_no_rng():
 
 def test_exact_and_unmeasured_rows():
     # swap: the root (N) is exact; a level with budget 0 is not measured (NaN)
-    mech = dp.Mechanism(S.tree(4, [2, 2]), epsilon=1.0, level_budgets=[0.0, 1.0], discrete=True)
+    mech = dp.Mechanism(S.tree(4, [2, 2]), epsilon=1.0, level_budgets=[0.0, 1.0], discrete=True,
+                        neighbours="swap")
     y = sn.secure_measure(mech, [1, 2, 3, 4])
     assert y[0] == 10 and np.all(np.isnan(y[1:3])) and np.all(y[3:] == np.round(y[3:]))
 

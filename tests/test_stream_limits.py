@@ -150,13 +150,15 @@ def test_float_gaussian_limits(opendp_calls, mechanism, options):
 def test_level_budgets_are_checked_per_level(opendp_calls):
     """A tiny share on one level is refused by name even when the total is fine; a level with
     budget 0 is unmeasured, not refused."""
-    with pytest.raises(ValueError, match="level 1 has scale .*its budget 1e-20"):
-        Counter(8, epsilon=1.0, level_budgets=[0.5, 1e-20, 0.25, 0.25 - 1e-20])
-    with pytest.raises(ValueError, match="level 1 has scale .*its budget 1e-30"):
+    with pytest.raises(ValueError, match=r"level_budgets\[2\] \(nodes of width 2\) has scale "
+                                         ".*its budget 1e-20"):   # root first
+        Counter(8, epsilon=1.0, level_budgets=[0.25 - 1e-20, 0.25, 1e-20, 0.5])
+    with pytest.raises(ValueError, match=r"level_budgets\[1\] \(nodes of width 1\) has scale "
+                                         ".*its budget 1e-30"):   # root first: the leaves
         Counter(4, rho=0.5, mechanism="negative_digits", branching=3,
                 level_budgets=[0.5 - 1e-30, 1e-30])   # 2 levels: (3^2 - 1) / 2 = 4 >= T
     assert opendp_calls.events == []
-    c = Counter(8, epsilon=1.0, level_budgets=[0.5, 0.5, 0, 0])
+    c = Counter(8, epsilon=1.0, level_budgets=[0, 0, 0.5, 0.5])
     assert np.isfinite(c.update(1)) and opendp_calls.count("built") == 2
 
 

@@ -228,7 +228,7 @@ def test_an_unmeasured_level_gives_nan_exactly_where_it_is_used(rng):
     variance inf, the others stay finite (and step_variances agrees)."""
     rng = None if rng is None else np.random.default_rng(rng)
     e = NegativeDigitsEngine(30, noise="laplace", budget=1.0, rng=rng, branching=3,
-                             level_budgets=[0.5, 0.5, 0.0, 0.0])
+                             level_budgets=[0.0, 0.0, 0.5, 0.5])   # root first
     out = np.array([e.push(1) for _ in range(30)])
     sv = e.step_variances(30)
     uses_top = level_node_counts(np.arange(1, 31), 3, 4, 30)[2:].sum(axis=0) > 0

@@ -51,9 +51,9 @@ def _dense_causal_gls(rows, y, t):
 @pytest.mark.parametrize("T, kw", [
     (23, dict(epsilon=1.0)),
     (30, dict(rho=0.5, mechanism="kary", branching=3)),
-    (40, dict(epsilon=2.0, mechanism="kary", branching=4, level_budgets=[0.2, 1.0, 0.8])),
-    (17, dict(epsilon=1.0, level_budgets=[0.0, 0.4, 0.3, 0.2, 0.1])),     # no leaves
-    (16, dict(rho=1.0, level_budgets=[0.5, 0.0, 0.2, 0.2, 0.1])),         # a level skipped
+    (40, dict(epsilon=2.0, mechanism="kary", branching=4, level_budgets=[0.8, 1.0, 0.2])),
+    (17, dict(epsilon=1.0, level_budgets=[0.1, 0.2, 0.3, 0.4, 0.0])),     # no leaves (root first)
+    (16, dict(rho=1.0, level_budgets=[0.1, 0.2, 0.2, 0.0, 0.5])),         # a level skipped
 ])
 def test_causal_blue_equals_dense_gls_on_the_complete_rows(monkeypatch, T, kw):
     log = _record_draws(monkeypatch)
@@ -205,7 +205,7 @@ from dptree_opt import Mechanism, blue, expected_error, strategies, workloads  #
 @pytest.mark.parametrize("T, kw", [(16, dict(epsilon=1.0)),
                                    (27, dict(rho=0.5, branching=3)),
                                    (20, dict(epsilon=2.0, branching=[3, 8])),      # padded
-                                   (16, dict(epsilon=1.0, level_budgets=[.4, .3, .2, .1, 0]))])
+                                   (16, dict(epsilon=1.0, level_budgets=[0, .1, .2, .3, .4]))])
 def test_tree_blue_ahead_is_the_blue_of_the_node_release(T, kw):
     """The outputs equal the offline BLUE applied to R x + z for the same noise z (the
     post-processing identity the privacy rests on), their variances are the offline BLUE's,
@@ -276,3 +276,14 @@ def test_tree_blue_ahead_secure_uses_opendp_only(opendp_calls, no_numpy_noise):
     assert "caveat" in acc
     with pytest.raises(ValueError, match="covers"):
         Counter(100, epsilon=1.0, mechanism="tree_blue", branching=[4, 4])
+
+
+def test_level_budgets_run_root_first():
+    """level_budgets are given root first, like every budget list of the package: over T = 8
+    steps the binary tree has nodes of widths 8, 4, 2, 1, and level l's Laplace scale is
+    1 / eps_l (sensitivity 1); the leaves get the last entry."""
+    c = Counter(8, epsilon=1.0, level_budgets=[0.4, 0.3, 0.2, 0.1], rng=np.random.default_rng(0))
+    assert list(c.level_budgets) == [0.4, 0.3, 0.2, 0.1]
+    widths = [level["node_width"] for level in c.account()["levels"]]
+    scales = dict(zip(widths, c.level_scales))
+    assert scales == pytest.approx({8: 1 / 0.4, 4: 1 / 0.3, 2: 1 / 0.2, 1: 1 / 0.1}, rel=1e-12)

@@ -102,7 +102,7 @@ def test_honaker_figure_4_setting():
     N known. Per-depth MSE of t^* matches the exact variance (4 standard errors), the top
     ratio is about 1/4 and the leaf ratio about 0.6 (MATH.md section 2)."""
     # sigma = 3 on each of the 4 noisy levels: swap l2 sensitivity sqrt(2) -> rho_l = 1/9
-    mech = dp.Mechanism(S.binary_tree(16), rho=4 / 9, noise="gaussian")
+    mech = dp.Mechanism(S.binary_tree(16), rho=4 / 9, noise="gaussian", neighbours="swap")
     assert mech.level_variances[1] == pytest.approx(9.0)
     rng = np.random.default_rng(4)
     h = rng.poisson(10, 16)

@@ -76,8 +76,9 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rho", type=float, help="total rho (Gaussian, rho-zCDP)")
     parser.add_argument("--noise", choices=("laplace", "gaussian"), default=None,
                         help="default: gaussian with --rho alone, else laplace")
-    parser.add_argument("--neighbours", choices=("swap", "add_remove"), default="swap",
-                        help="swap: N public and invariant (default); add_remove: N private")
+    parser.add_argument("--neighbours", choices=("swap", "add_remove"), default="add_remove",
+                        help="add_remove: N private (default); swap: N public and invariant, "
+                             "[RTS]'s setting")
     parser.add_argument("--public-total", action="store_true",
                         help="under add_remove, declare N public (N is then not protected)")
 

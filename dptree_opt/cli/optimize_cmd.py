@@ -37,6 +37,7 @@ def _run_grid(args, budget) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be >= 1 for a grid (--bins AxB), got {args.top}")
     family = args.family or "both"
+    args.budgets = args.budgets or "optimal"
     t0 = time.perf_counter()
     res = optimize.best_grid_hierarchy(
         args.bins, args.workload, **budget, noise=args.noise, neighbours=args.neighbours,
@@ -83,7 +84,7 @@ def _run_auto(args, budget) -> int:
     if args.estimator != "blue":
         raise ValueError("--family auto ranks mechanisms by the BLUE's exact error: use it "
                          "with --estimator blue")
-    if args.budgets != "equal" or args.no_padding or args.max_padding != 2.0:
+    if args.budgets is not None or args.no_padding or args.max_padding != 2.0:
         raise ValueError("--family auto chooses budgets and trees itself: --budgets, "
                          "--no-padding and --max-padding do not apply")
     if args.top < 0:
@@ -124,6 +125,8 @@ def run(args) -> int:
         raise ValueError(f"--top must be >= 0, got {args.top}")
     if args.budgets == "node":
         return _run_node(args, budget)
+    # default: optimal budgets wherever they are searched (identity: equal only)
+    args.budgets = args.budgets or ("equal" if args.workload == "identity" else "optimal")
     t0 = time.perf_counter()
     design = optimize.level_uniform(
         args.bins, **budget, estimator=args.estimator, noise=args.noise,
@@ -227,9 +230,11 @@ def register(sub) -> None:
                     "K' >= K) scored by the exact error of the chosen estimator on the CDF "
                     "(or, --workload all_range, on all ranges); prints the recommended tree, "
                     "its budgets and error, and the ranked runners-up.",
-        epilog="examples: dptree-opt optimize --bins 1000 --epsilon 1 --estimator blue; "
-               "dptree-opt optimize --bins 256x256 --epsilon 1 --neighbours add_remove "
-               "--budgets optimal --workload all_range")
+        epilog="examples: dptree-opt optimize --bins 1000 --epsilon 1 (add/remove "
+               "neighbours, BLUE, optimal budgets: the defaults); dptree-opt optimize --bins "
+               "1000 --epsilon 1 --neighbours swap --estimator covering --budgets equal "
+               "([RTS]'s setting); dptree-opt optimize --bins 256x256 --epsilon 1 "
+               "--workload all_range")
     opt.add_argument("--bins", type=bins_arg, required=True,
                      help="number of bins K, or a grid AxB[xC..] (e.g. 256x256): then the best "
                           "Kronecker tree / quadtree (optimize.best_grid_hierarchy)")
@@ -240,8 +245,9 @@ def register(sub) -> None:
                           "all K (K + 1) / 2 ranges or the bins themselves (BLUE only; "
                           "identity: equal budgets, exhaustive, small K)")
     opt.add_argument("--estimator", choices=("covering", "refined", "blue"), default="blue")
-    opt.add_argument("--budgets", choices=("equal", "optimal", "node"), default="equal",
-                     help="per-level budget split: equal, or optimised for the estimator; "
+    opt.add_argument("--budgets", choices=("equal", "optimal", "node"), default=None,
+                     help="per-level budget split: optimal (default; optimised for the "
+                          "estimator; identity workload: equal), or equal ([RTS]'s setting); "
                           "node: a budget per node (not per level) on the best unpadded tree "
                           "or its finest refinement (CDF, BLUE)")
     opt.add_argument("--no-padding", action="store_true",

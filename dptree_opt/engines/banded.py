@@ -16,7 +16,7 @@ substitution, O(n b)).
 Exact errors: the block recursion. Cut the rows into blocks of s >= b - 1 consecutive
 indices; then A is block lower-bidiagonal: diagonal blocks L_k (lower triangular) and
 sub-diagonal blocks M_k (non-zero in their last b - 1 columns only). Forward substitution
-reads x_k = L_k^-1 (y_k - M_k x_(k-1)), so the estimation error e_k = x_k - x_k (true) obeys
+reads x^_k = L_k^-1 (y_k - M_k x^_(k-1)), so the estimation error e_k = x^_k - x_k obeys
 
     e_k = L_k^-1 z_k - F_k e_(k-1),     F_k = L_k^-1 M_k,
 
@@ -27,8 +27,12 @@ with z_k independent of e_(k-1) (it enters no earlier block). Hence, exactly,
 
 (the selected-inversion recursion of Takahashi, Fagan & Chin 1973 for the band of an
 inverse, here in covariance form). F_k only sees the last b - 1 rows of the previous block,
-so each step costs O(s^3) and the diagonal of Cov costs O(n s^2); s = max(b - 1, 32) (fewer,
-larger BLAS steps for narrow bands), i.e. O(n b^2) for b > 33.
+so each step costs O(s^3) and the diagonal of Cov costs O(n s^2) with s about
+max(b - 1, 16) (fewer, larger steps for narrow bands), i.e. O(n b^2). The per-block solves
+are independent (batched); only the (b - 1) x (b - 1) corners recurse, one step per block.
+The diagonal of an inverse of a general banded matrix needs the band of Cov, hence
+O(n b^2), not O(n b) (a Toeplitz strategy has O(n log n):
+:mod:`dptree_opt.engines.toeplitz`).
 
 * identity: Var(x_i) = C_ii.
 * prefix: P A^-1 = (A D)^-1 with D = P^-1 the difference matrix (1 on the diagonal, -1
@@ -44,10 +48,11 @@ larger BLAS steps for narrow bands), i.e. O(n b^2) for b > 33.
   last b rows before the block), O(n^2 s) time, O(n s) memory besides the n(n+1)/2 outputs
   (refused above 10^8 queries, as the output would be).
 
-Cost is refused (so that the registry moves on) above MAX_BANDED_WORK ~ n s^2 products
-(all-range per query: n^2 s / 2); measured on 2 cores: n = 2^20 with b = 8 in about 3 s,
-n = 2^16 with b = 256 in about 4 s (error), the BLUE at n = 2^20, b = 64, 100 trials in
-about 2 s.
+Cost: refused (so that the registry moves on) above MAX_BANDED_WORK ~ n s^2 (all-range per
+query: n^2 s / 2), about a minute. Measured on 2 shared cores (load 2-4), banded square
+root, one error: n = 2^20, b = 8 about 1 s; n = 2^20, b = 64 6-9 s; n = 2^16, b = 256
+9-26 s; the total workload 0.1-1.6 s; per-query all-range at n = 14141 (10^8 ranges),
+b = 8, 3.5 s; the BLUE at n = 2^20, b = 64, 100 trials 8 s.
 
 Accuracy: the recursion adds positive semi-definite terms (no cancellation) for the
 diagonals; the triangular solves are backward stable. Checked against the dense GLS
@@ -65,12 +70,17 @@ from ..strategies.banded import BandedStrategy
 from .base import ANY_WORKLOAD, Capability, Engine
 from .honaker import check_answers
 
-__all__ = ["BandedEngine", "BANDED_WORKLOADS", "MAX_BANDED_WORK", "banded_blue",
-           "banded_error"]
+__all__ = [
+    "BANDED_WORKLOADS",
+    "MAX_BANDED_WORK",
+    "BandedEngine",
+    "banded_blue",
+    "banded_error",
+]
 
 BANDED_WORKLOADS = ("prefix", "identity", "total", "all_range")
 # Error work (about n s^2 products; all-range per query n^2 s / 2): refused above this.
-MAX_BANDED_WORK = 1 << 34
+MAX_BANDED_WORK = 1 << 33
 # Per-query all-range output: at most this many queries (as workloads.all_range.intervals).
 _MAX_ALL_RANGE_QUERIES = 10**8
 # Smallest block of the recursion (narrow bands: fewer, larger steps).

@@ -17,8 +17,8 @@ from .beyond_trees import best_tree, clear_cache, optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .levels import level_variances, noisy_levels
 from .node_budgets import NodeBudgets, optimal_node_budgets, tree_cdf_error
-from .grid import (GridBudgets, GridDesign, GridSearch, best_grid_hierarchy, flat_grid_error,
-                   optimal_grid_budgets)
+from .grid import GridDesign, GridSearch, best_grid_hierarchy, flat_grid_error
+from .grid_budgets import GridBudgets, optimal_grid_budgets
 from .result import TreeDesign, error_unit
 from .rts import (
     branching,
@@ -31,7 +31,8 @@ from .rts import (
     optimal_height,
     psi,
 )
-from .search import design_error, finest_refinement, level_uniform
+from .factorisations import finest_refinement
+from .search import design_error, level_uniform
 from .design import Design
 from .best import best_mechanism
 

@@ -233,7 +233,8 @@ def _laminar_strategy(n: int, lo, hi, name: str) -> IntervalStrategy | None:
 
 
 def _direct_rows(w: Workload, name: str) -> Strategy | str:
-    """The rows of a 1-D workload as a strategy: laminar ranges structured, others dense."""
+    """The distinct rows of a 1-D workload as a strategy (a repeated query measured once):
+    laminar ranges structured, others dense."""
     lo, hi = w.intervals()
     strat = _laminar_strategy(w.n_bins, lo, hi, name)
     if strat is not None:
@@ -246,7 +247,7 @@ def _direct_rows(w: Workload, name: str) -> Strategy | str:
     if w.n_queries * w.n_bins > MAX_DIRECT_ENTRIES or w.n_bins > MAX_DENSE_BINS:
         return (f"its ranges cross (not nested or disjoint) and the dense matrix is too large "
                 f"({w.n_queries} x {w.n_bins}; dense scoring up to {MAX_DENSE_BINS} bins)")
-    return Strategy(w.dense(), name=name)
+    return Strategy(np.unique(w.dense(), axis=0), name=name)   # each distinct range once
 
 
 def _shape(w: Workload):

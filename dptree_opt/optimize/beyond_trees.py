@@ -44,7 +44,7 @@ def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add
     if workload.kind == "prefix" and n >= 2:
         design = level_uniform(n, **budget, estimator="blue", noise=noise,
                                neighbours=neighbours, public_total=public_total,
-                               allow_padding=False)
+                               budgets="equal", allow_padding=False)
         cands.append(tuple(design.branching))
     else:
         for k in range(2, n + 1):

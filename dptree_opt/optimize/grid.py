@@ -1,21 +1,5 @@
-"""Budgets per level (tuple) for grid hierarchies: Kronecker products of trees and quadtrees
-(docs/math.md section 8).
-
-For T_1 x .. x T_d (or a quadtree, its diagonal level tuples) with a budget b_l per noisy
-level tuple l and a Kronecker workload, the BLUE's exact error is the eigen-sum of
-``error.kronecker``:
-
-    E(b) = sum_j Q_j / lambda_j,   lambda_j = sum over l >= j of P_l,
-    P_l = prod_i w_(i, l_i) / v_l(b_l),   Q_j = prod_i q_(i, j_i),
-
-with v_l = 2 (D_l / b_l)^2 (Laplace, D_l the level's l1 sensitivity) or D_l^2 / (2 b_l)
-(Gaussian, l2). Its gradient is dE/dP_l = -sum over j <= l of Q_j / lambda_j^2 (a forward
-cumulative sum along every axis): O(prod (h_i + 1)) per evaluation, whatever the grid size.
-Every level tuple's rows cover each cell once, so the levels compose: the budgets sum to the
-total (``Mechanism`` recomputes the loss exactly). We minimise over b = total softmax(z) with
-L-BFGS-B: for Gaussian noise E is convex in b (1 / affine), for Laplace it is not (several
-starts: the equal split and Dirichlet points). Checked against cvxpy (Gaussian) and the dense
-GLS (tests/test_grids.py).
+"""Which grid hierarchy: Kronecker products of trees and quadtrees ranked by the exact BLUE
+error (docs/math.md section 8); the budgets per level tuple are ``optimize.grid_budgets``.
 
 Which hierarchy: with optimal budgets a refinement never loses, because the coarser
 hierarchy's rows are level tuples of the finer product (give the others budget 0). A
@@ -26,12 +10,12 @@ within the factor; for a side with several primes no single ordering refines eve
 Kronecker trees and quadtrees over a grid with optimal budgets is a product of finest chains
 (every ordering of each side's primes; binary x binary for powers of 2): exactly with
 Gaussian noise (a convex problem per hierarchy); with Laplace noise the budget problem is
-not convex and the local search can miss it (``best_grid_hierarchy`` starts each finest
+not convex and the local search can miss it (:func:`best_grid_hierarchy` starts each finest
 product from the budgets of the designs it refines, embedded, so it is never reported worse
 than them). Tested on 8 x 8 (every pair of ordered factorisations and several quadtrees) and
 6 x 12 (every ordering of the primes) in tests/test_grids.py and tests/test_grid_search.py.
 
-Which hierarchy, searched (``best_grid_hierarchy``): every Kronecker product of per-axis
+Which hierarchy, searched (:func:`best_grid_hierarchy`): every Kronecker product of per-axis
 trees (ordered factorisations of each side, optionally padded as the 1-D search pads) and
 every quadtree whose levels split every axis, ranked by the exact error. With equal budgets
 the Kronecker eigenvalues factor over the axes (one variance v on every level tuple:
@@ -50,172 +34,27 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
-from ..error import expected_error
-from ..engines.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights,
-                               is_grid_tree_mechanism)
-from ..engines.kronecker import grid_trees, level_tuple_of
+from .. import workloads as wl
+from ..engines.tree_sums import chain_widths, haar_level_weight, sum_of_squares
 from ..limits import (MAX_GRID_LEVEL_TUPLES, MAX_KRON_PRODUCTS, MAX_QUADTREE_CANDIDATES,
                       MAX_SEARCH_CELLS, at_budget, check_count)
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget, resolve_public
-from ..strategies import KroneckerStrategy, QuadtreeStrategy
+from ..strategies import kron, quadtree, tree
 from ..strategies.base import check_neighbours
 from ..workloads import KroneckerWorkload
+from .factorisations import (count_factorisations, factorisations, factorisations_by_height,
+                             finest_refinement, padded_chain_count, prime_orderings)
+from .grid_budgets import minimise_grid_budgets
+# re-exported until dptree_opt.compare_grid imports it from dptree_opt.optimize
+from .grid_budgets import optimal_grid_budgets  # noqa: F401
 from .levels import unit_variances
 
-__all__ = ["GridBudgets", "optimal_grid_budgets", "GridDesign", "GridSearch",
-           "best_grid_hierarchy", "flat_grid_error", "FAMILIES", "GRID_BUDGETS"]
-
-
-@dataclass(frozen=True)
-class GridBudgets:
-    """``mechanism`` (the strategy with the optimal budgets per noisy level, level order),
-    ``budgets``, ``error`` (exact, counts^2), ``mean`` (per query), ``equal_mean`` (the
-    equal split's), ``evaluations``."""
-
-    mechanism: Mechanism
-    budgets: np.ndarray
-    error: float
-    mean: float
-    equal_mean: float
-    evaluations: int
-
-
-def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=None,
-                         neighbours: str = "swap", starts: int = 4,
-                         seed: int = 0) -> GridBudgets:
-    """Budgets per noisy level tuple minimising the exact BLUE error of ``workload`` (a
-    Kronecker workload of prefix / identity / total / all-range factors) for ``strategy``
-    (``strategies.kron`` of complete trees, or ``strategies.quadtree``), Laplace or Gaussian,
-    either neighbour model (module docstring). Never worse than the equal split."""
-    if not isinstance(strategy, (KroneckerStrategy, QuadtreeStrategy)):
-        raise ValueError("strategy must be strategies.kron(...) of trees or "
-                         "strategies.quadtree(...)")
-    noise = infer_noise(noise, epsilon, rho)
-    total = resolve_budget(noise, epsilon, rho)
-    kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
-    base = Mechanism(strategy, noise=noise, neighbours=neighbours, **kw)
-    if not is_grid_tree_mechanism(base):
-        raise ValueError("strategy must be a Kronecker product of complete level-uniform trees "
-                         "or a quadtree")
-    if (not isinstance(workload, KroneckerWorkload)
-            or workload.grid_shape != base.released.grid_shape
-            or any(f.kind not in KRON_TREE_WORKLOADS for f in workload.factors)):
-        raise ValueError(f"workload must be a Kronecker workload over the grid "
-                         f"{base.released.grid_shape} with per-axis kinds in "
-                         f"{KRON_TREE_WORKLOADS}")
-    if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or starts < 0:
-        raise ValueError(f"starts must be an integer >= 0, got {starts!r}")
-    trees = grid_trees(base.released)
-    d = len(trees)
-    dims = tuple(t.height + 1 for t in trees)
-    codes = sorted(base.level_budgets)
-    idx = tuple(np.array(a) for a in zip(*[level_tuple_of(base.released, c) for c in codes]))
-    sens = np.array([base.level_sensitivities[c] for c in codes])
-    width = np.ones(len(codes))
-    for i, t in enumerate(trees):
-        width = width * np.asarray(t.level_widths, dtype=float)[idx[i]]
-    Q = np.ones(dims)
-    for i, (t, w) in enumerate(zip(trees, workload.factors)):
-        shape = [1] * d
-        shape[i] = dims[i]
-        Q = Q * axis_workload_weights(t, w).reshape(shape)
-    if base.public_total:
-        Q.flat[0] = 0.0
-    # precision P_l = coef_l b_l^s: Laplace b^2 / (2 D^2), Gaussian 2 b / D^2
-    s = 2 if noise == "laplace" else 1
-    coef = width * np.where(sens > 0, (0.5 if s == 2 else 2.0) / np.maximum(sens, 1e-300)**2,
-                            0.0)
-    # at unit total budget, restated at ``total`` (homogeneity, dptree_opt.limits)
-    _, b, e0, calls = _minimise_budgets(dims, idx, coef, Q, 1.0, s,
-                                        starts if noise == "laplace" else 0, seed)
-    b = b * total
-    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, level_budgets=b, **kw)
-    err = float(expected_error(workload, mech))
-    q = workload.n_queries
-    return GridBudgets(mech, b, err, err / q, at_budget(float(e0), noise, total) / q, calls)
-
-
-def _minimise_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None):
-    """The budget programme of the module docstring on arrays: minimise E(b) = sum_j Q_j /
-    lambda_j, lambda = reverse cumulative sums along every axis of P, P[idx] = coef b^s,
-    over b >= 0 summing to ``total`` (L-BFGS-B on softmax parameters, from the equal split,
-    ``init`` budgets when given, and ``starts`` Dirichlet points). ``dims``: (h_1 + 1, ..,
-    h_d + 1); ``idx``: a tuple of d index arrays, one entry per noisy level (tuple); ``Q``:
-    shape ``dims``. Returns (best error, its budgets, the equal split's error,
-    evaluations). O(prod dims) per evaluation."""
-    import scipy.optimize as so
-
-    d = len(dims)
-    calls = [0]
-
-    @np.errstate(divide="ignore", invalid="ignore", over="ignore")
-    def error_grad(b):
-        calls[0] += 1
-        P = np.zeros(dims)
-        P[idx] = coef * b**s
-        lam = P
-        for ax in range(d):
-            lam = np.flip(np.cumsum(np.flip(lam, ax), axis=ax), ax)
-        need = Q > 0
-        if np.any(need & ~(lam > 0)):
-            return np.inf, np.zeros_like(b)
-        safe = np.where(lam > 0, lam, 1.0)
-        e = float(np.sum(np.where(need, Q / safe, 0.0)))
-        g = np.where(need, -Q / safe**2, 0.0)
-        for ax in range(d):            # dE/dP_l = sum over j <= l of dE/dlambda_j
-            g = np.cumsum(g, axis=ax)
-        return e, g[idx] * coef * s * b**(s - 1)
-
-    @np.errstate(invalid="ignore", over="ignore")
-    def objective(z):
-        ez = np.exp(z - z.max())
-        sm = ez / ez.sum()
-        e, gb = error_grad(total * sm)
-        if not np.isfinite(e):
-            return 1e300, np.zeros_like(z)
-        gz = total * sm * (gb - np.dot(gb, sm))     # softmax Jacobian
-        return e / e0, gz / e0
-
-    n = len(coef)
-    e0, _ = error_grad(np.full(n, total / n))
-    rng = np.random.default_rng(seed)
-    inits = [np.zeros(n)] + [np.log(rng.dirichlet(np.ones(n))) for _ in range(starts)]
-    best = (e0, np.full(n, total / n))
-    if init is not None:
-        init = np.asarray(init, dtype=float)
-        e_init, _ = error_grad(init)
-        if e_init < best[0]:
-            best = (e_init, init.copy())
-        inits.insert(1, np.log(np.maximum(init / total, 1e-12)))
-    for z0 in inits:
-        r = so.minimize(objective, z0, jac=True, method="L-BFGS-B",
-                        options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-10})
-        ez = np.exp(r.x - r.x.max())
-        b = total * ez / ez.sum()
-        b[b < 1e-12 * total] = 0.0
-        b *= total / b.sum()
-        e, _ = error_grad(b)
-        # levels left with a vanishing share (< 1e-6) make the GLS ill-conditioned (variances
-        # ~1e20) for no gain: drop them when that costs nothing (relative 1e-9)
-        small = (b > 0) & (b < 1e-6 * total)
-        if np.any(small):
-            bz = np.where(small, 0.0, b)
-            bz *= total / bz.sum()
-            ez_, _ = error_grad(bz)
-            if ez_ <= e * (1 + 1e-9):
-                b, e = bz, ez_
-        if e < best[0]:
-            best = (e, b)
-    return best[0], best[1], float(e0), calls[0]
-
-
-# ===================================================================== hierarchy search
-# (which Kronecker tree / quadtree for a grid, and with which budgets; docs/math.md section 8)
+__all__ = ["GridDesign", "GridSearch", "best_grid_hierarchy", "flat_grid_error", "FAMILIES",
+           "GRID_BUDGETS", "GRID_WORKLOADS", "MAX_AXIS_CHAINS"]
 
 FAMILIES = ("kron", "quadtree", "both")
 GRID_BUDGETS = ("equal", "optimal")
@@ -223,114 +62,6 @@ GRID_WORKLOADS = ("prefix", "all_range", "identity", "total")
 MAX_AXIS_CHAINS = 600_000       # per-axis trees enumerated (n = 4096 padded: 560 737)
 _BLOCK = 1 << 22                 # floats per block of candidate combinations
 _MAX_FINEST = 64                 # products of finest chains optimised (orderings of primes)
-
-
-def _prime_exponents(w: int) -> list[tuple[int, int]]:
-    """[(p, e)]: the prime factorisation of w >= 1, primes ascending (``finest_refinement``:
-    trial division up to sqrt(w)); w = 1: []."""
-    from .search import finest_refinement
-    return [(p, len(list(run))) for p, run in itertools.groupby(finest_refinement((w,)))]
-
-
-def _divisors(w: int) -> list[int]:
-    """The divisors of w >= 1, ascending, built from its prime factorisation
-    (:func:`_prime_exponents`); only the divisors are held."""
-    divs = [1]
-    for p, e in _prime_exponents(w):
-        divs = [d * p**i for d in divs for i in range(e + 1)]
-    return sorted(divs)
-
-
-@lru_cache(maxsize=None)
-def _factorisations(w: int) -> tuple:
-    """Every ordered factorisation of w into factors >= 2 (w = 1: the empty one)."""
-    if w == 1:
-        return ((),)
-    return tuple((k,) + rest for k in _divisors(w) if k >= 2
-                 for rest in _factorisations(w // k))
-
-
-@lru_cache(maxsize=None)
-def _n_factorisations(w: int) -> int:
-    """H(w), the number of ordered factorisations of w into factors >= 2 (H(1) = 1), by
-    the recursion H(w) = sum of H(d) over the divisors d < w (Kalmar 1931), without
-    listing them: the size of ``_factorisations(w)``."""
-    if w == 1:
-        return 1
-    return sum(_n_factorisations(d) for d in _divisors(w)[:-1])
-
-
-def _factorisations_by_height(w: int) -> dict:
-    """{h: F_h(w)}, the number of ordered factorisations of w into exactly h factors >= 2,
-    for every h >= 1 with F_h > 0 (w = 1: {0: 1}), counted, never listed: by inclusion-
-    exclusion over the factors equal to 1, F_h = sum_j (-1)^j C(h, j) G_(h - j), where
-    G_m = prod_p C(e_p + m - 1, m - 1) counts ordered factorisations into m factors >= 1
-    (stars and bars per prime exponent e_p)."""
-    if w == 1:
-        return {0: 1}
-    exps = [e for _, e in _prime_exponents(w)]
-
-    def g(m: int) -> int:
-        return math.prod(math.comb(e + m - 1, m - 1) for e in exps) if m else 0
-    return {h: sum((-1) ** j * math.comb(h, j) * g(h - j) for j in range(h + 1))
-            for h in range(1, sum(exps) + 1)}   # at most one factor per prime factor
-
-
-def _padded_chain_count(n: int, limit: int) -> int:
-    """The number of padded trees of an axis of n bins, sum of H(w_1) over w_1 < n
-    (``_axis_groups``), or limit + 1 as soon as it exceeds ``limit`` (every H >= 1, so
-    n - 1 > limit decides at once): counted, never listed."""
-    if n - 1 > limit:
-        return limit + 1
-    total = 0
-    for w1 in range(1, n):
-        total += _n_factorisations(w1)
-        if total > limit:
-            return limit + 1
-    return total
-
-
-def _s2(m: int) -> int:
-    return m * (m + 1) * (2 * m + 1) // 6
-
-
-def _all_range_block(n: int, s: int, L: int) -> int:
-    """sum over x, y in [s, s + L) of (min(x, y) + 1)(n - max(x, y)) (the all-range Gram on
-    [0, n), ``error.tree._block_gram`` with A = 1, B = n), exact integer."""
-    sx = L * s + L * (L - 1) // 2
-    return n * L * L + (n - 1) * L * sx - (n + 1) * (L**3 - L) // 6 - sx * sx
-
-
-@lru_cache(maxsize=1 << 16)
-def _node_gram_sum(kind: str, n: int, w: int) -> int:
-    """G(w) = sum over the queries of ``kind`` within the first n bins of sum over the nodes
-    [o, o + w), o = 0, w, 2w, .., of (query . 1_node)^2: an exact integer (the Q_l of
-    ``error.tree``, for a tree padded beyond n). a, b = divmod(n, w): a full nodes and one cut
-    by n."""
-    a, b = divmod(n, w)
-    if kind == "identity":
-        return n
-    if kind == "total":
-        return a * w * w + b * b
-    if kind == "prefix":  # [0, t), t = 1..n: G = (t // w) w^2 + (t mod w)^2 (error.tree)
-        return w**3 * a * (a - 1) // 2 + a * _s2(w - 1) + (b + 1) * a * w * w + _s2(b)
-    # all_range: sum over nodes of 1_N' G 1_N; full nodes at s = c w, c < a (sx linear in c)
-    h = w * (w - 1) // 2
-    sum_sx = w * w * a * (a - 1) // 2 + a * h
-    sum_sx2 = w**4 * (a - 1) * a * (2 * a - 1) // 6 + 2 * w * w * h * (a * (a - 1) // 2) + a * h * h
-    full = a * n * w * w + (n - 1) * w * sum_sx - a * (n + 1) * (w**3 - w) // 6 - sum_sx2
-    return full + (_all_range_block(n, a * w, b) if b else 0)
-
-
-@lru_cache(maxsize=1 << 16)
-def _haar_weight(kind: str, n: int, W: int, u: int) -> float:
-    """q_j = sum over the queries of ||D_j q||^2 for a level of node width u under parents of
-    width W (u = W: the root's q_0 with W = K'): ||D_j q||^2 = ||E_j q||^2 - ||E_(j-1) q||^2
-    and ||E_l q||^2 summed = G(w_l) / w_l (``error.tree`` module docstring), so
-    q_j = (W G(u) - u G(W)) / (u W), the numerator exact (no cancellation)."""
-    if W == u:
-        return _node_gram_sum(kind, n, W) / W
-    return (W * _node_gram_sum(kind, n, u) - u * _node_gram_sum(kind, n, W)) / (u * W)
 
 
 @dataclass(frozen=True)
@@ -349,18 +80,18 @@ def _axis_groups(n: int, kind: str, padding: bool, heights) -> dict:
     factor k_1 = ceil(n / w_1) (K' = k_1 w_1 < 2n; ``optimize.level_uniform``'s rule), the
     workload restricted to the first n bins. ``heights``: None (all) or a set of h."""
     if padding:   # counted before any tree is listed (an axis of 2^23 bins: 7.5 GB)
-        if _padded_chain_count(n, MAX_AXIS_CHAINS) > MAX_AXIS_CHAINS:
+        if padded_chain_count(n, MAX_AXIS_CHAINS) > MAX_AXIS_CHAINS:
             raise ValueError(f"an axis of {n} bins has more than {MAX_AXIS_CHAINS} padded "
                              "trees to search: search the exact trees only "
                              "(allow_padding=False; dptree-opt optimize --no-padding) or use "
                              "fewer bins")
-        chains = [(-(-n // w1),) + sub for w1 in range(1, n) for sub in _factorisations(w1)]
+        chains = [(-(-n // w1),) + sub for w1 in range(1, n) for sub in factorisations(w1)]
     else:
-        count = _n_factorisations(n)
+        count = count_factorisations(n)
         if count > MAX_AXIS_CHAINS:
             raise ValueError(f"an axis of {n} bins has {count} trees (ordered factorisations) "
                              f"to search, more than {MAX_AXIS_CHAINS}: use fewer bins")
-        chains = list(_factorisations(n))
+        chains = list(factorisations(n))
     by_h: dict = {}
     for c in chains:
         if heights is None or len(c) in heights:
@@ -374,7 +105,7 @@ def _axis_groups(n: int, kind: str, padding: bool, heights) -> dict:
         parents = np.concatenate([widths[:, :1], widths[:, :-1]], axis=1)  # W = u at j = 0
         pairs, inv = np.unique(np.stack([parents.ravel(), widths.ravel()], axis=1), axis=0,
                                return_inverse=True)
-        vals = np.array([_haar_weight(kind, n, int(W), int(u)) for W, u in pairs])
+        vals = np.array([haar_level_weight(kind, n, int(W), int(u)) for W, u in pairs])
         out[h] = _AxisGroup(tuple(cs), widths.astype(float),
                             vals[inv.ravel()].reshape(widths.shape))
     return out
@@ -491,7 +222,7 @@ def _kron_equal_search(st: _Setting, groups, k: int):
 def _quadtree_equal_errors(st: _Setting, gs) -> np.ndarray:
     """Equal-budget errors of every quadtree whose axis trees are the height-h groups ``gs``
     (one per axis), shape (N_1, .., N_d): lambda_j = T_(max j) / v with T_l = sum over
-    l' >= l of prod_i w_(i, l') (error.kronecker, quadtrees), so E = v sum_l R_l / T_l with
+    l' >= l of prod_i w_(i, l') (engines.kronecker, quadtrees), so E = v sum_l R_l / T_l with
     R_l = prod_i C_(i, l) - prod_i C_(i, l - 1), C the cumulative sums of q (the weight of the
     level tuples j with max j = l; R_0 = 0 when N is public)."""
     h = gs[0].widths.shape[1] - 1
@@ -533,19 +264,12 @@ def _quadtree_equal_search(st: _Setting, qgroups, k: int):
     return found[:k]
 
 
-def _chain_widths(chain) -> np.ndarray:
-    w = [1]
-    for k in reversed(chain):
-        w.append(w[-1] * k)
-    return np.array(w[::-1], dtype=float)
-
-
 def _budget_problem(st: _Setting, family: str, chains):
-    """(dims, idx, coef, Q) of ``_minimise_budgets`` for one hierarchy (module docstring):
+    """(dims, idx, coef, Q) of ``grid_budgets.minimise_grid_budgets`` for one hierarchy:
     noisy level tuples in level-code order (row-major tuples for Kronecker trees, the
     diagonal for quadtrees), precision coefficient prod_i w_(i, l_i) / unit."""
-    widths = [_chain_widths(c) for c in chains]
-    q = [np.array([_haar_weight(kind, n, int(w[max(j - 1, 0)]), int(w[j]))
+    widths = [np.array(chain_widths(c), dtype=float) for c in chains]
+    q = [np.array([haar_level_weight(kind, n, int(w[max(j - 1, 0)]), int(w[j]))
                    for j in range(len(w))]) for kind, n, w in zip(st.kinds, st.shape, widths)]
     dims = tuple(len(c) + 1 for c in chains)
     Q = _outer(q)
@@ -572,8 +296,8 @@ def _embed_budgets(st: _Setting, family: str, chains, budgets, target) -> np.nda
     d = len(chains)
     maps = []
     for c, f in zip(chains, target):
-        pos = {int(w): j for j, w in enumerate(_chain_widths(f))}
-        maps.append(np.array([pos[int(w)] for w in _chain_widths(c)]))
+        pos = {int(w): j for j, w in enumerate(chain_widths(f))}
+        maps.append(np.array([pos[int(w)] for w in chain_widths(c)]))
     src = _noisy_tuples(st, family, tuple(len(c) + 1 for c in chains))
     tdims = tuple(len(f) + 1 for f in target)
     flat = np.ravel_multi_index(tuple(maps[i][src[i]] for i in range(d)), tdims)
@@ -611,7 +335,6 @@ class GridDesign:
     def strategy(self):
         """The strategy over ``padded_shape``: ``strategies.kron`` of trees or
         ``strategies.quadtree``."""
-        from ..strategies import kron, quadtree, tree
         if self.family == "kron":
             return kron(*[tree(int(math.prod(c)), list(c)) for c in self.branching])
         return quadtree(self.padded_shape, [list(c) for c in self.branching])
@@ -628,7 +351,6 @@ class GridDesign:
         """The workload over ``padded_shape`` whose error is ``error``: the per-axis kinds, or
         on a padded axis the same queries restricted to the first n_i cells
         (``workloads.ranges``)."""
-        from .. import workloads as wl
         factors = []
         for kind, n, K in zip(self.kinds, self.shape, self.padded_shape):
             if K == n:
@@ -707,7 +429,7 @@ def _setting(shape, kinds, epsilon, rho, noise, neighbours, public_total) -> _Se
 def _box_moments(kind: str, n: int) -> tuple[int, int]:
     """(sum of query lengths, sum of squared lengths) over one axis's queries."""
     if kind == "prefix":
-        return n * (n + 1) // 2, _s2(n)
+        return n * (n + 1) // 2, sum_of_squares(n)
     if kind == "all_range":   # n - L + 1 ranges of length L
         return n * (n + 1) * (n + 2) // 6, n * (n + 1) ** 2 * (n + 2) // 12
     if kind == "identity":
@@ -716,7 +438,7 @@ def _box_moments(kind: str, n: int) -> tuple[int, int]:
 
 
 def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=None,
-                    neighbours: str = "swap", public_total=None) -> float:
+                    neighbours: str = "add_remove", public_total=None) -> float:
     """Exact total squared error (counts^2) of the flat grid: every cell counted once with
     the whole budget (``strategies.kron`` of ``histogram`` factors; the Kronecker product of
     one-level trees), BLUE, for ``workload`` ("prefix": the d-D CDF, "all_range": all boxes,
@@ -738,48 +460,9 @@ def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=N
     return at_budget(float(err), st.noise, st.total)
 
 
-def _finest(chain) -> tuple:
-    """The chain with every factor split into its prime factors (ascending): a refinement
-    (every node width of ``chain`` is one of its node widths)."""
-    out = []
-    for k in chain:
-        p, r = 2, k
-        while r > 1:
-            while r % p == 0:
-                out.append(p)
-                r //= p
-            p += 1
-    return tuple(out)
-
-
-def _prime_orderings(n: int, cap: int = _MAX_FINEST) -> list[tuple] | None:
-    """Every distinct ordering of n's prime factors (the finest chains of n), or None when
-    there are more than ``cap`` (the multinomial count is checked first)."""
-    primes = _finest((n,))
-    counts: dict = {}
-    for p in primes:
-        counts[p] = counts.get(p, 0) + 1
-    total = math.factorial(len(primes))
-    for c in counts.values():
-        total //= math.factorial(c)
-    if total > cap:
-        return None
-
-    def rec(left: dict, m: int):
-        if m == 0:
-            yield ()
-            return
-        for p in sorted(left):
-            if left[p]:
-                left[p] -= 1
-                for rest in rec(left, m - 1):
-                    yield (p,) + rest
-                left[p] += 1
-    return list(rec(counts, len(primes)))
-
-
 def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noise=None,
-                        neighbours: str = "swap", public_total=None, budgets: str = "equal",
+                        neighbours: str = "add_remove", public_total=None,
+                        budgets: str = "optimal",
                         family: str = "both", height=None, allow_padding: bool = True,
                         top: int = 10, pool: int = 24, exhaustive: int = 100,
                         starts: int = 4, seed: int = 0) -> GridSearch:
@@ -792,9 +475,9 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
     workload : "prefix" (the d-D CDF), "all_range" (all boxes), "identity", "total" (per
         axis), or a ``workloads.kron`` of such 1-D factors over ``shape``.
     epsilon / rho, noise, neighbours, public_total : as for ``Mechanism``.
-    budgets : "equal" (the total split equally over the noisy level tuples / levels, as
-        ``Mechanism`` does by default; Qardaji-Yang-Li's setting) or "optimal" (per design,
-        ``optimal_grid_budgets``' programme).
+    budgets : "optimal" (default; per design, ``optimal_grid_budgets``' programme) or
+        "equal" (the total split equally over the noisy level tuples / levels, as
+        ``Mechanism`` does by default; Qardaji-Yang-Li's setting).
     family : "kron", "quadtree" or "both".
     height : None (all), an int (every axis tree / the quadtree has that height) or, for
         Kronecker trees, one height per axis.
@@ -814,7 +497,7 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
     Kronecker trees: all products of the per-axis trees (ordered factorisations of n_i into
     factors >= 2, plus the padded ones). Quadtrees: per-axis ordered factorisations of one
     common height h, every level splitting every axis (k_(i, l) >= 2). Errors are the
-    eigen-sum of ``error.kronecker`` from per-axis Haar weights in exact integer arithmetic.
+    eigen-sum of ``engines.kronecker`` from per-axis Haar weights in exact integer arithmetic.
     Equal budgets: with one variance v on every level tuple the Kronecker eigenvalues
     factor (lambda_j = prod_i S_(i, j_i) / v), so E = v (prod_i e_i - [N public] prod_i c_i)
     and, per axis and height, a tree with ``top`` others at least as good in (e, c) cannot
@@ -839,7 +522,8 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
     # a Kronecker tree has one budget per level tuple, prod_i (h_i + 1) of them; the tallest
     # axis tree has Omega(n_i) levels (padded: at most floor(log2(2 n_i - 1)))
     padded = isinstance(allow_padding, (bool, np.bool_)) and bool(allow_padding)
-    tallest = [((2 * n - 1).bit_length() - 1) if padded else len(_finest((n,))) for n in dims]
+    tallest = [((2 * n - 1).bit_length() - 1) if padded else len(finest_refinement((n,)))
+               for n in dims]
     check_count(math.prod(dims), MAX_SEARCH_CELLS, f"the grid {'x'.join(map(str, dims))} "
                 f"({math.prod(dims)} cells)", "the search takes minutes beyond it (30 s at "
                 "2^32 cells); use fewer bins per axis")
@@ -916,7 +600,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         counts["kron"] = math.prod(sum(len(g.chains) for g in gr.values()) for gr in groups)
         found["kron"] = _kron_equal_search(st, groups, k)
     if "quadtree" in fams:   # counted before any axis tree is listed
-        by_h = [_factorisations_by_height(n) for n in dims]
+        by_h = [factorisations_by_height(n) for n in dims]
         common = set.intersection(*[set(f) for f in by_h])
         if qh is not None:
             common &= {qh}
@@ -967,13 +651,13 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
                              for i, (n, kind) in enumerate(zip(dims, kinds))]
                     if all(exact):
                         cands += [("kron", ch) for _, ch in _kron_equal_search(st, exact, pool)]
-                cands += [("kron", tuple(_finest(c) for c in ch)) for fam, ch in cands
+                cands += [("kron", tuple(finest_refinement(c) for c in ch)) for fam, ch in cands
                           if fam == "kron"]
-            finest = [_prime_orderings(n) for n in dims]
+            finest = [prime_orderings(n, _MAX_FINEST) for n in dims]
             fin_ok = (all(f is not None for f in finest)
                       and math.prod(len(f) for f in finest) <= _MAX_FINEST)
             if not fin_ok:
-                finest = [[_finest((n,))] for n in dims]
+                finest = [[finest_refinement((n,))] for n in dims]
             if "kron" in fams:
                 cands += [("kron", ch) for ch in itertools.product(*finest)]
             if "quadtree" in fams:
@@ -1015,7 +699,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
             if fam == "kron" and ch == flat_ch:   # all on the cells: the flat grid
                 init = np.zeros(len(coef))
                 init[-1] = st.total
-            err, b, e0, _ = _minimise_budgets(dims_l, idx, coef, Q, st.total, st.s, rs, seed,
+            err, b, e0, _ = minimise_grid_budgets(dims_l, idx, coef, Q, st.total, st.s, rs, seed,
                                               init=init)
             best_of[(fam, ch)] = (err, e0, fam, ch, tuple(float(x) for x in b))
         # the dominance made constructive: each design's budgets, embedded in the product of
@@ -1024,12 +708,12 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         ordered = sorted(best_of.values(), key=lambda x: x[0])
         warm = {}
         for err, _, fam, ch, b in ordered[:pool]:
-            tgt = ("kron", tuple(_finest(c) for c in ch))
+            tgt = ("kron", tuple(finest_refinement(c) for c in ch))
             if tgt not in warm and "kron" in fams and fits(*tgt):
                 warm[tgt] = _embed_budgets(st, fam, ch, b, tgt[1])
         for tgt, b0 in warm.items():
             dims_l, idx, coef, Q = _budget_problem(st, *tgt)
-            err, b, e0, _ = _minimise_budgets(dims_l, idx, coef, Q, st.total, st.s, 0, seed,
+            err, b, e0, _ = minimise_grid_budgets(dims_l, idx, coef, Q, st.total, st.s, 0, seed,
                                               init=b0)
             if tgt not in best_of or err < best_of[tgt][0]:
                 best_of[tgt] = (err, e0, tgt[0], tgt[1], tuple(float(x) for x in b))

@@ -25,6 +25,7 @@ import scipy.special
 from ..privacy import check_budget
 from .levels import check_branching, level_variances, unit_variances
 from .result import TreeDesign, at_total_budget, error_unit
+from .search import level_uniform
 
 __all__ = ["budgets", "branching", "joint", "degenerate_optimum", "optimal_branching_factor",
            "psi", "optimal_height", "budgets_closed_form", "branching_closed_form"]
@@ -372,9 +373,10 @@ def optimal_height(n_bins, epsilon: float = 1.0, *, method: str = "exact",
         return int(hs[int(np.argmin(vals))])
     if method != "exact":
         raise ValueError(f"method must be 'exact' or 'relaxed', got {method!r}")
-    from .search import level_uniform
 
     search_kwargs.setdefault("top", 0)
+    search_kwargs.setdefault("estimator", "covering")   # the paper's setting
+    search_kwargs.setdefault("neighbours", "swap")
     # the budget scales every error alike: search at unit budget (any epsilon works)
     if search_kwargs.get("noise", "laplace") == "gaussian":
         best = level_uniform(K, rho=1.0, budgets="equal", allow_padding=allow_padding,

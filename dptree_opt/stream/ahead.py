@@ -85,8 +85,8 @@ class AheadEngine(CounterEngine):
     """The tree's offline BLUE with the noise drawn ahead (module docstring).
 
     Options: ``branching`` (an int k, or a list, root first, with product >= T; padding steps
-    beyond T are known zeros: OpenDP-style truncated tree), ``level_budgets`` (leaves first,
-    like the other tree counters; default the equal split)."""
+    beyond T are known zeros: OpenDP-style truncated tree), ``level_budgets`` (root first,
+    like every budget list of the package; default the equal split)."""
 
     options = ("branching", "level_budgets")
     variance_bytes_per_step = 8           # a copy of the stored variances (measured 8.0)
@@ -110,7 +110,7 @@ class AheadEngine(CounterEngine):
         # BLUE divides by the variances: they must be normal doubles
         name = "epsilon" if noise == "laplace" else "rho"
         leaves_first = split_budget(budget, int(strategy.levels.max()) + 1, level_budgets,
-                                    name=name)
+                                    name=name)[::-1]          # given root first
         check_group_scales(noise, [calibrate(1.0, b, noise)[0] for b in leaves_first],
                            budget=budget, group_budgets=leaves_first,
                            groups=["the leaves (level 0)"] + [
@@ -118,8 +118,6 @@ class AheadEngine(CounterEngine):
                                for lvl in range(1, len(leaves_first))],
                            min_variance=sys.float_info.min)
         kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
-        if level_budgets is not None:
-            level_budgets = list(level_budgets)[::-1]     # Mechanism: root level first
         self.mechanism = Mechanism(strategy, neighbours="add_remove", discrete=rng is None,
                                    level_budgets=level_budgets, **kw)
         # the exact variances first: everything that can refuse runs before the first draw

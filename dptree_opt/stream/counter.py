@@ -109,7 +109,7 @@ class Counter(SecretState):
     mechanism : one of ``MECHANISMS``.
     rng : None for secure noise (OpenDP), or a ``numpy.random.Generator`` for simulation.
     **options : the mechanism's own (others are refused with a ValueError listing these):
-        ``branching``, ``level_budgets`` (per level, leaves first, summing to the total),
+        ``branching``, ``level_budgets`` (per level, root first, summing to the total),
         ``estimator`` ("covering" | "causal") for "binary" / "kary"; ``branching``,
         ``estimator``, ``split`` for the unbounded counter; ``branching``,
         ``level_budgets``, ``levels`` for "negative_digits"; ``branching``,

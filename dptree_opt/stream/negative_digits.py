@@ -217,8 +217,10 @@ class NegativeDigitsEngine(CounterEngine):
     Parameters: ``horizon`` T; ``noise`` "laplace" (budget = eps, pure DP, as in [APST]) or
     "gaussian" (budget = rho, zCDP; the same virtual tree, l2 sensitivity 1 per level);
     ``rng`` None (OpenDP) or a numpy Generator (simulation); ``branching`` odd k >= 3
-    (default 19, [APST]'s choice); ``level_budgets`` per level, leaves first, summing to the
-    budget (default the equal split); ``levels`` None ([APST]: all digits balanced) or a
+    (default 19, [APST]'s choice); ``level_budgets`` per level, ROOT FIRST (the top digit's
+    level first, the leaves last, like every budget list of the package), summing to the
+    budget (default the equal split; ``level_scales`` and ``level_variances`` run from the
+    leaves); ``levels`` None ([APST]: all digits balanced) or a
     smaller H (free top digit)."""
 
     name = "negative_digits"
@@ -234,8 +236,12 @@ class NegativeDigitsEngine(CounterEngine):
         check_rng(rng)
         self.branching = k = check_odd_branching(branching)
         self.levels = H = _check_levels(levels, self.horizon, k)
+        # given and kept root first (class docstring); the levels below run from the leaves
         self.level_budgets = split_budget(self.budget, H, level_budgets, name=name)
-        self._noise = GroupNoise(self.noise, self.level_budgets, rng, total=self.budget)
+        self._leaf_budgets = self.level_budgets[::-1]
+        self._noise = GroupNoise(self.noise, self._leaf_budgets, rng, total=self.budget,
+                                 groups=[f"level_budgets[{H - 1 - level}] (nodes of width "
+                                         f"{k**level})" for level in range(H)])
         self.secure = self._noise.secure
         self.level_scales = self._noise.scales
         self.level_variances = self._noise.variances
@@ -317,7 +323,7 @@ class NegativeDigitsEngine(CounterEngine):
             "levels": [{"level": level, "node_width": self.branching**level,
                         "budget": float(b), "sensitivity": 1.0, "scale": float(s),
                         "variance": float(v)}
-                       for level, (b, s, v) in enumerate(zip(self.level_budgets,
+                       for level, (b, s, v) in enumerate(zip(self._leaf_budgets,
                                                              self.level_scales,
                                                              self.level_variances))],
             "composition": "sequential over levels (one node per level per event)",
@@ -378,14 +384,15 @@ class NegativeDigitsEngine(CounterEngine):
 # ------------------------------------------------------------------------ study numbers
 def _level_variances(T: int, k: int, eps: float, levels, level_budgets) -> tuple[int, np.ndarray]:
     H = _check_levels(levels, T, k)
-    budgets = split_budget(eps, H, level_budgets)
+    budgets = split_budget(eps, H, level_budgets)[::-1]      # given root first
     return H, group_variances("laplace", budgets, secure=False)
 
 
 def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels=None,
                   level_budgets=None) -> float:
     """The mean over t = 1..T of the exact variance of the running count (continuous Laplace,
-    budget eps, equal split unless ``level_budgets``): the mechanism's mean squared error."""
+    budget eps, equal split unless ``level_budgets``, root first): the mechanism's mean
+    squared error."""
     T, k = _check_horizon(T), check_odd_branching(k)
     eps = check_budget(eps, "epsilon")
     H, v = _level_variances(T, k, eps, levels, level_budgets)

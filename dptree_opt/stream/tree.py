@@ -7,7 +7,9 @@ horizon). A node's noisy count is drawn when its last step arrives. Changing one
 by one (one record added or removed) changes one node per level by one, so level l has
 sensitivity 1 (l1 and l2) and budget eps_l (Laplace, scale 1 / eps_l; sum eps_l = eps, pure
 DP) or rho_l (Gaussian, sigma = 1 / sqrt(2 rho_l); sum rho_l = rho, zCDP): the equal split by
-default, ``level_budgets`` otherwise.
+default, ``level_budgets`` otherwise, given ROOT FIRST (level L, .., level 0 = the leaves) like
+every budget list of the package; ``level_scales``, ``level_variances`` and
+``node_variances`` are indexed by l (leaves first).
 
 Complete nodes at step t. [0, t) is the disjoint union of its maximal complete nodes, d_l(t) of
 them at level l (d_l the base-k digits of t; t < k^(L + 1) so d_L < k), and every node complete
@@ -144,9 +146,13 @@ class TreeEngine(CounterEngine):
         self.branching, self.estimator = k, estimator
         self.levels = tree_levels(self.horizon, k)
         name = "epsilon" if noise == "laplace" else "rho"
+        # given and kept root first (module docstring); the levels below run from the leaves
         self.level_budgets = split_budget(budget, self.levels, level_budgets, name=name)
+        self._leaf_budgets = self.level_budgets[::-1]
         # the causal BLUE weighs by the level variances: they must be normal doubles
-        self._noise = GroupNoise(noise, self.level_budgets, rng, total=budget,
+        self._noise = GroupNoise(noise, self._leaf_budgets, rng, total=budget,
+                                 groups=[f"level_budgets[{self.levels - 1 - level}] (nodes of "
+                                         f"width {k**level})" for level in range(self.levels)],
                                  min_variance=MIN_VARIANCE[estimator])
         self.secure = self._noise.secure
         self.level_scales = self._noise.scales
@@ -203,7 +209,7 @@ class TreeEngine(CounterEngine):
             "unit": "event (one step's count changes by 1)",
             "levels": [{"level": level, "node_width": self.branching**level,
                         "budget": float(b), "sensitivity": 1.0, "scale": float(s)}
-                       for level, (b, s) in enumerate(zip(self.level_budgets,
+                       for level, (b, s) in enumerate(zip(self._leaf_budgets,
                                                           self.level_scales))],
             "composition": "sequential over levels (one node per level per event)",
         }
