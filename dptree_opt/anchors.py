@@ -1,4 +1,5 @@
-"""Emulations of the deployed tree mechanisms of docs/math.md section 6, as mechanism + estimator.
+"""Emulations of deployed mechanisms: Google's and OpenDP's trees (docs/math.md section 6), ektelo's
+2-D plans, and OpenDP's own tree run for a Monte Carlo cross-check.
 
 Each constructor returns an :class:`Anchor`: a :class:`~dptree_opt.Mechanism` (strategy with
 calibrated noise), the estimator that the emulated system uses, and ``n_bins`` = the number
@@ -27,21 +28,39 @@ prefixes / bins). Definitions (docs/math.md section 6; eps-DP, add/remove, Lapla
 Under other settings (swap neighbours, Gaussian noise, public total) the same shapes and
 estimators are calibrated by :class:`Mechanism` for that setting; the label then says it
 generalises the anchor.
+
+ektelo's data-independent 2-D plans (McKenna et al.'s ektelo, plans/standalone.py and
+selection.py), for the grid comparison: ``HB`` on a 2-D domain (:func:`ektelo_hb_branching`,
+:func:`ektelo_hb2d_branchings`), the ``QuadTree`` plan as coded
+(:func:`ektelo_quadtree_plan`) and ``UniformGrid`` (:func:`uniform_grid_side`,
+:func:`uniform_grid_noise`).
+
+OpenDP itself: :func:`run_opendp` runs its b-ary tree and consistency postprocessor (Monte
+Carlo), to check the ``opendp_default`` emulation against the real thing.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import strategies
+from .engines.kron_product import product_form_max
+from .limits import at_budget
 from .mechanism import Mechanism, discrete_variance
+from .privacy import check_neighbours, check_noise_scales, resolve_public
 
 __all__ = ["Anchor", "binary_covering", "binary_ols", "google_default", "opendp_default",
            "opendp_tree", "choose_branching_factor", "opendp_layers",
-           "discrete_laplace_variance", "ANCHORS"]
+           "discrete_laplace_variance", "ANCHORS", "ektelo_hb_branching",
+           "ektelo_hb2d_branchings", "ektelo_quadtree_plan", "uniform_grid_side",
+           "uniform_grid_noise", "UNIFORM_GRID_C", "OpenDPRun", "run_opendp",
+           "opendp_noise_problem"]
+
+UNIFORM_GRID_C = 10.0          # Qardaji-Yang-Li ICDE 2013's constant (ektelo's default c)
 
 
 @dataclass(frozen=True)
@@ -232,3 +251,219 @@ def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
 
 ANCHORS = {"binary_covering": binary_covering, "binary_ols": binary_ols,
            "google_default": google_default, "opendp_default": opendp_default}
+
+
+# ------------------------------------------------------------------ ektelo's 2-D plans
+def ektelo_hb_branching(n_cells: int) -> int:
+    """ektelo's ``find_best_branching(N)`` (selection.py; Qardaji-Yang-Li VLDB 2013, Eq. 3):
+    the b in 2..N minimising (b - 1) h^3 - 2 (b + 1) h^2 / 3, h = ceil(log_b N) (float
+    logarithm, as ektelo computes it)."""
+    best_v, best_b = math.inf, None
+    for b in range(2, int(n_cells) + 1):
+        h = math.ceil(math.log(n_cells, b))
+        v = (b - 1) * h ** 3 - 2 * (b + 1) * h ** 2 / 3
+        if v < best_v:
+            best_v, best_b = v, b
+    return best_b
+
+
+def ektelo_hb2d_branchings(shape) -> list[tuple[int, ...]] | None:
+    """Per-axis branchings of ektelo's ``Hb2D`` for a 2-D ``shape`` with b =
+    ektelo_hb_branching(n_1 n_2): every rectangle of more than one cell is split into b x b
+    (``split_rectangle``: an axis of s cells splits into s single cells when b > s, into b
+    equal parts when b divides s, else unevenly), until single cells. None when some split is
+    uneven (not a level-uniform hierarchy)."""
+    b = ektelo_hb_branching(math.prod(shape))
+    sizes = list(shape)
+    out = [[] for _ in shape]
+    while math.prod(sizes) > 1:
+        for i, sz in enumerate(sizes):
+            if sz == 1:
+                k = 1
+            elif b > sz:
+                k = sz
+            elif sz % b:
+                return None
+            else:
+                k = b
+            out[i].append(k)
+            sizes[i] = sz // k
+    return [tuple(k) for k in out]
+
+
+def ektelo_quadtree_plan(shape):
+    """ektelo's ``QuadTree`` plan (plans/standalone.py) on a 2-D grid of powers of 2, as
+    coded: it flattens x and builds ``selection.QuadTree((N // 2, 2))``, a quadtree over an
+    (N/2) x 2 array whose cell (r, c) is the flat cell 2 r + c. Its nodes are then products
+    of a row band and a set of columns of one parity: level 1 = (row halves) x (even / odd
+    columns), then row bands halve down to single grid rows, then each row's even (odd)
+    columns halve. That is ``strategies.quadtree`` over the grid with its columns in the
+    order (evens, then odds): returns (strategy, order) with order[b] = the original column
+    at position b (axis-0 order unchanged). Checked against a transcription of ektelo's
+    ``rect_to_quads`` in the tests."""
+    n1, n2 = (int(n) for n in shape)
+    if len(shape) != 2 or any(n < 2 or n & (n - 1) for n in (n1, n2)):
+        raise ValueError("ektelo's quadtree plan is emulated on 2-D grids whose sides are "
+                         "powers of 2 (>= 2)")
+    a, c = n1.bit_length() - 1, n2.bit_length() - 1
+    levels = a + c - 1                         # log2(N / 2): the (N/2) x 2 quadtree's height
+    ax0 = (2,) * a + (1,) * (levels - a)
+    ax1 = (2,) + (1,) * (a - 1) + (2,) * (levels - a) if a >= 1 else (2,) * levels
+    strat = strategies.quadtree((n1, n2), [list(ax0), list(ax1)],
+                                name=f"ektelo quadtree plan {n1}x{n2}")
+    j = np.arange(n2)
+    order = np.argsort((j % 2) * (n2 // 2) + j // 2)
+    return strat, order
+
+
+def uniform_grid_side(shape, records: int, epsilon: float, c: float = UNIFORM_GRID_C) -> int:
+    """ektelo's ``UniformGrid`` cell side (selection.py; Qardaji-Yang-Li ICDE 2013: about
+    sqrt(N eps / c) cells per axis): M = N eps / c target cells, side
+    g = int(sqrt(n_1 n_2 / M) - 1) + 1 (at least 1); the grid has ceil(n_i / g) cells per axis
+    (the last ones cut at the border)."""
+    m = records * epsilon / c
+    g = int(math.sqrt(math.prod(shape) / m) - 1) + 1 if m > 0 else max(shape)
+    return max(g, 1)
+
+
+def _block_fractions(lo, hi, n: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per interval query [lo, hi): t = sum_a (|q cap P_a| / |P_a|)^2 and r = sum_a |q cap
+    P_a| / |P_a| over the blocks P_a = [a g, min((a + 1) g, n))."""
+    starts = np.arange(0, n, g)
+    ends = np.minimum(starts + g, n)
+    size = (ends - starts).astype(float)
+    t = np.zeros(lo.size)
+    r = np.zeros(lo.size)
+    step = max(1, (1 << 22) // max(starts.size, 1))
+    for s in range(0, lo.size, step):
+        ov = np.clip(np.minimum(hi[s:s + step, None], ends[None, :])
+                     - np.maximum(lo[s:s + step, None], starts[None, :]), 0, None) / size
+        t[s:s + step] = np.einsum("qa,qa->q", ov, ov)
+        r[s:s + step] = ov.sum(axis=1)
+    return t, r
+
+
+def uniform_grid_noise(shape, side: int, workload, *, epsilon: float,
+                       neighbours: str = "add_remove", public_total=None):
+    """(total, max) of the noise variance (counts^2) of ektelo's ``UniformGrid`` estimate on
+    a Kronecker ``workload``: the cells of side ``side`` (cut at the border) are measured once
+    with Laplace noise (variance v = 2 (D / eps)^2, D = 1 add/remove, 2 swap) and x^ spreads
+    each cell's count uniformly over it (ektelo's least squares: the minimum-norm solution).
+    With R the spreading map, Var(w'x^) = v ||R'w||^2 = v prod_i t_i(q_i) (t_i: module
+    ``_block_fractions``); with N public the cell counts are the constrained BLUE,
+    Cov = v (I - 11'/M), M cells, subtracting v (prod_i r_i(q_i))^2 / M. The bias
+    w'(R R^+ x - x), from data not uniform inside cells, depends on the data and is NOT
+    included."""
+    neighbours = check_neighbours(neighbours)
+    public = resolve_public(neighbours, public_total)
+    ms = [-(-n // side) for n in shape]
+    cells = math.prod(ms)
+    if neighbours == "swap":
+        sens = 2.0 if cells > 1 else 0.0
+    else:
+        sens = 1.0
+    v = 2.0 * sens**2  # at unit eps; restated at ``epsilon`` below (limits.at_budget)
+    ts, rs = [], []
+    for f, n in zip(workload.factors, shape):
+        lo, hi = f.intervals()
+        t, r = _block_fractions(lo, hi, n, side)
+        ts.append(t)
+        rs.append(r)
+    kappa = 1.0 / cells if public else 0.0
+    total = math.prod(float(t.sum()) for t in ts)
+    if kappa:
+        total -= kappa * math.prod(float((r * r).sum()) for r in rs)
+    mx = product_form_max(ts, [r * r for r in rs] if kappa else None, kappa)
+    return (at_budget(v * max(total, 0.0), "laplace", epsilon),
+            at_budget(v * max(mx, 0.0), "laplace", epsilon))
+
+
+# ------------------------------------------------------------------ OpenDP itself, run
+@dataclass(frozen=True)
+class OpenDPRun:
+    """Monte Carlo of OpenDP's own b-ary tree + consistency postprocessor: mean per-query
+    squared error and its standard error per workload (``means``, ``std_errors``)."""
+
+    branching: int
+    trials: int
+    means: dict
+    std_errors: dict
+    seconds: float
+    note: str = ""
+
+
+
+def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = None,
+               trials: int = 200, rng=None, time_limit: float | None = None,
+               sampler: str = "opendp") -> OpenDPRun:
+    """Run OpenDP's own b-ary tree and consistency postprocessor and measure the errors.
+
+    make_b_ary_tree(leaf_count=K, b) >> then_laplace(scale = layers / eps) (discrete Laplace
+    on integer counts, eps-DP under add/remove: the tree's l1 stability is its number of
+    layers, checked with OpenDP's own privacy map) >> make_consistent_b_ary_tree; the
+    consistent leaves give the CDF by cumulative sums. ``sampler="opendp"`` draws the noise
+    with OpenDP's exact sampler (~1 s per 10^5 nodes); ``"numpy"`` feeds OpenDP's tree and
+    postprocessor with discrete Laplace noise of the same scale drawn by numpy (difference
+    of two geometrics; fast, for large K). Returns the mean per-query squared error on the
+    CDF, the bins and all ranges (sum_{a<b} (e_b - e_a)^2 = (K + 1) sum e^2 - (sum e)^2 over
+    the prefix errors, e_0 = 0) with standard errors over trials. ``rng`` seeds the
+    Poisson(10) data and the numpy sampler. ``time_limit`` (s) stops early (>= 10 trials)."""
+    import opendp.prelude as odp
+
+    if sampler not in ("opendp", "numpy"):
+        raise ValueError(f"sampler must be 'opendp' or 'numpy', got {sampler!r}")
+    odp.enable_features("contrib")
+    K = int(n_bins)
+    b = int(odp.t.choose_branching_factor(K)) if branching is None else int(branching)
+    layers = opendp_layers(K, b)
+    scale = layers / float(epsilon)
+    space = (odp.vector_domain(odp.atom_domain(T=int)), odp.l1_distance(T=int))
+    tree = odp.t.make_b_ary_tree(*space, leaf_count=K, branching_factor=b)
+    meas = tree >> odp.m.then_laplace(scale)
+    loss = meas.map(1)
+    if loss > epsilon * (1 + 1e-9):
+        raise ValueError(f"OpenDP reports eps = {loss} > {epsilon}")
+    post = odp.t.make_consistent_b_ary_tree(branching_factor=b, TIA=int, TOA=float)
+    gen = np.random.default_rng(rng)
+    data = gen.poisson(10, K).astype(np.int64)
+    truth = np.cumsum(data)
+    exact_tree = np.asarray(tree(data.tolist()), dtype=np.int64)
+    p = -math.expm1(-1.0 / scale)
+    t0 = time.perf_counter()
+    cdf, ident, rng_all = [], [], []
+    for i in range(int(trials)):
+        if sampler == "opendp":
+            noisy = meas(data.tolist())
+        else:
+            z = gen.geometric(p, exact_tree.size) - gen.geometric(p, exact_tree.size)
+            noisy = (exact_tree + z).tolist()
+        leaves = np.asarray(post(noisy), dtype=float)
+        e = np.cumsum(leaves) - truth
+        cdf.append(np.mean(e**2))
+        ident.append(np.mean((leaves - data) ** 2))
+        rng_all.append(((K + 1) * np.sum(e**2) - np.sum(e) ** 2) / (K * (K + 1) / 2))
+        if time_limit is not None and i >= 9 and time.perf_counter() - t0 > time_limit:
+            break
+    n = len(cdf)
+    series = (("cdf", cdf), ("identity", ident), ("all_range", rng_all))
+    means = {k: float(np.mean(v)) for k, v in series}
+    ses = {k: float(np.std(v, ddof=1) / math.sqrt(n)) for k, v in series}
+    src = "OpenDP's sampler" if sampler == "opendp" else "numpy discrete-Laplace sampler"
+    return OpenDPRun(b, n, means, ses, time.perf_counter() - t0,
+                     note=f"OpenDP b = {b}, {layers} layers, discrete Laplace scale {scale:g} "
+                          f"({src}), eps = {loss:g} by OpenDP's privacy map")
+
+
+# ------------------------------------------------------------------ compare
+def opendp_noise_problem(n_bins: int, epsilon: float) -> str:
+    """Why OpenDP's own run would be meaningless at this budget ("" when it is not): its
+    discrete Laplace (scale layers / eps) identically 0 or saturating, by the releases'
+    rule (``privacy.check_noise_scales``)."""
+    layers = opendp_layers(n_bins, choose_branching_factor(n_bins))
+    scale = layers / epsilon
+    try:
+        check_noise_scales([scale], [discrete_variance(scale, "laplace")],
+                           budget_name="epsilon", budget=epsilon, groups=["OpenDP's tree"])
+    except ValueError as exc:
+        return str(exc)
+    return ""

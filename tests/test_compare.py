@@ -1,5 +1,7 @@
-"""dptree_opt.compare / anchors and `dptree-opt compare`: MATH.md section 6 anchors, the O(K)
-interval-strategy BLUE error against dense linear algebra built here, OpenDP cross-checks."""
+"""dptree_opt.compare / anchors and `dptree-opt compare`: docs/math.md section 6 anchors, the O(K)
+interval-strategy BLUE error against dense linear algebra built here, OpenDP cross-checks, the
+front-door rows per workload column, the prefix-sums baseline's closed form, and the ranking of
+the streaming counters against their exact variances."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import dptree_opt as dp
 from dptree_opt import anchors, compare
 from dptree_opt import strategies as S
 from dptree_opt.cli import main
+from dptree_opt.compare import protocol
 from dptree_opt.engines.interval import interval_blue_errors
-from dptree_opt.engines.tree_error import _padded_tree_all_range_total
 
 
 def cdf_means(K, keys):
@@ -157,13 +159,23 @@ def test_tree_rows_equal_dense(ks, K, neighbours, est):
         assert got["cdf"].mean > dense_errors(mech, K)["cdf"][0]  # BLUE is best
 
 
-def test_padded_all_range_total_formula():
-    """The Haar-form all-range total of a padded tree (used for K' > 4096) vs dense."""
+@pytest.mark.parametrize("est", ["blue", "covering", "refined"])
+def test_padded_all_range_total_formula(monkeypatch, est):
+    """Above MAX_ALL_RANGE_MAX_BINS the all-range mean of a padded tree is
+    ((K + 1) tr Z - 1'Z1) / (K (K + 1) / 2) (the BLUE from the registry's covariance task,
+    the covering and refined estimators from their closed forms): forced here at K = 50 on a
+    64-bin tree, against the dense BLUE built here and the engines' dense per-range twins."""
+    monkeypatch.setattr(protocol, "MAX_ALL_RANGE_MAX_BINS", 8)
     mech = dp.Mechanism(S.tree(64, [4, 4, 4]), epsilon=1.0, neighbours="add_remove")
-    got = _padded_tree_all_range_total(mech, 50) / (50 * 51 / 2)
-    assert got == pytest.approx(dense_errors(mech, 50)["all_range"][0], rel=1e-9)
-    via_interval = interval_blue_errors(mech, 50)["all_range_total"] / (50 * 51 / 2)
-    assert via_interval == pytest.approx(got, rel=1e-9)
+    got = compare.row_errors(compare.Candidate(mech, est, "x", 50), ("all_range",))
+    assert got["all_range"].max is None and "max n/a" in got["all_range"].note
+    if est == "blue":
+        want = dense_errors(mech, 50)["all_range"][0]
+    else:
+        lo, hi = dp.workloads.all_range(50).intervals()
+        w = dp.workloads.ranges(64, np.stack([lo, hi - 1], axis=1))
+        want = dp.expected_error(w, mech, est, per_query=True, method="dense").mean()
+    assert got["all_range"].mean == pytest.approx(want, rel=1e-9)
 
 
 def test_compare_result_structure_and_sorting():
@@ -326,19 +338,79 @@ def test_cli_plot_path_is_reported_as_written(capsys, tmp_path):
 
 
 def test_all_range_column_uses_the_tree_searched_for_all_ranges():
-    """The "best tree, BLUE" rows answer the all-range column with the tree found by
-    level_uniform(workload="all_range"), not the CDF's tree."""
+    """The "best tree, BLUE" rows answer each column with the front door's tree for that
+    workload: the all-range column with the tree level_uniform finds for all ranges, the
+    identity column with the best unpadded tree for the bins, not the CDF's tree."""
     K = 200
     res = compare.compare(K, 1.0, neighbours="add_remove", rows=["best_blue_equal"])
     row = res.rows[0]
-    best = dp.optimize.level_uniform(K, 1.0, estimator="blue", neighbours="add_remove",
-                                     workload="all_range", top=0)
+    common = dict(estimator="blue", neighbours="add_remove", budgets="equal", top=0)
+    best = dp.optimize.level_uniform(K, 1.0, workload="all_range", **common)
     assert row.errors["all_range"].mean == pytest.approx(best.error / (K * (K + 1) / 2),
                                                          rel=1e-9)
-    assert "searched for all ranges" in row.note
+    ident = dp.optimize.level_uniform(K, 1.0, workload=dp.workloads.identity(K),
+                                      allow_padding=False, **common)
+    assert row.errors["identity"].mean == pytest.approx(ident.error / K, rel=1e-9)
+    cdf = dp.optimize.level_uniform(K, 1.0, workload="prefix", **common)
+    assert row.errors["cdf"].mean == pytest.approx(cdf.error / K, rel=1e-9)
+    assert row.strategy == "per workload"
+    assert "all_range: " in row.note and ",".join(map(str, best.branching)) in row.note
     cdf_only = compare.compare(K, 1.0, neighbours="add_remove", rows=["best_blue_equal"],
                                workloads=("cdf",))
-    assert "all-range column" not in cdf_only.rows[0].note
+    assert "all_range" not in cdf_only.rows[0].note
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_best_rows_come_from_the_front_door_per_column(noise):
+    """One "best" row per column: the front door's winner for that workload, its family in
+    the label, evaluated exactly on every column (= the dense BLUE built here), and never
+    worse on its own column than any row of a front-door family (it is their best)."""
+    K = 24
+    budget = {"epsilon": 0.5} if noise == "laplace" else {"rho": 0.5}
+    res = compare.compare(K, **budget, neighbours="add_remove")
+    rows = {r.key: r for r in res.rows}
+    families = ("best_blue_equal", "best_blue_optimal", "best_node_budgets", "optimized",
+                "blt", "direct", "haar", "sqrt_factorization", "histogram")
+    for wl, kind in (("cdf", "prefix"), ("identity", "identity"), ("all_range", "all_range")):
+        row = rows[f"best_{wl}"]
+        d = dp.optimize.best_mechanism(getattr(dp.workloads, kind)(K), **budget)
+        assert row.label.endswith(": " + d.family)
+        assert row.errors[wl].mean == pytest.approx(d.mean, rel=1e-9)
+        want = dense_errors(d.mechanism(), K)
+        for col in compare.WORKLOADS:
+            assert row.errors[col].mean == pytest.approx(want[col][0], rel=1e-7), (wl, col)
+            assert row.errors[col].max == pytest.approx(want[col][1], rel=1e-7), (wl, col)
+        for key in families:
+            other = rows[key].errors[wl].mean
+            if rows[key].available and other is not None:
+                assert row.errors[wl].mean <= other * (1 + 1e-9), (wl, key)
+        assert row.errors[wl].mean >= res.bounds[wl] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("K, neighbours, noise, public", [
+    (64, "add_remove", "laplace", None), (1024, "add_remove", "laplace", None),
+    (64, "add_remove", "gaussian", None), (50, "swap", "laplace", None),
+    (40, "add_remove", "laplace", True)])
+def test_prefix_sums_row_has_one_noise_scale(K, neighbours, noise, public):
+    """The prefix sums with one noise scale, that of the whole prefix matrix. Add/remove,
+    N private: adding a record to bin 0 changes all K prefixes by 1, so the l1 sensitivity is
+    K and every prefix has variance 2 (K / eps)^2 (Laplace), the l2 sensitivity sqrt(K) and
+    variance K / (2 rho) (Gaussian). With N public (swap, or declared) C_K is exact and a
+    record changes at most K - 1 of the other prefixes by 1 (moving it across them, swap;
+    adding it to bin 0, add/remove): mean (K - 1) / K x 2 ((K - 1) / eps)^2. (It was split
+    in two levels, the total and the rest, with half the budget each: ~4x these.)"""
+    eps, rho = 0.7, 0.3
+    budget = {"epsilon": eps} if noise == "laplace" else {"rho": rho}
+    row = compare.compare(K, **budget, noise=noise, neighbours=neighbours, public_total=public,
+                          rows=["prefix_sums"], workloads=("cdf",)).rows[0]
+    if public or neighbours == "swap":
+        want_mean, want_max = (K - 1) / K * 2 * ((K - 1) / eps) ** 2, 2 * ((K - 1) / eps) ** 2
+    elif noise == "laplace":
+        want_mean = want_max = 2 * (K / eps) ** 2
+    else:
+        want_mean = want_max = K / (2 * rho)
+    assert row.errors["cdf"].mean == pytest.approx(want_mean, rel=1e-12)
+    assert row.errors["cdf"].max == pytest.approx(want_max, rel=1e-12)
 
 
 def test_optimized_row_above_1024_bins_is_the_implicit_gaussian_optimum():
@@ -361,9 +433,10 @@ def test_optimized_row_above_1024_bins_is_the_implicit_gaussian_optimum():
 
 @pytest.mark.parametrize("neighbours,noise", [("add_remove", "laplace"), ("swap", "gaussian")])
 def test_node_budget_row_is_exact_and_private(neighbours, noise):
-    """The "best_node_budgets" row: budgets per node on the finest tree of K; its three
-    columns equal the dense GLS of a Mechanism rebuilt from the optimiser's budgets (whose
-    loss is recomputed from the scaled matrix); a public N under add/remove is n/a."""
+    """The "best_node_budgets" row: budgets per node on the finest tree of K; its CDF column
+    equals the dense GLS of a Mechanism rebuilt from the optimiser's budgets (whose loss is
+    recomputed from the scaled matrix), the other columns are n/a (the front door optimises
+    budgets per node for the CDF only); a public N under add/remove is n/a."""
     K = 48
     budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 1.0}
     res = compare.compare(K, noise=noise, neighbours=neighbours, rows=["best_node_budgets"],
@@ -375,10 +448,10 @@ def test_node_budget_row_is_exact_and_private(neighbours, noise):
     mech = dp.Mechanism(S.tree(K, ks), noise=noise, neighbours=neighbours,
                         row_budgets=opt.budgets, **budget)
     assert (mech.epsilon or mech.rho) <= 1.0 + 1e-9
-    for wl, w in (("cdf", dp.workloads.prefix(K)), ("identity", dp.workloads.identity(K)),
-                  ("all_range", dp.workloads.all_range(K))):
-        per = dp.expected_error(w, mech, per_query=True, method="dense")
-        assert row.errors[wl].mean == pytest.approx(per.mean(), rel=1e-6)
+    per = dp.expected_error(dp.workloads.prefix(K), mech, per_query=True, method="dense")
+    assert row.errors["cdf"].mean == pytest.approx(per.mean(), rel=1e-6)
+    for wl in ("identity", "all_range"):  # budgets per node are optimised for the CDF only
+        assert row.errors[wl].mean is None and "CDF" in row.errors[wl].note
     assert row.errors["cdf"].mean <= opt.start_mean * (1 + 1e-12)
     pub = compare.compare(K, 1.0, neighbours="add_remove", public_total=True,
                           rows=["best_node_budgets"]).rows[0]

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import null_space
 
-from dptree_opt import Mechanism, expected_error, strategies, workloads
+from dptree_opt import Mechanism, expected_error, optimize, strategies, workloads
 from dptree_opt.cli import main
-from dptree_opt.compare_grid import (compare_grid, ektelo_hb2d_branchings, ektelo_hb_branching,
-                                     ektelo_quadtree_plan, grid_error_lower_bound,
-                                     grid_svd_bound, uniform_grid_noise, uniform_grid_side)
+from dptree_opt.compare import (compare_grid, ektelo_hb2d_branchings, ektelo_hb_branching,
+                                ektelo_quadtree_plan, grid_error_lower_bound,
+                                grid_svd_bound, uniform_grid_noise, uniform_grid_side)
 from dptree_opt.engines.kron_product import (grid_tree_summary, kron_product_error,
                                            kron_product_max, kron_product_supports)
 from dptree_opt.strategies.base import Strategy
@@ -577,7 +577,8 @@ def test_cli_grid_gaussian_swap_table_and_errors(capsys):
     assert code == 0 and "8x8 grid" in out and "Kronecker Gaussian optimum" in out
     assert "timings (s)" in out
     # swap, flat: Var = 2 * (sqrt 2)^2 / (2 rho) per cell minus the public-total share
-    res = compare_grid((8, 8), rho=0.5, workloads=("identity",), rows=["flat"])
+    res = compare_grid((8, 8), rho=0.5, neighbours="swap", workloads=("identity",),
+                       rows=["flat"])
     v = 2.0 / (2 * 0.5)
     assert res.rows[0].errors["identity"].mean == pytest.approx(v * (1 - 1 / 64), rel=1e-12)
     code = main(["compare", "--bins", "8x8", "--epsilon", "1", "--plot", "x.png"])
@@ -599,3 +600,27 @@ def test_best_hierarchy_row_is_the_certified_gaussian_optimum():
         for other in ("kron_trees_optimal", "quadtree_optimal", "flat", "kron_trees_equal"):
             assert best <= rows[other].errors[wl].mean * (1 + 1e-7)
         assert best >= res.bounds[wl] * (1 - 1e-9)
+
+
+def test_grid_best_rows_come_from_the_front_door():
+    """One "best" row per workload column: optimize.best_mechanism's winner for that grid
+    workload, its family in the label, its errors on every column those of its mechanism
+    (the dense GLS for the maxima), and no worse on its column than the rows of the
+    front-door families."""
+    res = compare_grid((8, 8), rho=0.5)
+    rows = {r.key: r for r in res.rows}
+    for wl, kind in (("cdf", "prefix"), ("all_range", "all_range")):
+        row = rows[f"best_{wl}"]
+        w = getattr(workloads, kind)((8, 8))
+        d = optimize.best_mechanism(w, rho=0.5)
+        assert row.label.endswith(": " + d.family)
+        assert row.errors[wl].mean == pytest.approx(d.mean, rel=1e-9)
+        for col, other in (("cdf", "prefix"), ("all_range", "all_range")):
+            wc = getattr(workloads, other)((8, 8))
+            per = expected_error(wc, d.mechanism(), method="dense", per_query=True)
+            assert row.errors[col].mean == pytest.approx(per.mean(), rel=1e-9)
+            if row.errors[col].max is not None:
+                assert row.errors[col].max == pytest.approx(per.max(), rel=1e-9)
+        for key in ("best_hierarchy", "kron_gaussian_optimum", "kron_p_identity", "flat"):
+            assert row.errors[wl].mean <= rows[key].errors[wl].mean * (1 + 1e-9), key
+    assert "best_identity" not in rows   # only the columns compared

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import dptree_opt as dp
-from dptree_opt import bounds, closed_forms, compare, compare_grid, optimize
+from dptree_opt import bounds, closed_forms, compare, optimize
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
 from dptree_opt.engines.causal_error import tree_causal_prefix_variances
@@ -130,7 +130,7 @@ def test_search_compare_and_grid_sizes_have_limits():
                                 "limit of 2^26")
     _refused_without_allocating(lambda: compare.compare(2**31, epsilon=1.0),
                                 str(2**31), "limit of 2^22")
-    _refused_without_allocating(lambda: compare_grid.compare_grid((2048, 2048), epsilon=1.0),
+    _refused_without_allocating(lambda: compare.compare_grid((2048, 2048), epsilon=1.0),
                                 "2048x2048", "4194304 cells", "limit of 2^20")
     # 30 axes of 2 cells: the Kronecker tree of 30 one-level trees has 2^30 budget levels
     _refused_without_allocating(lambda: optimize.best_grid_hierarchy((2,) * 30, "prefix", 1.0),
@@ -403,8 +403,8 @@ def test_compare_is_homogeneous_at_extreme_budgets():
 
 def test_compare_grid_is_homogeneous_at_extreme_budgets():
     rows = ["flat", "kron_trees_equal", "quadtree_equal", "ektelo_hb2d", "kron_trees_optimal"]
-    ref = compare_grid.compare_grid((8, 8), epsilon=1.0, rows=rows)
-    got = compare_grid.compare_grid((8, 8), epsilon=1e100, rows=rows)
+    ref = compare.compare_grid((8, 8), epsilon=1.0, rows=rows)
+    got = compare.compare_grid((8, 8), epsilon=1e100, rows=rows)
     refs = {r.key: r for r in ref.rows}
     for row in got.rows:
         for wl, e in row.errors.items():
@@ -413,7 +413,7 @@ def test_compare_grid_is_homogeneous_at_extreme_budgets():
             if e.mean is not None:
                 assert e.mean == pytest.approx(e0.mean / 1e200, rel=1e-6), row.key
     with pytest.raises(ValueError, match="too small"):
-        compare_grid.compare_grid((8, 8), epsilon=1e-300, rows=rows)
+        compare.compare_grid((8, 8), epsilon=1e-300, rows=rows)
 
 
 def test_opendp_run_is_skipped_when_its_noise_is_degenerate():

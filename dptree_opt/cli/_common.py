@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import strategies
+from ..compare import parse_shape
 from ..files import path_lookup_errors, check_output_path
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -166,7 +167,6 @@ def stdout_closed() -> int:
 
 def bins_arg(text: str):
     """argparse type of --bins: an integer K (1-D) or a grid shape AxB[xC..] (d-D)."""
-    from ..compare_grid import parse_shape
     if "x" in text.lower():
         try:
             return parse_shape(text)

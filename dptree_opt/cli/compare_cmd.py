@@ -1,4 +1,5 @@
-"""`dptree-opt compare`: exact errors of every mechanism side by side (dptree_opt.compare)."""
+"""`dptree-opt compare`: exact errors of every mechanism side by side (dptree_opt.compare): 1-D
+(--bins K), grids (--bins AxB) and streaming counters (--stream --horizon T)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from .. import compare as cmp
 from ..compare import format_number
+from ..compare.stream import MAX_STREAM_HORIZON
 from ..plotting import save_figure
 from ._common import (FIGURE_SUFFIXES, add_budget_arguments, bins_arg, budget_kwargs,
                       output_file)
@@ -149,30 +151,66 @@ def _plot(res, path: Path, force: bool = False) -> None:
 
 
 def _run_grid(args) -> int:
-    """The 2-D / d-D mode (--bins AxB): dptree_opt.compare_grid."""
-    from .. import compare_grid as cg
-
+    """The 2-D / d-D mode (--bins AxB): dptree_opt.compare.compare_grid."""
     if args.plot is not None:
         raise ValueError("--plot draws the 1-D comparison only")
-    cg.check_cells(args.bins, "--bins " + "x".join(map(str, args.bins)))
+    cmp.check_cells(args.bins, "--bins " + "x".join(map(str, args.bins)))
     which = tuple(w.strip().replace("-", "_").replace("boxes", "all_range")
                   for w in (args.workloads or "cdf,all_range").split(",") if w.strip())
     t0 = time.perf_counter()
-    res = cg.compare_grid(args.bins, **budget_kwargs(args), noise=args.noise,
-                          neighbours=args.neighbours,
-                          public_total=True if args.public_total else None, workloads=which,
-                          records=args.records)
+    res = cmp.compare_grid(args.bins, **budget_kwargs(args), noise=args.noise,
+                           neighbours=args.neighbours,
+                           public_total=True if args.public_total else None, workloads=which,
+                           records=args.records, time_limit=args.time_limit)
     seconds = time.perf_counter() - t0
     if args.json:
-        print(json.dumps({**cg.as_dict(res), "wall_seconds": seconds}, indent=2))
+        print(json.dumps({**res.as_dict(), "wall_seconds": seconds}, indent=2))
     else:
-        print(cg.format_table(res))
+        print(cmp.format_table(res))
+        print(f"({seconds:.1f} s)")
+    return 0
+
+
+def _run_stream(args) -> int:
+    """The streaming mode (--stream --horizon T): dptree_opt.compare.compare_stream."""
+    for flag, value in (("--bins", args.bins), ("--plot", args.plot), ("--n", args.records),
+                        ("--workloads", args.workloads)):
+        if value is not None:
+            raise ValueError(f"{flag} does not apply to --stream (the counters answer the "
+                             "running count after each step)")
+    if args.public_total or args.noise is not None or args.neighbours != "add_remove":
+        raise ValueError("--stream counters are event level (one step's count changes by "
+                         "one): --neighbours, --public-total and --noise do not apply (give "
+                         "--epsilon for Laplace or --rho for Gaussian)")
+    if args.horizon is None:
+        raise ValueError("--stream needs --horizon T (the number of steps)")
+    if not 1 <= args.horizon <= MAX_STREAM_HORIZON:
+        raise ValueError(f"--horizon must be in [1, 2^22 = {MAX_STREAM_HORIZON}], got "
+                         f"{args.horizon}")
+    if args.top < 0:
+        raise ValueError(f"--top must be >= 0 (0: every configuration), got {args.top}")
+    budget = budget_kwargs(args)
+    t0 = time.perf_counter()
+    res = cmp.compare_stream(args.horizon, **budget, time_limit=args.time_limit)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({**res.as_dict(), "wall_seconds": seconds}, indent=2))
+    else:
+        print(res.format_table(top=args.top or None))
         print(f"({seconds:.1f} s)")
     return 0
 
 
 def run(args) -> int:
     """Print (or --json) the comparison table; --plot draws it."""
+    if args.time_limit <= 0 or args.time_limit != args.time_limit:
+        raise ValueError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.stream:
+        return _run_stream(args)
+    if args.horizon is not None:
+        raise ValueError("--horizon is for --stream (rank the streaming counters)")
+    if args.bins is None:
+        raise ValueError("--bins is required (K, or a grid AxB), or --stream --horizon T")
     if isinstance(args.bins, tuple):
         return _run_grid(args)
     args.workloads = args.workloads or "cdf,identity,all_range"
@@ -188,7 +226,7 @@ def run(args) -> int:
     res = cmp.compare(args.bins, **budget, noise=args.noise, neighbours=args.neighbours,
                       public_total=True if args.public_total else None, workloads=which,
                       opendp=(args.opendp_trials if args.opendp_trials > 0 else False),
-                      opendp_time_limit=args.opendp_seconds)
+                      opendp_time_limit=args.opendp_seconds, time_limit=args.time_limit)
     seconds = time.perf_counter() - t0
     code = 0
     if plot is not None:
@@ -200,7 +238,7 @@ def run(args) -> int:
                   file=sys.stderr)
             code, plot = 1, None
     if args.json:
-        out = cmp.as_dict(res)
+        out = res.as_dict()
         out["seconds"] = seconds
         if plot is not None:
             out["plot"] = str(plot)
@@ -221,14 +259,20 @@ def register(sub) -> None:
                     "defaults, the [RTS] 17-ary tree, the best trees from optimize."
                     "level_uniform) for K bins and one budget, and print the exact mean and "
                     "max per-query expected squared error (counts^2) of each on the CDF "
-                    "(prefix counts), identity (bins) and all-range workloads. When opendp is "
+                    "(prefix counts), identity (bins) and all-range workloads; the optimised "
+                    "families and a 'best' row per workload come from optimize."
+                    "best_mechanism, asked once per workload. When opendp is "
                     "installed (Laplace, add/remove, N private) OpenDP's own tree + "
                     "consistency postprocessor is also run (Monte Carlo). With --bins AxB "
                     "(a grid, e.g. 256x256) it compares grid mechanisms on the 2-D CDF and "
-                    "all boxes instead (dptree_opt.compare_grid; see --bins).",
+                    "all boxes instead (see --bins). With --stream --horizon T it ranks the "
+                    "streaming counters (stream.Counter: every mechanism with its useful "
+                    "options, incl. tree_blue on the trees optimize finds for T) by the exact "
+                    "mean and max variance of the running counts.",
         epilog="examples: dptree-opt compare --bins 1024 --epsilon 1 --neighbours add_remove; "
-               "dptree-opt compare --bins 256x256 --rho 0.5 --neighbours add_remove (2-D)")
-    p.add_argument("--bins", type=bins_arg, required=True,
+               "dptree-opt compare --bins 256x256 --rho 0.5 (2-D); "
+               "dptree-opt compare --stream --horizon 365 --epsilon 1 (streaming counters)")
+    p.add_argument("--bins", type=bins_arg, default=None,
                    help="number of bins K (>= 2), or a grid AxB (e.g. 256x256, 64x32, 8x8x8): "
                         "2-D mode. It ranks on the grid's CDF (all dominance boxes) and all "
                         "boxes the flat grid, Kronecker trees and quadtrees (equal and "
@@ -255,4 +299,15 @@ def register(sub) -> None:
                    help="max Monte Carlo trials of OpenDP itself (0: skip)")
     p.add_argument("--opendp-seconds", type=float, default=5.0,
                    help="time limit of the OpenDP run (at least 10 trials)")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds given to optimize.best_mechanism per workload (the "
+                        "optimised families and the 'best' rows); --stream: for the whole "
+                        "ranking (default 60)")
+    p.add_argument("--stream", action="store_true",
+                   help="rank the streaming counters (stream.Counter) for --horizon T steps "
+                        "instead: exact mean and max variance of the running counts")
+    p.add_argument("--horizon", type=int, default=None, metavar="T",
+                   help="--stream: the number of steps T (1 .. 2^22)")
+    p.add_argument("--top", type=int, default=20,
+                   help="--stream: how many configurations to list (0: all; default 20)")
     p.set_defaults(func=run)

@@ -49,8 +49,6 @@ from ..workloads import KroneckerWorkload
 from .factorisations import (count_factorisations, factorisations, factorisations_by_height,
                              finest_refinement, padded_chain_count, prime_orderings)
 from .grid_budgets import minimise_grid_budgets
-# re-exported until dptree_opt.compare_grid imports it from dptree_opt.optimize
-from .grid_budgets import optimal_grid_budgets  # noqa: F401
 from .levels import unit_variances
 
 __all__ = ["GridDesign", "GridSearch", "best_grid_hierarchy", "flat_grid_error", "FAMILIES",

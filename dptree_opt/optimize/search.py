@@ -67,10 +67,6 @@ __all__ = ["level_uniform", "design_error", "finest_refinement", "ESTIMATORS", "
 ESTIMATORS = ("covering", "refined", "blue")
 BUDGETS = ("equal", "optimal")
 
-# the old private name, imported by dptree_opt.compare until it imports
-# optimize.factorisations.smooth_finest_trees
-_smooth_finest_trees = smooth_finest_trees
-
 
 def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "blue",
                  noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
