@@ -2,7 +2,10 @@
 
 Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), a strategy A
 (``dptree_opt.strategies``) released with calibrated noise (``Mechanism``), a linear estimator
-(``blue``, ``covering_cdf``) and an exact error (``expected_error``). See docs/README.md and docs/math.md.
+(``blue``, ``causal_blue``, ``covering_cdf``) and an exact error (``expected_error``), each
+computed by the engine of the strategy's structure (``dptree_opt.engines``); the best mechanism
+for a workload: ``optimize.best_mechanism``; comparisons: ``compare``; real data: ``release``;
+continual release: ``stream``. See docs/README.md and docs/math.md.
 """
 
 from . import closed_forms, consistency, queries, strategies, workloads
@@ -12,6 +15,7 @@ from .estimation import (
     TreeEstimates,
     blue,
     blue_covariance,
+    causal_blue,
     covering_cdf,
     covering_variances,
     refined_cdf,
@@ -22,6 +26,7 @@ from .mechanism import Mechanism
 from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 # the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
 from .data_release import GridRelease, Release, release, release_file
+from . import engines, optimize
 from . import anchors, compare  # noqa: E402  (after Mechanism / error: they build on them)
 from . import stream  # noqa: E402
 
@@ -37,6 +42,9 @@ __all__ = [
     "blue",
     "blue_covariance",
     "bounds",
+    "causal_blue",
+    "engines",
+    "optimize",
     "cdf_from_measurements",
     "closed_forms",
     "compare",
