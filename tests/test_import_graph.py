@@ -17,27 +17,11 @@ REGENERATE = "python tests/import_graph.py --lists"
 
 KNOWN_CYCLES = [
     ('dptree_opt.data_release.core', 'dptree_opt.data_release.grid'),
-    ('dptree_opt.strategies.interval', 'dptree_opt.strategies.kronecker'),
-    ('dptree_opt.bounds', 'dptree_opt.strategies', 'dptree_opt.strategies.optimized'),
-    (
-        'dptree_opt.bounds',
-        'dptree_opt.strategies',
-        'dptree_opt.strategies.implicit_optimum',
-        'dptree_opt.strategies.optimized',
-    ),
 ]
 
 KNOWN_FUNCTION_IMPORTS = [
-    ('dptree_opt.cli._common', 'bins_arg', 'dptree_opt.compare_grid'),
     ('dptree_opt.cli._common', 'budget_kwargs', 'dptree_opt.privacy'),
-    ('dptree_opt.cli.compare_cmd', '_run_grid', 'dptree_opt.compare_grid'),
     ('dptree_opt.cli.stream_cmd', '_plot', 'dptree_opt.plotting'),
-    ('dptree_opt.compare', '_opendp_noise_problem', 'dptree_opt.mechanism'),
-    ('dptree_opt.compare', '_opendp_noise_problem', 'dptree_opt.privacy'),
-    ('dptree_opt.compare_grid', '_best_hierarchy', 'dptree_opt.optimize.grid'),
-    ('dptree_opt.compare_grid', '_optimal', 'dptree_opt.optimize.grid'),
-    ('dptree_opt.compare_grid', '_prime_factors', 'dptree_opt.optimize.search'),
-    ('dptree_opt.compare_grid', 'grid_svd_bound', 'dptree_opt.workloads'),
     ('dptree_opt.data_release.grid', '_check_grid_counts', 'dptree_opt.mechanism'),
     ('dptree_opt.data_release.grid', '_grid_plan', 'dptree_opt.data_release.core'),
     ('dptree_opt.data_release.grid', '_release_cells', 'dptree_opt.data_release.core'),
@@ -45,10 +29,6 @@ KNOWN_FUNCTION_IMPORTS = [
     ('dptree_opt.data_release.grid_result', 'GridRelease.plot', 'dptree_opt.plotting'),
     ('dptree_opt.data_release.result', 'Release.plot', 'dptree_opt.plotting'),
     ('dptree_opt.mechanism', 'row_sensitivities', 'dptree_opt.strategies'),
-    ('dptree_opt.optimize.grid', 'GridDesign.strategy', 'dptree_opt.strategies'),
-    ('dptree_opt.optimize.grid', 'GridDesign.strategy', 'dptree_opt.strategies.quadtree'),
-    ('dptree_opt.optimize.grid', 'GridDesign.workload', 'dptree_opt.workloads'),
-    ('dptree_opt.optimize.grid', '_prime_exponents', 'dptree_opt.optimize.search'),
     ('dptree_opt.optimize.node_budgets', 'NodeBudgets.mechanism', 'dptree_opt.mechanism'),
     ('dptree_opt.optimize.node_budgets', 'NodeBudgets.mechanism', 'dptree_opt.strategies'),
     (
@@ -58,23 +38,8 @@ KNOWN_FUNCTION_IMPORTS = [
     ),
     ('dptree_opt.optimize.result', 'TreeDesign.mechanism', 'dptree_opt.mechanism'),
     ('dptree_opt.optimize.result', 'TreeDesign.mechanism', 'dptree_opt.strategies'),
-    ('dptree_opt.optimize.rts', 'optimal_height', 'dptree_opt.optimize.search'),
-    ('dptree_opt.optimize.search', '_bound_certificate', 'dptree_opt.bounds'),
-    ('dptree_opt.optimize.search', '_bound_certificate', 'dptree_opt.strategies'),
-    ('dptree_opt.optimize.search', '_bound_certificate', 'dptree_opt.workloads'),
-    ('dptree_opt.optimize.search', '_optimise_pool', 'dptree_opt.optimize.blue_budgets'),
-    ('dptree_opt.optimize.search', '_resolve_workload', 'dptree_opt.workloads'),
-    ('dptree_opt.optimize.search', '_workload_search', 'dptree_opt.engines.tree_error'),
-    ('dptree_opt.optimize.search', 'design_error', 'dptree_opt.engines.tree_error'),
     ('dptree_opt.pipeline', 'PrivateCDF.plot', 'dptree_opt.plotting'),
     ('dptree_opt.pipeline', 'PrivateCDF.quantile_intervals', 'dptree_opt.quantile_intervals'),
-    ('dptree_opt.strategies.interval', 'histogram', 'dptree_opt.strategies.kronecker'),
-    (
-        'dptree_opt.strategies.kronecker',
-        'KroneckerStrategy._tree_split_depths',
-        'dptree_opt.strategies.interval',
-    ),
-    ('dptree_opt.strategies.optimized', 'dual_start', 'dptree_opt.bounds'),
     ('dptree_opt.strategies.optimized', 'kron_gaussian_optimal', 'dptree_opt.workloads'),
     ('dptree_opt.strategies.optimized', 'kron_p_identity', 'dptree_opt.workloads'),
     (
@@ -97,9 +62,6 @@ KNOWN_FUNCTION_IMPORTS = [
 ]
 
 KNOWN_PRIVATE_IMPORTS = [
-    ('dptree_opt.bounds', 'dptree_opt.workloads', '_check_n'),
-    ('dptree_opt.compare', 'dptree_opt.engines.tree_error', '_padded_tree_all_range_total'),
-    ('dptree_opt.compare', 'dptree_opt.optimize.search', '_smooth_finest_trees'),
     ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_budget'),
     ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_budgets'),
     ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_histogram_total'),
@@ -110,15 +72,10 @@ KNOWN_PRIVATE_IMPORTS = [
     ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_check_variances'),
     ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_layout'),
     ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_level_stats'),
-    ('dptree_opt.engines.causal_error', 'dptree_opt.engines.tree_error', '_check_tree'),
     ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_ivw'),
     ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_left_cover_sums'),
     ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_level_stats'),
     ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_sum_var'),
-    ('dptree_opt.engines.refined', 'dptree_opt.engines.tree_error', '_check_tree'),
-    ('dptree_opt.optimize.beyond_trees', 'dptree_opt.strategies.optimized', '_check_workload'),
-    ('dptree_opt.optimize.blue_budgets', 'dptree_opt.engines.tree_error', '_check_branching'),
-    ('dptree_opt.optimize.search', 'dptree_opt.engines.tree_error', '_block_gram'),
     ('dptree_opt.strategies.blt', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.strategies.haar', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.strategies.implicit_optimum', 'dptree_opt.strategies.base', '_readonly'),
@@ -127,17 +84,12 @@ KNOWN_PRIVATE_IMPORTS = [
     ('dptree_opt.strategies.quadtree', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.strategies.toeplitz', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.stream.ahead', 'dptree_opt.data_release.secure_noise', '_opendp_measurement'),
-    ('dptree_opt.stream.factorization', 'dptree_opt.strategies.blt', '_DEFAULT_BUFFERS'),
     ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp'),
     ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp_measurement'),
 ]
 
 KNOWN_OVER_800_LINES = [
-    'dptree_opt.compare',
-    'dptree_opt.compare_grid',
     'dptree_opt.data_release.io',
-    'dptree_opt.optimize.grid',
-    'dptree_opt.optimize.search',
 ]
 
 
