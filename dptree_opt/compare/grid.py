@@ -52,9 +52,8 @@ from ..limits import COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, check_count, che
 from ..mechanism import Mechanism
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import MAX_GRID_AXIS, bound_note, lower_bounds
-from .protocol import (ALL_FAMILIES, MAX_TREE_MAX_QUERIES, BudgetSetting, Candidate,
-                       NotAvailable, RowRegistry, WorkloadError, design_candidate,
-                       family_candidate, format_number, front_door, row_dict, run_rows,
+from .protocol import (best_row, ALL_FAMILIES, MAX_TREE_MAX_QUERIES, BudgetSetting, Candidate,
+                       NotAvailable, RowRegistry, WorkloadError, family_candidate, format_number, row_dict, run_rows,
                        sort_key)
 
 __all__ = ["GRID_WORKLOADS", "GRID_ROWS", "GridSetting", "GridComparison", "compare_grid",
@@ -272,21 +271,11 @@ for _key, _label, _what, _fams in _FAMILY_ROWS:
     GRID_ROWS.register(_key, _label, _what, families=_fams)(_families_row(*_fams))
 
 
-def _best_row(wl: str):
-    def build(s: GridSetting, cache: dict) -> Candidate:
-        if wl not in s.workloads:
-            raise NotAvailable(f"{wl} is not among the workloads compared")
-        d = front_door(s, wl, cache, cache["families"], s.time_limit)
-        cand = design_candidate(d, s, f"; searched {d.seconds:.3g} s")
-        return replace(cand, label=f"best for {_COLUMN[wl]}: {d.family}")
-    return build
-
-
 for _wl in GRID_WORKLOADS:
     GRID_ROWS.register(f"best_{_wl}", f"best for {_COLUMN[_wl]} (front door)",
                        f"optimize.best_mechanism on the grid {_wl} workload: the best of every "
                        "grid family that applies, on every column",
-                       families=ALL_FAMILIES)(_best_row(_wl))
+                       families=ALL_FAMILIES)(best_row(_wl, _COLUMN[_wl]))
 
 
 # ------------------------------------------------------------------ ektelo's plans

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,8 +40,8 @@ from .. import anchors, optimize, strategies
 from ..limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import bound_note, lower_bounds
-from .protocol import (ALL_FAMILIES, WORKLOADS, BudgetSetting, Candidate, NotAvailable,
-                       RowRegistry, design_candidate, family_candidate, front_door, row_dict,
+from .protocol import (best_row, ALL_FAMILIES, WORKLOADS, BudgetSetting, Candidate, NotAvailable,
+                       RowRegistry, family_candidate, row_dict,
                        run_rows, sort_key)
 
 __all__ = ["Setting", "Comparison", "ROWS", "register_row", "compare", "check_bins",
@@ -346,22 +346,11 @@ for _key, _label, _what, _fams in _FAMILY_ROWS:
     ROWS.register(_key, _label, _what, families=_fams)(_families_row(*_fams))
 
 
-def _best_row(wl: str):
-    """A builder: the front door's best mechanism for the workload ``wl``, on every column."""
-    def build(s: Setting, cache) -> Candidate:
-        if wl not in s.workloads:
-            raise NotAvailable(f"{wl} is not among the workloads compared")
-        d = front_door(s, wl, cache, cache["families"], s.time_limit)
-        cand = design_candidate(d, s, f"; searched {d.seconds:.3g} s")
-        return replace(cand, label=f"best for {_COLUMN[wl]}: {d.family}")
-    return build
-
-
 for _wl in WORKLOADS:
     ROWS.register(f"best_{_wl}", f"best for {_COLUMN[_wl]} (front door)",
                   f"optimize.best_mechanism on the {_wl} workload: the best of every family "
                   "that applies (ranked by the exact BLUE error), on every column",
-                  families=ALL_FAMILIES)(_best_row(_wl))
+                  families=ALL_FAMILIES)(best_row(_wl, _COLUMN[_wl]))
 
 
 # ------------------------------------------------------------------ compare

@@ -55,7 +55,7 @@ from ..limits import rescaled
 from ..mechanism import Mechanism
 from ..privacy import resolve_public
 
-__all__ = ["WORKLOADS", "format_number", "BudgetSetting", "WorkloadError", "Candidate",
+__all__ = ["best_row", "WORKLOADS", "format_number", "BudgetSetting", "WorkloadError", "Candidate",
            "NotAvailable", "RowSpec", "RowRegistry", "CompareRow", "row_errors",
            "run_rows", "sort_key", "row_dict", "front_door", "family_candidate",
            "design_candidate", "short_name", "STRUCTURED_MAXIMA", "ALL_FAMILIES",
@@ -387,6 +387,18 @@ def design_candidate(design, setting, extra: str = "") -> Candidate:
     mech = design.mechanism()
     return Candidate(mech, design.estimator, short_name(mech.released.name), mech.n_bins,
                      note=design.method + extra, shape=shape)
+
+
+def best_row(wl: str, column: str):
+    """A row builder: the front door's best mechanism for the workload ``wl`` (its column
+    named ``column`` in the label), evaluated on every column (1-D and grid rows alike)."""
+    def build(s, cache) -> Candidate:
+        if wl not in s.workloads:
+            raise NotAvailable(f"{wl} is not among the workloads compared")
+        d = front_door(s, wl, cache, cache["families"], s.time_limit)
+        cand = design_candidate(d, s, f"; searched {d.seconds:.3g} s")
+        return replace(cand, label=f"best for {column}: {d.family}")
+    return build
 
 
 def family_candidate(setting, cache: dict, families: tuple, time_limit: float,
