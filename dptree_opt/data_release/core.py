@@ -10,7 +10,12 @@ Pipeline (ektelo's vocabulary: select a strategy, measure, infer):
    budgets, or ``budgets="optimal"``). If prod k_l = K' > K the histogram is padded with
    K' - K empty bins. They are *public zeros*: no record can fall there, so the sensitivities
    (and the guarantee) are those of the real bins, and the released CDF covers the K real bins
-   only (see "Padding" below).
+   only (see "Padding" below). With ``design=`` (a ``Design`` from
+   ``optimize.best_mechanism``, any optimiser's result with ``.mechanism()``, or a
+   ``Mechanism`` over the K bins) the design's strategy is used instead, in its secure form
+   (``secure_noise.secure_form``: integer strategies as they are, budgets per level or per
+   node; real-valued ones as the scaled integer strategy round(s A) with noise calibrated to
+   its exact sensitivity; ``docs/releasing_designs.md``).
 3. **Secure noise**: ``secure_noise.secure_measure`` adds OpenDP's discrete Laplace /
    discrete Gaussian to the integer node counts, per level at the mechanism's calibrated
    scale. There is no rng argument anywhere on this path; simulation noise
@@ -62,6 +67,7 @@ from numbers import Integral
 import numpy as np
 
 from .. import optimize, strategies
+from ..strategies import LevelUniformTree
 from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
@@ -76,7 +82,8 @@ from .binning import BinSpec, check_out_of_range
 from .io import (check_chunk_bytes, check_columns, histogram_from_file, histogram_from_values,
                  read_counts)
 from .result import Release, incomplete_note
-from .secure_noise import sampler_description, secure_measure
+from .secure_noise import (SecureForm, design_budget, design_mechanism, largest_answer,
+                           sampler_description, secure_form, secure_measure)
 from .grid import is_grid_bins, release_grid, release_grid_file
 
 __all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_BINS", "MAX_LEAVES",
@@ -256,6 +263,8 @@ class _Plan:
     out_of_range: str
     standard_errors: np.ndarray  # exact SEs of the raw CDF over the K' leaves
     calibration: QuantileCalibration
+    form: SecureForm | None = None  # with design=: how the design is released
+    design: object = None           # the design given (a Design has its own error)
 
     @property
     def padded(self) -> int:
@@ -268,11 +277,19 @@ def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> Non
     a level whose discrete noise is identically 0 in double precision (the release would
     publish exact counts), or so wide that answers + noise leave the exact integer range of
     doubles (NOISE_TAIL scales reach 2^53)."""
-    levels = sorted(mech.level_scales)
-    check_noise_scales([mech.level_scales[lvl] for lvl in levels],
-                       [mech.level_variances[lvl] for lvl in levels],
-                       budget_name=budget_name, budget=budget,
-                       groups=[f"level {lvl}" for lvl in levels])
+    if mech.row_budgets is None:
+        levels = sorted(mech.level_scales)
+        check_noise_scales([mech.level_scales[lvl] for lvl in levels],
+                           [mech.level_variances[lvl] for lvl in levels],
+                           budget_name=budget_name, budget=budget,
+                           groups=[f"level {lvl}" for lvl in levels])
+        return
+    # budgets per row: the smallest and the largest scale are the ones that can fail
+    noisy = np.flatnonzero(np.isfinite(mech.scales) & (mech.scales > 0))
+    if noisy.size:
+        pick = noisy[[int(np.argmin(mech.scales[noisy])), int(np.argmax(mech.scales[noisy]))]]
+        check_noise_scales(mech.scales[pick], mech.variances[pick], budget_name=budget_name,
+                           budget=budget, groups=[f"row {int(r)}" for r in pick])
 
 
 def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
@@ -290,15 +307,50 @@ def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
                        groups=["a level given the whole budget"])
 
 
+def _check_design(design, bins: int, tree, budgets, neighbours) -> Mechanism:
+    """The design's Mechanism for a 1-D release over ``bins`` bins: the tree options left
+    at their defaults, one axis of ``bins`` bins, the same neighbour model (ValueError)."""
+    mech = design_mechanism(design)
+    if not (isinstance(tree, str) and tree == "optimal" and budgets == "optimal"):
+        raise ValueError("tree and budgets choose the tree when no design is given; with "
+                         "design= the design decides: leave them out")
+    if isinstance(mech.released, (strategies.KroneckerStrategy, strategies.QuadtreeStrategy)):
+        raise ValueError("design: a grid design needs per-axis lower, upper and bins (a grid "
+                         "release)")
+    if mech.n_bins != bins:
+        raise ValueError(f"design: it was made for {mech.n_bins} bins, the release has bins = "
+                         f"{bins}")
+    if neighbours != mech.neighbours:
+        raise ValueError(f"neighbours: the design was made for {mech.neighbours!r} "
+                         f"neighbours; pass neighbours={mech.neighbours!r} (release checks "
+                         "that the guarantee is the one you asked for)")
+    return mech
+
+
+def _design_branching(mech: Mechanism) -> tuple:
+    """The branching of a design's complete level-uniform tree, else (K,) (one level: the
+    strategy is described in the privacy account)."""
+    released = mech.released
+    if isinstance(released, LevelUniformTree) and math.prod(released.branching) == mech.n_bins:
+        return tuple(int(k) for k in released.branching)
+    return (mech.n_bins,)
+
+
 def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-          consistency, budgets, interval_level, before_design=None) -> _Plan:
+          consistency, budgets, interval_level, before_design=None, design=None) -> _Plan:
     """Validate every argument and build the mechanism before any data is read (cheap
     failures first, then ``before_design()`` (e.g. input files exist), then the design search
-    and the quantile tests' calibration, which take seconds at large K)."""
+    (or the design's secure form) and the quantile tests' calibration, which take seconds
+    at large K)."""
     bins = _check_bins(bins)
     spec = BinSpec(lower, upper, bins)
-    noise, budget_name, budget = _budget(epsilon, rho)
     check_neighbours(neighbours)
+    source = None
+    if design is not None:
+        source = _check_design(design, spec.bins, tree, budgets, neighbours)
+        noise, budget_name, budget = design_budget(source, epsilon, rho)
+    else:
+        noise, budget_name, budget = _budget(epsilon, rho)
     check_out_of_range(out_of_range)
     if consistency not in CONSISTENCY:
         raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
@@ -312,23 +364,40 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
                                if noise == "laplace" else 0), "bins")
     if before_design is not None:
         before_design()
-    branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
-                                             neighbours, budgets)
-    padded = math.prod(branching)
-    mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
-                     noise=noise, neighbours=neighbours,
-                     level_budgets=None if level_budgets is None else list(level_budgets),
-                     discrete=True)
+    form = None
+    if source is None:
+        branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
+                                                 neighbours, budgets)
+        padded = math.prod(branching)
+        mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
+                         noise=noise, neighbours=neighbours,
+                         level_budgets=None if level_budgets is None else list(level_budgets),
+                         discrete=True)
+    else:
+        form = secure_form(source)
+        mech, branching = form.mechanism, _design_branching(source)
+        family = getattr(design, "family", None)
+        note = (f"design{f' {family!r}' if family else ''} ({source.released.name}): "
+                f"{form.note}")
     _check_plan_memory(mech, spec.bins)
     _check_noise_scales(mech, budget_name, budget)
+    try:
+        se = np.asarray(cdf_standard_errors(mech, "blue"), dtype=np.float64)
+    except ValueError as exc:
+        if source is None:
+            raise
+        raise ValueError(f"design: the release publishes the CDF of the {spec.bins} bins, "
+                         f"which this design does not estimate ({exc}); to release coarser "
+                         "queries (e.g. brackets measured directly), make them the bins"
+                         ) from None
     edges = spec.bin_edges
     check_quantile_intervals(mech, edges, qs, level, total_public=mech.public_total)
     calibration = calibrate_quantile_tests(mech, spec.bins, qs, level)
-    se = np.asarray(cdf_standard_errors(mech, "blue"), dtype=np.float64)
     return _Plan(spec=spec, noise=noise, budget_name=budget_name, budget=budget,
                  branching=tuple(branching), note=note, mechanism=mech, quantiles=qs,
                  consistency=consistency, interval_level=level, out_of_range=out_of_range,
-                 standard_errors=_readonly(se), calibration=calibration)
+                 standard_errors=_readonly(se), calibration=calibration, form=form,
+                 design=design)
 
 
 def _check_histogram_total(hist: np.ndarray, mechanism: Mechanism) -> int:
@@ -338,15 +407,36 @@ def _check_histogram_total(hist: np.ndarray, mechanism: Mechanism) -> int:
     if total >= EXACT_LIMIT:
         raise ValueError(f"the counts sum to {total} >= 2^53: too large to release exactly "
                          "(cumulative counts must be exact integers in double precision)")
-    scales = [s for s in mechanism.level_scales.values() if 0 < s < math.inf]
-    if scales and total + NOISE_TAIL * max(scales) >= EXACT_LIMIT:
-        raise ValueError(f"the counts sum to {total}: with noise scale {max(scales):.3g} the "
-                         "noisy counts could exceed 2^53; use a larger budget or smaller counts")
+    scales = mechanism.scales[np.isfinite(mechanism.scales)]
+    top = float(scales.max(initial=0.0))
+    answer = largest_answer(mechanism.released, total)   # N, or max|entry| x N (scaled)
+    if top > 0 and answer + NOISE_TAIL * top >= EXACT_LIMIT:
+        raise ValueError(f"the counts sum to {total}: with noise scale {top:.3g} the noisy "
+                         "counts could exceed 2^53; use a larger budget or smaller counts")
+    if answer >= EXACT_LIMIT:
+        raise ValueError(f"the counts sum to {total}: the design's answers (up to "
+                         f"{answer:.3g}) would not be exact integers in double precision")
     return total
 
 
+def _rows_account(mech: Mechanism) -> dict:
+    """Budgets per row (budgets per node): how many rows are noisy, exact, unmeasured, and
+    the range of their budgets and noise scales (each row's own in ``mechanism``)."""
+    s, b = mech.scales, mech.row_budgets
+    noisy = np.isfinite(s) & (s > 0)
+    return {"noisy": int(noisy.sum()), "exact": int(np.sum(s == 0)),
+            "unmeasured": int(np.isinf(s).sum()),
+            "budget_min": float(b[noisy].min(initial=np.inf)) if noisy.any() else None,
+            "budget_max": float(b[noisy].max(initial=0.0)) if noisy.any() else None,
+            "scale_min": float(s[noisy].min(initial=np.inf)) if noisy.any() else None,
+            "scale_max": float(s[noisy].max(initial=0.0)) if noisy.any() else None,
+            "rule": "each row's own sensitivity over its own budget; the loss of the whole "
+                    "scaled strategy recomputed exactly"}
+
+
 def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec: BinSpec,
-             branching, out_of_range: str, design_note: str) -> dict:
+             branching, out_of_range: str, design_note: str,
+             form: SecureForm | None = None) -> dict:
     counts = np.bincount(mech.released.levels)
     levels = []
     for lvl in sorted(mech.level_scales):
@@ -361,11 +451,11 @@ def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec:
                                     "not measured" if math.isinf(mech.level_scales[lvl]) else
                                     "with noise")})
     padded = math.prod(branching)
+    what = (f"the tree (branching {list(branching)}), its per-level budgets, sensitivities "
+            "and noise scales" if form is None else
+            f"the strategy ({mech.released.name}), its budgets, sensitivities and noise scales")
     public = [f"lower = {spec.lower!r}, upper = {spec.upper!r}, K = {spec.bins} bins and the "
-              "bin rule",
-              f"the tree (branching {list(branching)}), its per-level budgets, sensitivities "
-              "and noise scales",
-              "the sampler and the neighbour model"]
+              "bin rule", what, "the sampler and the neighbour model"]
     if padded != spec.bins:
         public.append(f"the {padded - spec.bins} padding bins (after the K real ones) are "
                       "empty: public zeros, no record can fall there")
@@ -375,7 +465,12 @@ def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec:
                if mech.neighbours == "add_remove" else
                "swap: changing one record's value; N is NOT protected and is released exactly")
     achieved = mech.epsilon if noise == "laplace" else mech.rho
-    return {
+    extra = {}
+    if mech.row_budgets is not None:
+        extra["rows"] = _rows_account(mech)
+    if form is not None and form.route == "scaled":
+        extra["scaled_integer"] = form.account()
+    return {**extra,
         "definition": "pure eps-DP" if noise == "laplace" else "rho-zCDP",
         "noise": noise, "discrete": True,
         "epsilon": budget if budget_name == "epsilon" else None,
@@ -395,7 +490,8 @@ def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec:
     }
 
 
-def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching) -> str:
+def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching,
+                 form: SecureForm | None = None) -> str:
     lines = []
     if mech.public_total:
         lines.append("WARNING: swap neighbours -- the number of records N is released EXACTLY "
@@ -407,7 +503,12 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching) -> st
                   "measure() and sample_noise() draw numpy SIMULATION noise, which carries no "
                   "privacy guarantee", "(noise drawn by the secure sampler below)"),
               f"sampler: {privacy['sampler']}",
-              f"tree: {privacy['design']}"]
+              f"{'tree' if form is None else 'design'}: {privacy['design']}"]
+    if "scaled_integer" in privacy:
+        sc = privacy["scaled_integer"]
+        lines.append(f"scaled integer strategy: s = {sc['scale']}, noise calibrated to the "
+                     f"exact {sc['exact_sensitivity_is']} sensitivity {sc['exact_sensitivity']}"
+                     f"; rounding changes the exact CDF error by {sc['rounding_increase']:+.2e}")
     if math.prod(branching) != spec.bins:
         lines.append(f"padding: {math.prod(branching)} leaves for {spec.bins} bins; the extra "
                      "bins are empty (public zeros); the CDF covers the real bins only")
@@ -420,9 +521,19 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching) -> st
 def _expected_error(plan: _Plan) -> dict:
     """The exact error of the raw CDF the release publishes (data-independent)."""
     var = np.asarray(plan.standard_errors[:plan.spec.bins], dtype=np.float64) ** 2
-    return {"mean_prefix_mse": float(np.mean(var)), "max_prefix_mse": float(np.max(var)),
-            "unit": "counts^2: E (C_hat_t - C_t)^2 of the raw BLUE cumulative counts, "
-                    "t over the K real bins, under the discrete noise actually drawn (exact)"}
+    out = {"mean_prefix_mse": float(np.mean(var)), "max_prefix_mse": float(np.max(var)),
+           "unit": "counts^2: E (C_hat_t - C_t)^2 of the raw BLUE cumulative counts, "
+                   "t over the K real bins, under the discrete noise actually drawn (exact)"}
+    form, design = plan.form, plan.design
+    if form is not None:     # the design as optimised, and what its secure form costs
+        mean = getattr(design, "mean", None)
+        out["design"] = {"family": getattr(design, "family", None),
+                         "mean_error_per_query": float(mean) if isinstance(mean, float) else None,
+                         "workload": getattr(design, "workload_name", None) or None,
+                         "route": form.route, "scale": None if form.scale_bits is None
+                         else 2 ** form.scale_bits,
+                         "rounding_increase": form.rounding_increase}
+    return out
 
 
 # ------------------------------------------------------------------ the release
@@ -435,10 +546,10 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
     full[:plan.spec.bins] = hist  # the padding bins are empty (public zeros)
     mech = plan.mechanism
     privacy = _privacy(mech, plan.noise, plan.budget_name, plan.budget, plan.spec,
-                       plan.branching, plan.out_of_range, plan.note)
+                       plan.branching, plan.out_of_range, plan.note, plan.form)
     cal = plan.calibration
     description = "\n".join(
-        [_description(mech, privacy, plan.spec, plan.branching),
+        [_description(mech, privacy, plan.spec, plan.branching, plan.form),
          f"quantile intervals: exact test inversion per bin, critical values from the "
          f"discrete noise ({cal.method})"] + [f"  {n}" for n in cal.notes])
     t1 = time.perf_counter()
@@ -546,7 +657,7 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
             tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
             quantiles=DEFAULT_QUANTILES, consistency: str | None = "l2",
             budgets: str = "optimal", interval_level: float = 0.95,
-            workload: str | None = None, names=None):
+            workload: str | None = None, names=None, design=None):
     """Release a differentially private CDF and quantiles of real data (secure noise); with
     per-axis ``lower``, ``upper`` and ``bins`` (sequences), a d-D histogram of records
     (N, d) with box counts (:func:`~dptree_opt.data_release.grid.release_grid`, a
@@ -558,7 +669,8 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
     lower, upper, bins : K = ``bins`` equal-width bins over [lower, upper) (public; choose
         them without looking at the data). Bin rule: ``binning`` module docstring.
     epsilon | rho : exactly one: eps for pure eps-DP (discrete Laplace noise) or rho for
-        rho-zCDP (discrete Gaussian noise).
+        rho-zCDP (discrete Gaussian noise). With ``design``: optional (the design's own; a
+        given one must equal it).
     counts : instead of ``data``, the K bin counts computed elsewhere (non-negative integers).
     tree : "optimal" (``optimize.level_uniform`` for the BLUE; may pad K to K') or a list of
         branching factors (root first) whose product is >= K.
@@ -570,6 +682,13 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
     budgets : "optimal" (default: the per-level budgets minimising the BLUE's exact CDF error,
         ``optimize``) or "equal".
     interval_level : coverage of the per-quantile intervals (default 0.95).
+    design : instead of the tree search, a design over the K bins: a ``Design``
+        (``optimize.best_mechanism``; ``releasable=True`` keeps the ones that run here), any
+        optimiser's result with ``.mechanism()`` (e.g. ``optimize.optimal_node_budgets``:
+        budgets per node) or a ``Mechanism``; ``tree`` and ``budgets`` left out,
+        ``neighbours`` equal to the design's. Released in its secure form
+        (``secure_noise.secure_form``; real-valued strategies as scaled integer strategies:
+        ``docs/releasing_designs.md``); a design without one is refused before any noise.
 
     workload, names : grid releases only (``release_grid``).
 
@@ -585,7 +704,7 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
                             consistency=consistency, budgets=budgets,
                             interval_level=interval_level,
                             workload="all_range" if workload is None else workload,
-                            names=names)
+                            names=names, design=design)
     _check_one_axis(workload, names)
     timings: dict = {}
     if (data is None) == (counts is None):
@@ -597,7 +716,8 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
             counts = _check_counts(counts, int(bins))
 
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-                 consistency, budgets, interval_level, before_design=counts_ready)
+                 consistency, budgets, interval_level, before_design=counts_ready,
+                 design=design)
     t0 = time.perf_counter()
     if counts is not None:
         hist = counts   # checked by counts_ready
@@ -612,14 +732,16 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
                  out_of_range: str = "error", quantiles=DEFAULT_QUANTILES,
                  consistency: str | None = "l2", budgets: str = "optimal",
                  interval_level: float = 0.95, delimiter=None,
-                 chunk_bytes: int | None = None, columns=None, workload: str | None = None):
+                 chunk_bytes: int | None = None, columns=None, workload: str | None = None,
+                 design=None):
     """``release`` of one column of a CSV/TSV/Parquet file read in bounded memory (blocks of
     ``chunk_bytes``), or of a counts file (``counts_file``: one count per bin, or
     ``bin,count`` lines). With ``columns`` (one per axis) and per-axis ``lower``, ``upper``,
     ``bins``: a grid release of those columns (``grid.release_grid_file``). ``path`` and
     ``counts_file`` are paths (str or os.PathLike; a bytes path or an open file object is a
     ValueError); a counts file is read, and a data file's header and column checked, before
-    the tree design. Other parameters as for :func:`release`."""
+    the tree design (or the design's secure form, ``design=``). Other parameters as for
+    :func:`release`."""
     if columns is not None or is_grid_bins(bins):
         if column is not None or counts_file is not None:
             raise ValueError("a grid release reads columns=[...] of a data file (not column= "
@@ -634,7 +756,7 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
                                  consistency=consistency, budgets=budgets,
                                  interval_level=interval_level,
                                  workload="all_range" if workload is None else workload,
-                                 delimiter=delimiter, chunk_bytes=chunk_bytes)
+                                 delimiter=delimiter, chunk_bytes=chunk_bytes, design=design)
     _check_one_axis(workload, None)
     timings: dict = {}
     if (path is None) == (counts_file is None):
@@ -660,7 +782,8 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
             check_columns(path, (column,), **kw)
 
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-                 consistency, budgets, interval_level, before_design=inputs_ready)
+                 consistency, budgets, interval_level, before_design=inputs_ready,
+                 design=design)
     if counts_file is None:
         t0 = time.perf_counter()
         hist, _ = histogram_from_file(path, column, plan.spec, out_of_range=out_of_range, **kw)

@@ -29,6 +29,14 @@ nothing after the noise):
    It is consistency in the cell metric (the 1-D release projects the CDF); range counts of
    the consistent cells carry no exact SE, the raw ones do.
 
+Designs. ``design=`` (a grid ``Design`` from ``optimize.best_mechanism``, a ``GridDesign``, or a
+``Mechanism``) releases a given Kronecker product of complete trees or a quadtree over the
+real cells (budgets per level tuple) instead of searching: its secure form
+(``secure_noise.secure_form``; these strategies have integer answers), the same steps 3-5
+(the BLUE by the registry: per-axis Helmert-Haar transforms, or the quadtree's Morton tree).
+Other grid designs (Kronecker p-Identity, products of Gaussian optima) are refused before any
+noise: the box standard errors here are those of trees and quadtrees.
+
 Padding works as in 1-D: the padded cells are public zeros (no record can fall there), the
 BLUE treats them as unknown (unbiased, SEs exact), only the real cells are published.
 
@@ -53,7 +61,9 @@ from .. import optimize, strategies, workloads
 from ..consistency import project_histogram
 from ..engines.kronecker import axis_interval_weights, kron_box_variances
 from ..engines.tree_error import haar_workload_weights
-from ..engines.kronecker import kron_tree_blue, level_tuple_lambdas
+from ..engines.kronecker import (grid_trees, is_grid_tree_mechanism, level_tuple_lambdas,
+                                 level_tuple_of)
+from ..estimation import blue
 from ..limits import check_memory
 from ..mechanism import Mechanism
 from ..strategies.base import check_neighbours
@@ -62,7 +72,8 @@ from .grid_result import GridRelease
 from .result import incomplete_note
 from .io import (check_chunk_bytes, check_columns, grid_histogram_from_file,
                  grid_histogram_from_values)
-from .secure_noise import sampler_description, secure_measure
+from .secure_noise import (design_budget, design_mechanism, sampler_description, secure_form,
+                           secure_measure)
 
 __all__ = ["release_grid", "release_grid_file", "is_grid_bins", "MAX_GRID_CELLS",
            "MAX_GRID_ROWS", "MAX_DESIGN_AXIS_BINS", "GRID_WORKLOADS"]
@@ -322,14 +333,42 @@ class _GridPlan:
         return tuple(math.prod(ks) for ks in self.branchings)
 
 
+def _check_grid_design(design, specs, tree, budgets, neighbours, workload) -> Mechanism:
+    """The Mechanism of a grid design for these cells: a Kronecker product of complete trees
+    or a quadtree over exactly the real cells, the tree options left at their defaults, the
+    same neighbour model (ValueError otherwise)."""
+    mech = design_mechanism(design)
+    if not (isinstance(tree, str) and tree == "optimal" and budgets == "optimal"
+            and workload == "all_range"):
+        raise ValueError("tree, budgets and workload choose the hierarchy when no design is "
+                         "given; with design= the design decides: leave them out")
+    if not is_grid_tree_mechanism(mech):
+        raise ValueError(f"design: a grid release runs a Kronecker product of complete trees "
+                         f"or a quadtree with budgets per level tuple (its box standard "
+                         f"errors are theirs); this design measures {mech.released.name}")
+    shape = tuple(t.n_bins for t in grid_trees(mech.released))
+    if shape != tuple(s.bins for s in specs):
+        raise ValueError(f"design: it was made for the grid {list(shape)}, the release has "
+                         f"bins = {[s.bins for s in specs]}")
+    if neighbours != mech.neighbours:
+        raise ValueError(f"neighbours: the design was made for {mech.neighbours!r} "
+                         f"neighbours; pass neighbours={mech.neighbours!r}")
+    return mech
+
+
 def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-               consistency, budgets, interval_level, workload, before_design=None
-               ) -> _GridPlan:
+               consistency, budgets, interval_level, workload, before_design=None,
+               design=None) -> _GridPlan:
     from .core import (DEFAULT_QUANTILES, _budget, _check_budgets, _check_noise_scales,
                        _check_tiny_budget)
     specs = _check_grid(lower, upper, bins)
-    noise, budget_name, budget = _budget(epsilon, rho)
     check_neighbours(neighbours)
+    source = None
+    if design is not None:
+        source = _check_grid_design(design, specs, tree, budgets, neighbours, workload)
+        noise, budget_name, budget = design_budget(source, epsilon, rho)
+    else:
+        noise, budget_name, budget = _budget(epsilon, rho)
     check_out_of_range(out_of_range)
     if consistency not in ("l2", None):
         raise ValueError(f"consistency for a grid must be 'l2' (the nearest non-negative "
@@ -348,7 +387,7 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
         raise ValueError(f"workload must be one of {GRID_WORKLOADS} (what the design "
                          f"minimises: all boxes, or the d-D CDF), got {workload!r}")
     given = _check_grid_tree(tree, specs)
-    if given is None:
+    if given is None and source is None:
         for i, s in enumerate(specs):
             if s.bins > MAX_DESIGN_AXIS_BINS:
                 raise ValueError(f"bins: axis {i} has {s.bins} bins; tree='optimal' searches "
@@ -359,16 +398,26 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
     _check_tiny_budget(noise, budget_name, budget)
     if given is not None:
         _check_rows(given)
+    if source is not None:
+        _check_rows(tuple(tuple(t.branching) for t in grid_trees(source.released)))
     if before_design is not None:
         before_design()
-    branchings, level_budgets, note = _grid_design(
-        tuple(s.bins for s in specs), given, noise, budget_name, budget, neighbours, budgets,
-        workload)
-    _check_rows(branchings)
-    strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
-    mech = Mechanism(strat, noise=noise, neighbours=neighbours,
-                     level_budgets=None if level_budgets is None else list(level_budgets),
-                     discrete=True, **{budget_name: budget})
+    if source is None:
+        branchings, level_budgets, note = _grid_design(
+            tuple(s.bins for s in specs), given, noise, budget_name, budget, neighbours,
+            budgets, workload)
+        _check_rows(branchings)
+        strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks))
+                                  for ks in branchings])
+        mech = Mechanism(strat, noise=noise, neighbours=neighbours,
+                         level_budgets=None if level_budgets is None else list(level_budgets),
+                         discrete=True, **{budget_name: budget})
+    else:
+        mech = secure_form(source).mechanism
+        branchings = tuple(tuple(int(k) for k in t.branching)
+                           for t in grid_trees(mech.released))
+        family = getattr(design, "family", None)
+        note = f"design{f' {family!r}' if family else ''} ({mech.released.name})"
     _check_noise_scales(mech, budget_name, budget)
     level_tuple_lambdas(mech)          # identifiable (every cell estimable) or ValueError
     plan = _GridPlan(specs=specs, noise=noise, budget_name=budget_name, budget=budget,
@@ -397,7 +446,7 @@ def _privacy(plan: _GridPlan) -> dict:
     levels = []
     for lvl in sorted(mech.level_scales):
         scale, var = mech.level_scales[lvl], mech.level_variances[lvl]
-        levels.append({"level": lvl, "level_tuple": list(strat.level_tuple(lvl)),
+        levels.append({"level": lvl, "level_tuple": list(level_tuple_of(strat, lvl)),
                        "nodes": int(counts[lvl]),
                        "budget": mech.level_budgets.get(lvl, 0.0),
                        "sensitivity": mech.level_sensitivities[lvl],
@@ -461,7 +510,7 @@ def _expected_error(plan: _GridPlan) -> dict:
     """Exact, data-independent errors of the raw BLUE over the real cells: the d-D CDF
     (boxes [0, a), mean and max), all boxes (mean), one cell, the total N."""
     mech, shape = plan.mechanism, plan.shape
-    trees = mech.released.factors
+    trees = grid_trees(mech.released)
     lam, public = level_tuple_lambdas(mech)
     inv = np.where(lam > 0, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
     if public:
@@ -506,7 +555,7 @@ def _estimate(plan: _GridPlan, y: np.ndarray, timings: dict):
     """Post-processing of the noisy answers y (rows,): (raw BLUE cells, consistent cells or
     None, N, whether N is public, notes); the real cells only, shape ``plan.shape``."""
     t2 = time.perf_counter()
-    raw_padded = kron_tree_blue(plan.mechanism, y)
+    raw_padded = blue(plan.mechanism, y)      # the registry: Kronecker trees or quadtree
     raw = raw_padded.reshape(plan.padded_shape)[tuple(slice(0, n) for n in plan.shape)]
     total, public = _total_estimate(plan, y, raw_padded)
     notes = []
@@ -586,13 +635,15 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
                  tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
                  quantiles=(), consistency: str | None = "l2", budgets: str = "optimal",
                  interval_level: float = 0.95, workload: str = "all_range",
-                 names=None) -> GridRelease:
+                 names=None, design=None) -> GridRelease:
     """A differentially private d-D histogram of records (N, d), or of ``counts`` (shape
     ``bins``), with box counts and exact standard errors (module docstring). ``lower``,
     ``upper``, ``bins``: one entry per axis; ``tree``: "optimal" or one branching list per
     axis; ``workload``: what the design minimises ("all_range": every box, or "prefix": the
-    d-D CDF); ``names``: axis names for the output. ``quantiles`` and ``interval_level`` are
-    1-D options (refused unless left at their defaults). Every argument and the data are
+    d-D CDF); ``names``: axis names for the output; ``design``: a grid design to release
+    instead of the search (module docstring; ``tree``, ``budgets`` and ``workload`` left out,
+    the budget optional). ``quantiles`` and ``interval_level`` are 1-D options (refused
+    unless left at their defaults). Every argument and the data are
     validated BEFORE the noise (ValueError); after it nothing raises."""
     timings: dict = {}
     if (data is None) == (counts is None):
@@ -607,7 +658,7 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
 
     plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                       quantiles, consistency, budgets, interval_level, workload,
-                      before_design=inputs_ready)
+                      before_design=inputs_ready, design=design)
     t0 = time.perf_counter()
     if counts is not None:
         hist = counts   # checked by inputs_ready
@@ -631,7 +682,8 @@ def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=No
                       out_of_range: str = "error", quantiles=(),
                       consistency: str | None = "l2", budgets: str = "optimal",
                       interval_level: float = 0.95, workload: str = "all_range",
-                      delimiter=None, chunk_bytes: int | None = None) -> GridRelease:
+                      delimiter=None, chunk_bytes: int | None = None,
+                      design=None) -> GridRelease:
     """:func:`release_grid` of d columns of a CSV/TSV/Parquet file, read together in bounded
     memory (``io.read_columns``); the columns name the axes. ``path``: str or os.PathLike (a
     bytes path or an open file object is a ValueError); the number of columns, the file and
@@ -653,7 +705,7 @@ def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=No
 
     plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                       quantiles, consistency, budgets, interval_level, workload,
-                      before_design=inputs_ready)
+                      before_design=inputs_ready, design=design)
     t0 = time.perf_counter()
     hist, _ = grid_histogram_from_file(path, columns, plan.specs, out_of_range=out_of_range,
                                        **kw)

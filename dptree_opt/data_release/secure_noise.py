@@ -24,17 +24,52 @@ diag(1/scale) A, as for continuous noise, because the answers and their shifts b
 neighbours are integers ([CKS20] Thm. 4 and its multivariate form for independent
 coordinates; for Laplace the pmf ratio is bounded coordinate-wise by exp(|shift| / b)).
 
+Designs (:func:`secure_form`). A design from ``optimize`` (``best_mechanism``'s ``Design``, any
+optimiser's result with ``.mechanism()``, or a ``Mechanism``) is released through its integer
+form: integer strategies as they are (discrete noise of the same scale), real-valued ones as
+the scaled integer strategy round(s A) of ``strategies.scaled``, whose noise is calibrated to
+its EXACT sensitivity: before any draw the integer sensitivity, the scale and the budget are
+checked in rational arithmetic and with OpenDP's privacy map at the exact sensitivity, with
+no tolerance (``docs/releasing_designs.md``).
+
 This module takes no ``rng``: there is no way to make a release with simulation noise.
 """
 
 from __future__ import annotations
 
+import math
+import weakref
+from dataclasses import dataclass
+from fractions import Fraction
+
 import numpy as np
+import scipy.sparse as sp
 
+from .. import workloads
+from ..error import expected_error
 from ..mechanism import Mechanism, check_histogram
+from ..privacy import EXACT_LIMIT, check_budget
 from ..strategies import IntervalStrategy, KroneckerStrategy
+from ..strategies.scaled import (
+    SCALE_BITS,
+    IntegerStrategy,
+    IntegerToeplitz,
+    max_scale_bits,
+    scaled_integer,
+    secure_route,
+)
 
-__all__ = ["secure_measure", "sampler_description", "exact_answers"]
+__all__ = ["secure_measure", "noise_ahead", "sampler_description", "exact_answers",
+           "largest_answer",
+           "SecureForm", "secure_form", "design_mechanism", "design_budget",
+           "ROUNDING_TOLERANCE"]
+
+# the scaled integer form of a real-valued design: s = 2^16, x16 while the exact prefix
+# error grows by more than this (relative) through rounding (docs/releasing_designs.md)
+ROUNDING_TOLERANCE = 1e-3
+_SCALE_STEP = 4
+# secure_form per design mechanism (weak: dropped with the mechanism)
+_FORMS: weakref.WeakKeyDictionary[Mechanism, SecureForm] = weakref.WeakKeyDictionary()
 
 
 def _opendp():
@@ -55,31 +90,60 @@ def sampler_description(noise: str) -> str:
             f"{dist} sampler (integer arithmetic, OS randomness)")
 
 
-def _opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float):
+def _opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float,
+                        exact: int | None = None):
     """OpenDP's integer-noise measurement of ``scale`` for one group of rows, after checking
-    its privacy map at ``sensitivity`` against ``budget`` (ValueError; nothing drawn)."""
+    its privacy map at ``sensitivity`` against ``budget`` (ValueError; nothing drawn).
+
+    ``exact``: the group's exact integer sensitivity (D1, or D2^2 for Gaussian noise) when
+    it is known (scaled integer strategies): then the map is evaluated at it (D1 itself; the
+    least double >= sqrt(D2^2)), the loss is also checked in rational arithmetic
+    (:func:`_exact_loss_ok`), and both checks are strict (no tolerance)."""
     odp = _opendp()
     if noise == "laplace":
         space = (odp.vector_domain(odp.atom_domain(T="i64")), odp.l1_distance(T="i64"))
         meas = odp.m.make_laplace(*space, scale=float(scale))
-        d_in = int(np.ceil(sensitivity - 1e-12))  # tree levels: integer l1 sensitivity
+        d_in = int(np.ceil(sensitivity - 1e-12)) if exact is None else int(exact)
         loss = meas.map(d_in)
     else:
         space = (odp.vector_domain(odp.atom_domain(T="i64")), odp.l2_distance(T="f64"))
         meas = odp.m.make_gaussian(*space, scale=float(scale))
-        loss = meas.map(float(sensitivity))
-    if loss > budget * (1 + 1e-9):
-        raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > level "
-                         f"budget {budget!r} at sensitivity {sensitivity!r}, scale {scale!r}")
+        loss = meas.map(float(sensitivity) if exact is None else _l2_upper(exact))
+    if exact is None:
+        if loss > budget * (1 + 1e-9):
+            raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > level "
+                             f"budget {budget!r} at sensitivity {sensitivity!r}, scale "
+                             f"{scale!r}")
+    elif loss > budget or not _exact_loss_ok(noise, exact, scale, budget):
+        raise ValueError(f"calibration error: at the exact sensitivity {exact!r} the loss "
+                         f"({loss!r} by OpenDP's map) exceeds the level budget {budget!r} "
+                         f"(scale {scale!r})")
     return meas
 
 
+def _l2_upper(d2: int) -> float:
+    """The least double >= sqrt(d2) for an integer d2 (checked in rational arithmetic)."""
+    d = math.sqrt(d2)
+    while Fraction(d) ** 2 < d2:
+        d = math.nextafter(d, math.inf)
+    return d
+
+
+def _exact_loss_ok(noise: str, exact: int, scale: float, budget: float) -> bool:
+    """Whether the loss at the exact integer sensitivity is within the budget, in rational
+    arithmetic: D1 / b <= eps (discrete Laplace, [CKS20]) or D2^2 / (2 sigma^2) <= rho
+    (discrete Gaussian, [CKS20] Thm. 4); every double is an exact rational."""
+    if noise == "laplace":
+        return Fraction(int(exact)) <= Fraction(budget) * Fraction(scale)
+    return Fraction(int(exact)) <= 2 * Fraction(budget) * Fraction(scale) ** 2
+
+
 def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity: float,
-                   budget: float) -> np.ndarray:
+                   budget: float, exact: int | None = None) -> np.ndarray:
     """values + integer noise of ``scale`` from OpenDP, for one group of rows (int64 in,
     int64 out), after checking OpenDP's privacy map (:func:`_opendp_measurement`)."""
     meas = _opendp_measurement(noise=noise, scale=scale, sensitivity=sensitivity,
-                               budget=budget)
+                               budget=budget, exact=exact)
     return np.asarray(meas(values.tolist()), dtype=np.int64)
 
 
@@ -98,12 +162,27 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
     Interval strategies (trees): int64 cumulative sums, O(rows + bins), exact for any count.
     Kronecker products of 0/1 factors (grid hierarchies): the structured product in float64,
     exact because every partial sum is a count of records <= N < 2^53 (checked).
+    Scaled integer strategies (``strategies.scaled``): int64 products (a convolution for the
+    Toeplitz ones, O(n^2)); exact when max|M_ij| x N < 2^53 (``largest_answer``, checked).
     Other strategies: the sparse product, checked to be integral."""
     h = check_histogram(histogram, mechanism.n_bins)
     released = mechanism.released
     if isinstance(released, IntervalStrategy):
         c = np.concatenate([[0], np.cumsum(h, dtype=np.int64)])
         return c[released.hi] - c[released.lo]
+    if isinstance(released, (IntegerToeplitz, IntegerStrategy)):
+        if largest_answer(released, int(np.sum(h, dtype=np.float64))) >= EXACT_LIMIT:
+            raise ValueError("the counts are too large for exact integer answers of the "
+                             "scaled strategy (max|entry| x N >= 2^53)")
+        n_core = int(np.sum(released.levels > 0))
+        if isinstance(released, IntegerToeplitz):
+            core = np.convolve(h, released.integer_coefficients())[:released.n_bins]
+        else:
+            m = released.core
+            core = sp.csr_matrix((m.data.astype(np.int64), m.indices, m.indptr),
+                                 shape=m.shape) @ h
+        tot = np.full(released.n_rows - n_core, int(np.sum(h, dtype=np.int64)), np.int64)
+        return np.concatenate([np.asarray(core, dtype=np.int64), tot])
     if isinstance(released, KroneckerStrategy) and all(
             np.all((f.matrix.data == 0) | (f.matrix.data == 1)) for f in released.factors):
         if float(np.sum(h, dtype=np.float64)) >= 2.0**53:
@@ -115,59 +194,254 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
     return np.asarray(a @ h, dtype=np.int64)
 
 
-def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
-    """Noisy answers y = A h + z of a discrete mechanism, z from OpenDP's exact samplers.
-
-    ``mechanism`` must have ``discrete=True`` (so its variances are those of the noise added
-    here). Returns float64 of shape (rows,): exact rows (public total, data-independent levels)
-    carry the exact answer, unmeasured rows (budget 0) NaN, every other row an integer. One
-    OpenDP call per noisy level; no numpy randomness is used."""
+def _check_discrete(mechanism) -> None:
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     if not mechanism.discrete:
         raise ValueError("secure_measure needs a discrete mechanism (Mechanism(..., "
                          "discrete=True) or mech.discretised()): its variances must describe "
                          "the integer noise actually added")
-    answers = exact_answers(mechanism, histogram)
-    y = answers.astype(float)
+
+
+def _noise_groups(mechanism: Mechanism) -> tuple[list, np.ndarray]:
+    """([(rows, sampler arguments)], unmeasured rows): one group per noisy level (tuple), or
+    with budgets per row one per distinct (scale, own sensitivity), checked against the
+    least budget of its rows; exact rows (scale 0) are in no group."""
+    scale = mechanism.scales
+    groups = []
     if mechanism.row_budgets is not None:
-        return _secure_rows(mechanism, answers, y)
+        sens, budget = mechanism.row_sensitivities, mechanism.row_budgets
+        noisy = np.flatnonzero(np.isfinite(scale) & (scale > 0))
+        keys, inv = np.unique(np.stack([scale[noisy], sens[noisy]]), axis=1,
+                              return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(keys.shape[1] + 1))
+        for g in range(keys.shape[1]):
+            rows = noisy[order[bounds[g]:bounds[g + 1]]]
+            groups.append((rows, dict(noise=mechanism.noise, scale=float(keys[0, g]),
+                                      sensitivity=float(keys[1, g]),
+                                      budget=float(budget[rows].min()))))
+        return groups, np.flatnonzero(np.isinf(scale))
     levels = mechanism.released.levels
-    budgets = mechanism.level_budgets
-    sens = mechanism.level_sensitivities
+    budgets, sens = mechanism.level_budgets, mechanism.level_sensitivities
     order = np.argsort(levels, kind="stable")          # the rows of each level, in one pass
     bounds = np.searchsorted(levels[order], np.arange(int(levels.max()) + 2))
-    plan = []
-    for lvl, scale in mechanism.level_scales.items():  # one call per level (tuple)
-        rows = order[bounds[lvl]:bounds[lvl + 1]]
-        if scale == 0:
-            continue  # exact (public or data-independent) rows
-        if np.isinf(scale):
-            y[rows] = np.nan  # not measured
-            continue
-        kw = dict(noise=mechanism.noise, scale=scale, sensitivity=sens[lvl],
-                  budget=budgets[lvl])
-        _opendp_measurement(**kw)  # every check first: nothing refused after a draw
-        plan.append((rows, kw))
-    return _draw(plan, answers, y)
+    for lvl, sc in mechanism.level_scales.items():     # one group per level (tuple)
+        if sc == 0 or np.isinf(sc):
+            continue  # exact (public or data-independent) rows, or not measured
+        kw = dict(noise=mechanism.noise, scale=sc, sensitivity=sens[lvl], budget=budgets[lvl])
+        exact = _exact_level_sensitivity(mechanism, lvl)
+        if exact is not None:
+            kw["exact"] = exact
+        groups.append((order[bounds[lvl]:bounds[lvl + 1]], kw))
+    return groups, np.flatnonzero(np.isinf(scale))
 
 
-def _secure_rows(mechanism: Mechanism, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """secure_measure for budgets per row: one OpenDP call per distinct (scale, own
-    sensitivity), each checked against its rows' budget."""
-    scale = mechanism.scales
-    sens = mechanism.row_sensitivities
-    budget = mechanism.row_budgets
-    y[np.isinf(scale)] = np.nan
-    noisy = np.flatnonzero(np.isfinite(scale) & (scale > 0))
-    keys, inv = np.unique(np.stack([scale[noisy], sens[noisy]]), axis=1, return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.searchsorted(inv[order], np.arange(keys.shape[1] + 1))
-    plan = []
-    for g in range(keys.shape[1]):
-        rows = noisy[order[bounds[g]:bounds[g + 1]]]
-        kw = dict(noise=mechanism.noise, scale=float(keys[0, g]),
-                  sensitivity=float(keys[1, g]), budget=float(budget[rows].min()))
+def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
+    """Noisy answers y = A h + z of a discrete mechanism, z from OpenDP's exact samplers.
+
+    ``mechanism`` must have ``discrete=True`` (so its variances are those of the noise added
+    here). Returns float64 of shape (rows,): exact rows (public total, data-independent levels)
+    carry the exact answer, unmeasured rows (budget 0) NaN, every other row an integer. One
+    OpenDP call per noise group (:func:`_noise_groups`), every group's measurement built and
+    its privacy map checked before the first draw; no numpy randomness is used."""
+    _check_discrete(mechanism)
+    answers = exact_answers(mechanism, histogram)
+    y = answers.astype(float)
+    groups, unmeasured = _noise_groups(mechanism)
+    y[unmeasured] = np.nan
+    for _, kw in groups:
         _opendp_measurement(**kw)  # every check first: nothing refused after a draw
-        plan.append((rows, kw))
-    return _draw(plan, answers, y)
+    return _draw(groups, answers, y)
+
+
+def noise_ahead(mechanism: Mechanism) -> np.ndarray:
+    """The noise z of every released row, drawn before any data (a counter's noise drawn
+    ahead, ``stream.ahead``): OpenDP's exact samplers on zero answers, each group's
+    measurement (:func:`_noise_groups`) built and its privacy map checked once, all before
+    the first draw. float64 (rows,): integers, 0 on exact rows, NaN on unmeasured ones."""
+    _check_discrete(mechanism)
+    groups, unmeasured = _noise_groups(mechanism)
+    built = [(rows, _opendp_measurement(**kw)) for rows, kw in groups]
+    z = np.zeros(mechanism.released.n_rows)
+    z[unmeasured] = np.nan
+    for rows, meas in built:
+        z[rows] = np.asarray(meas([0] * len(rows)), dtype=float)
+    return z
+
+
+def _exact_level_sensitivity(mechanism: Mechanism, level: int) -> int | None:
+    """The exact integer sensitivity (D1, or D2^2 for Gaussian noise) of one noisy level of
+    a scaled integer strategy: its integer rows (level >= 1), or its all-ones total rows
+    (level 0, each changing by 1 when a record is added or removed); None for other
+    strategies (their levels' sensitivities are the structured ones)."""
+    released = mechanism.released
+    if not isinstance(released, (IntegerStrategy, IntegerToeplitz)):
+        return None
+    p = 1 if mechanism.noise == "laplace" else 2
+    if level > 0:
+        return released.exact_sensitivity(mechanism.neighbours, p)
+    return int(np.sum(released.levels == 0)) if mechanism.neighbours == "add_remove" else 0
+
+
+def largest_answer(strategy, total: int) -> int:
+    """An upper bound on |(A h)_r| for counts h summing to ``total``: max |A_rj| x total
+    (1 for 0/1 and +-1 strategies, the largest entry of a scaled integer strategy, the
+    product of the factors' for a Kronecker product)."""
+    if isinstance(strategy, (IntegerStrategy, IntegerToeplitz)):
+        return strategy.max_entry * int(total)
+    if isinstance(strategy, KroneckerStrategy):
+        top = 1
+        for f in strategy.factors:
+            top *= largest_answer(f, 1)
+        return top * int(total)
+    if isinstance(strategy, IntervalStrategy) or strategy.max_matrix_bins is not None:
+        return int(total)
+    return max(int(np.max(np.abs(strategy.matrix.data), initial=1.0)), 1) * int(total)
+
+
+# ------------------------------------------------------------------ designs
+def design_mechanism(design) -> Mechanism:
+    """The Mechanism of ``design``: a ``Design`` (``optimize.best_mechanism``), any
+    optimiser's result with a ``mechanism()`` method (``TreeDesign``, ``NodeBudgets``,
+    ``GridDesign``), or a ``Mechanism``; ValueError naming ``design`` otherwise."""
+    if isinstance(design, Mechanism):
+        return design
+    make = getattr(design, "mechanism", None)
+    mech = make() if callable(make) else None
+    if not isinstance(mech, Mechanism):
+        raise ValueError(f"design must be a Design (optimize.best_mechanism), an optimiser's "
+                         f"result with .mechanism(), or a Mechanism; got "
+                         f"{type(design).__name__}")
+    return mech
+
+
+def design_budget(mechanism: Mechanism, epsilon=None, rho=None) -> tuple[str, str, float]:
+    """(noise, budget name, budget) of a release of the design ``mechanism``: its own when
+    neither ``epsilon`` nor ``rho`` is given; a given one must be of the design's kind and
+    equal its budget (a design is optimised for one budget). ValueError otherwise."""
+    name = "epsilon" if mechanism.noise == "laplace" else "rho"
+    if epsilon is None and rho is None:
+        return mechanism.noise, name, mechanism.requested_budget
+    if epsilon is not None and rho is not None:
+        raise ValueError("give at most one of epsilon or rho with a design (or neither: the "
+                         "design's own budget)")
+    given = "epsilon" if epsilon is not None else "rho"
+    value = check_budget(epsilon if epsilon is not None else rho, given)
+    if given != name:
+        raise ValueError(f"{given}: the design uses {mechanism.noise} noise, whose budget is "
+                         f"{name}; give {name}= or leave the budget out")
+    if not math.isclose(value, mechanism.requested_budget, rel_tol=1e-12):
+        raise ValueError(f"{name} = {value!r}: the design was made for {name} = "
+                         f"{mechanism.requested_budget!r}; make the design at the budget you "
+                         f"release with (optimize.best_mechanism(..., {name}={value!r})) or "
+                         "leave the budget out")
+    return mechanism.noise, name, mechanism.requested_budget
+
+
+@dataclass(frozen=True, eq=False)
+class SecureForm:
+    """How a design is released securely (:func:`secure_form`).
+
+    mechanism : the discrete Mechanism actually released (integer strategy, OpenDP noise).
+    source : the design's own Mechanism.
+    route : "integer" (the strategy as it is) or "scaled" (round(s A), ``strategies.scaled``).
+    scale_bits : s = 2^scale_bits for a scaled strategy, else None.
+    design_error, rounded_error : exact total prefix (CDF) errors, counts^2, of the design
+        and of its scaled integer form under the same continuous noise (the cost of the
+        rounding alone), 1-D scaled designs only (None otherwise).
+    note : one line on how the design is released.
+    """
+
+    mechanism: Mechanism
+    source: Mechanism
+    route: str
+    scale_bits: int | None = None
+    design_error: float | None = None
+    rounded_error: float | None = None
+    note: str = ""
+
+    @property
+    def rounding_increase(self) -> float:
+        """rounded_error / design_error - 1 (0 for an integer design)."""
+        if self.design_error is None or self.rounded_error is None:
+            return 0.0
+        return self.rounded_error / self.design_error - 1.0
+
+    def account(self) -> dict:
+        """JSON-able: the strategy released, its route and, for a scaled one, s, the exact
+        integer sensitivity the noise is calibrated to and the measured rounding cost."""
+        mech = self.mechanism
+        out = {"strategy": mech.released.name, "source": self.source.released.name,
+               "route": self.route, "note": self.note}
+        if self.route == "scaled":
+            p = 1 if mech.noise == "laplace" else 2
+            out.update(scale=2 ** self.scale_bits,
+                       exact_sensitivity=mech.released.exact_sensitivity(mech.neighbours, p),
+                       exact_sensitivity_is="l1 (an integer)" if p == 1
+                       else "squared l2 (an integer)",
+                       design_cdf_error=self.design_error, rounded_cdf_error=self.rounded_error,
+                       rounding_increase=self.rounding_increase)
+        return out
+
+
+def _rebuilt(source: Mechanism, strategy) -> Mechanism:
+    """A Mechanism on ``strategy`` with the setting of ``source`` (noise, budget, neighbours,
+    public total, budgets of its noisy levels in level order)."""
+    kw = {"epsilon" if source.noise == "laplace" else "rho": source.requested_budget}
+    budgets = source.level_budgets
+    if len(budgets) > 1:
+        kw["level_budgets"] = [budgets[lvl] for lvl in sorted(budgets)]
+    public = True if source.public_total and source.neighbours == "add_remove" else None
+    return Mechanism(strategy, noise=source.noise, neighbours=source.neighbours,
+                     public_total=public, **kw)
+
+
+def secure_form(design) -> SecureForm:
+    """The form in which ``design`` (:func:`design_mechanism`) is released securely.
+
+    Integer strategies (trees with budgets per level or per node, interval strategies, Haar,
+    quadtrees, Kronecker products of trees, integer matrices): the same mechanism with
+    discrete noise. Real-valued single-level 1-D strategies (square root, BLT, the Gaussian
+    optimum, p-Identity, dense optima): the scaled integer strategy M = round(s A) with
+    s = 2^16, multiplied by 16 while its exact CDF error exceeds the design's by more than
+    ``ROUNDING_TOLERANCE`` (up to 2^24 within ``max_scale_bits``, where every exact
+    sensitivity is an integer below 2^53; the measured increase is reported). ValueError, with
+    the reason, when the design has no secure form. Data-independent; cached per design
+    mechanism (weakly)."""
+    source = design_mechanism(design)
+    hit = _FORMS.get(source)
+    if hit is not None:
+        return hit
+    route, how = secure_route(source.strategy, row_budgets=source.row_budgets is not None)
+    if route is None:
+        raise ValueError(f"design: no secure sampler path for this design: {how}")
+    if route == "integer":
+        form = SecureForm(source.discretised(), source, "integer", note=how)
+    else:
+        if isinstance(source.strategy, KroneckerStrategy) or source.strategy.n_bins < 1:
+            raise ValueError("design: scaled integer forms are made for 1-D designs only")
+        w = workloads.prefix(source.n_bins)
+        ref = float(expected_error(w, source))
+        best, top = None, max_scale_bits(source.strategy)
+        for bits in [b for b in range(SCALE_BITS, top + 1, _SCALE_STEP)] or [top]:
+            try:
+                cand = _rebuilt(source, scaled_integer(source.strategy, bits,
+                                                       noise=source.noise))
+                err = float(expected_error(w, cand))
+            except (ValueError, np.linalg.LinAlgError):
+                continue        # rounding lost the strategy's rank: a finer scale
+            best = (bits, cand, err)
+            if err <= ref * (1.0 + ROUNDING_TOLERANCE):
+                break
+        if best is None:
+            raise ValueError(f"design: its scaled integer forms (s = 2^{min(SCALE_BITS, top)} "
+                             f".. 2^{top}) cannot be estimated (rounding made the strategy "
+                             "rank-deficient)")
+        bits, cand, err = best
+        form = SecureForm(cand.discretised(), source, "scaled", bits, ref, err,
+                          f"{how}; s = 2^{bits}: rounding changes the exact CDF error by "
+                          f"{err / ref - 1:+.2e} (relative, measured)")
+    _FORMS[source] = form
+    return form
+

@@ -64,14 +64,16 @@ from numbers import Real
 import numpy as np
 
 from ..bounds import error_lower_bound, svd_bound
+from ..engines.kronecker import is_grid_tree_mechanism
 from ..error import expected_error
 from ..limits import at_budget
 from ..mechanism import Mechanism
 from ..privacy import resolve_budget, resolve_public
-from ..strategies import (IntervalStrategy, LevelUniformTree, Strategy, blt,
+from ..strategies import (IntervalStrategy, Strategy, blt,
                           gaussian_optimal_implicit, haar, histogram, kron,
                           kron_gaussian_optimal, kron_p_identity, sqrt_factorization)
-from ..workloads import KroneckerWorkload, StackedWorkload, Workload
+from ..strategies.scaled import secure_route
+from ..workloads import KroneckerWorkload, StackedWorkload, Workload, prefix
 from .beyond_trees import optimized_strategy
 from .blue_budgets import optimal_blue_budgets
 from .design import Design
@@ -102,10 +104,10 @@ IMPLICIT_SHARE = 0.5
 IMPLICIT_TOL = 1e-4           # certified relative gap asked of the implicit optimum
 MIN_SECONDS = 0.5             # a time-limited family gets at least this long
 
-_REAL = ("a real-valued strategy: no secure sampler path yet (the discrete Laplace / "
-         "Gaussian samplers of a release add integer noise to integer answers)")
-_INTEGER = ("integer answers: mechanism().discretised() runs through the secure samplers "
-            "(data_release.secure_noise.secure_measure)")
+_SECURE = ("dptree_opt.release(..., design=d) and stream.Counter(..., design=d) run it with "
+           "OpenDP's discrete samplers")
+_GRID_TREES = ("releases of grids run Kronecker products of trees and quadtrees only (the "
+               "grid release's box standard errors)")
 _BOUND_KINDS = ("prefix", "identity", "total", "all_range")  # closed-form singular values
 
 
@@ -151,14 +153,12 @@ class _Problem:
 @dataclass(frozen=True)
 class _Candidate:
     """A mechanism proposed by a family; ``lower_bound`` (total, counts^2): a certificate
-    valid for every mechanism, if the family computed one; ``releasable``: None = the
-    family's."""
+    valid for every mechanism, if the family computed one."""
 
     mech: Mechanism
     method: str
     lower_bound: float | None = None
     bound_method: str = ""
-    releasable: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -166,15 +166,43 @@ class Family:
     """One entry of :data:`FAMILIES`: ``applies(problem)`` is None or the reason it does not
     apply (workload, noise, size; no work done); ``build(problem)`` returns a list of
     candidates, or a reason when there is not enough time left; ``releasable``: whether its
-    mechanisms have a secure sampler path (``release_note`` says why not); ``always``: run
-    even when the time is spent (O(K))."""
+    mechanisms can have a secure sampler path (``release_note`` says why not; each
+    candidate is then checked by :func:`_release_route`); ``always``: run even when the time
+    is spent (O(K))."""
 
     applies: Callable
     build: Callable
     about: str
     releasable: bool
-    release_note: str = _INTEGER
+    release_note: str = _SECURE
     always: bool = False
+
+
+def _release_route(p: _Problem, fam: Family, mech: Mechanism) -> tuple[bool, str]:
+    """(releasable, how or why not) for one candidate: its family's flag, then the mechanism
+    itself -- 1-D: ``strategies.scaled.secure_route`` (integer strategies as they are,
+    real-valued ones as scaled integer strategies, within their sizes), the rule
+    ``data_release.secure_noise.secure_form`` applies; grids: a Kronecker product of trees or
+    a quadtree (what the grid release estimates). A 1-D release and a counter publish every
+    prefix (the CDF, the running counts): a design that does not estimate them is not
+    releasable (e.g. disjoint brackets measured directly; checked unless the workload is
+    the CDF itself)."""
+    if not fam.releasable:
+        return False, fam.release_note
+    if p.one_d:
+        route, how = secure_route(mech.strategy, row_budgets=mech.row_budgets is not None)
+        if route is None:
+            return False, how
+        if p.workload.kind != "prefix":
+            try:
+                expected_error(prefix(p.n), mech)
+            except (ValueError, np.linalg.LinAlgError):
+                return False, ("a release and a counter publish every prefix (the CDF), which "
+                               "this design does not estimate (make its queries the bins)")
+        return True, f"{_SECURE} ({how})"
+    if p.kron and is_grid_tree_mechanism(mech):
+        return True, f"{_SECURE} (a grid release; integer answers)"
+    return False, _GRID_TREES
 
 
 def _too_slow(seconds: float, p: _Problem) -> str | None:
@@ -462,8 +490,7 @@ def _dense_optimum(p: _Problem):
         return slow
     res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours)
     cand = {"mech": p.mechanism(res.strategy),
-            "method": f"optimize.optimized_strategy: {res.method}",
-            "releasable": isinstance(res.strategy, LevelUniformTree)}
+            "method": f"optimize.optimized_strategy: {res.method}"}
     if p.noise == "gaussian" and p.neighbours == "add_remove" and res.lower_bound:
         cand.update(lower_bound=float(at_budget(res.lower_bound / 2.0, "gaussian", p.budget)),
                     bound_method="dual of the Gaussian optimum, certified")
@@ -523,21 +550,22 @@ FAMILIES: dict[str, Family] = {
     "tree_optimal": Family(_tree_optimal_applies, _tree_optimal, "best level-uniform tree, "
                            "BLUE, optimal per-level budgets", True),
     "haar": Family(_haar_applies, _haar, "Privelet's Haar wavelet, BLUE", True),
-    "sqrt": Family(_one_d, _sqrt, "square-root factorisation (Toeplitz), BLUE", False, _REAL),
-    "blt": Family(_one_d, _blt, "buffered linear Toeplitz, BLUE", False, _REAL),
+    "sqrt": Family(_one_d, _sqrt, "square-root factorisation (Toeplitz), BLUE", True),
+    "blt": Family(_one_d, _blt, "buffered linear Toeplitz, BLUE", True),
     "gaussian_optimum": Family(_gaussian_optimum_applies, _gaussian_optimum, "the Gaussian "
-                               "optimum, implicit (any size), certified", False, _REAL),
+                               "optimum, implicit (any size), certified", True),
     "node_budgets": Family(_node_budgets_applies, _node_budgets, "a budget per node on the "
                            "finest tree, BLUE", True),
     "dense_optimum": Family(_dense_optimum_applies, _dense_optimum, "HDMM's p-Identity / the "
-                            "dense Gaussian optimum (small domains)", False, _REAL),
+                            "dense Gaussian optimum (small domains)", True),
     "grid_kron_trees": Family(_grid, _grid_kron_trees, "Kronecker products of trees, optimal "
                               "budgets", True),
     "grid_quadtree": Family(_grid, _grid_quadtree, "quadtrees, optimal budgets", True),
     "kron_p_identity": Family(_kron_axes, _kron_p_identity, "HDMM's Kronecker p-Identity",
-                              False, _REAL),
+                              False, _GRID_TREES),
     "kron_gaussian_optimum": Family(_kron_gaussian_applies, _kron_gaussian_optimum,
-                                    "product of the 1-D Gaussian optima", False, _REAL),
+                                    "product of the 1-D Gaussian optima", False,
+                                    _GRID_TREES),
 }
 
 
@@ -622,7 +650,9 @@ def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
     time_limit : seconds for the whole search (> 0; module docstring: checked between
         families, a share given to the time-limited ones).
     families : None (all) or names from :data:`FAMILIES` to try (unknown names refused).
-    releasable : True keeps only the families with a secure sampler path today.
+    releasable : True keeps only the designs that ``dptree_opt.release(..., design=d)`` and
+        ``stream.Counter(..., design=d)`` run with OpenDP's discrete samplers (real-valued
+        strategies as scaled integer strategies, ``docs/releasing_designs.md``).
 
     Returns
     -------
@@ -682,17 +712,23 @@ def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
         if not scored:
             skipped.append((name, reason))
             continue
+        if releasable:
+            routes = [(e, c, _release_route(p, fam, c.mech)) for e, c in scored]
+            if not any(r[0] for *_, r in routes):
+                skipped.append((name, f"not releasable: {routes[0][2][1]}"))
+                continue
+            scored = [(e, c) for e, c, r in routes if r[0]]
         err, cand = min(scored, key=lambda x: x[0])
         for c in out:
             if c.lower_bound is not None:
                 bounds.append((c.lower_bound, c.bound_method))
-        ok = fam.releasable if cand.releasable is None else cand.releasable
+        ok, note = _release_route(p, fam, cand.mech)
         spent = time.perf_counter() - t1
         designs.append((err, not ok, rank, Design(
             family=name, method=cand.method, error=err, n_queries=workload.n_queries,
             noise=noise, budget=budget, neighbours=neighbours, mech=cand.mech,
             seconds=spent, family_seconds=spent, releasable=ok,
-            release_note=_INTEGER if ok else fam.release_note, workload_name=name_of)))
+            release_note=note, workload_name=name_of)))
     if not designs:
         raise ValueError("no family could be scored for this workload: " + "; ".join(
             f"{n}: {r}" for n, r in skipped))

@@ -40,8 +40,10 @@ class Design:
     skipped : ``(family, reason)`` for each family not tried or that could not be scored.
     seconds : wall time of the search that produced it (for ``best_mechanism``'s result, the
         whole search; for an alternative, its family's); ``family_seconds``: its family's.
-    releasable : whether the family has a secure sampler path today (integer answers:
-        ``mechanism().discretised()`` through the secure samplers of ``data_release``);
+    releasable : whether ``dptree_opt.release(..., design=d)`` and
+        ``stream.Counter(..., design=d)`` run it with OpenDP's discrete samplers (integer
+        strategies as they are, real-valued ones as scaled integer strategies:
+        ``data_release.secure_noise.secure_form``, ``docs/releasing_designs.md``);
         ``release_note`` says how, or why not.
     workload_name : a short description of the workload, for printing.
     mech : the ``Mechanism`` itself (``mechanism()`` returns it).

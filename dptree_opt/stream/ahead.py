@@ -29,9 +29,20 @@ The drawn-ahead noise is a :class:`~dptree_opt.stream.secret.NoiseBuffer`: a sec
 refuses copying and pickling (replaying the noise with other data would publish the data).
 
 Noise. Secure (``rng=None``): OpenDP's discrete Laplace / Gaussian on zero node counts, one
-measurement per level (privacy maps checked). L z is computed in double precision (the weights
-are not integers), as for the Gaussian factorisations: the privacy statement is for the
-real-valued post-processing.
+measurement per level (privacy maps checked; ``data_release.secure_noise.noise_ahead``). L z is
+computed in double precision (the weights are not integers), as for the Gaussian
+factorisations: the privacy statement is for the real-valued post-processing.
+
+Designs (:class:`DesignEngine`, ``Counter(T, design=d)``). The argument above uses nothing of
+the tree but L R = I: any offline design over T bins (a ``Design`` of
+``optimize.best_mechanism`` for ``workloads.prefix(T)``, any optimiser's result with
+``.mechanism()``, or a ``Mechanism``) runs the same way, in the secure form of the releases
+(``data_release.secure_noise.secure_form``: integer strategies as they are, budgets per level
+or per node; real-valued ones -- square root, BLT, the Gaussian optimum, p-Identity -- as
+scaled integer strategies with noise calibrated to their exact sensitivity,
+``docs/releasing_designs.md``). The design must protect one event: add/remove neighbours
+with the total private. A design without a secure form is refused before anything is drawn;
+a simulation counter (``rng``) runs the same discrete mechanism with numpy's integer samplers.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import numpy as np
 
 from .. import blue as blue_estimate
 from .. import expected_error, strategies, workloads
+from ..data_release.secure_noise import design_mechanism, noise_ahead, secure_form
 from ..mechanism import Mechanism
 from ..privacy import calibrate, split_budget
 from .base import CounterEngine, StrategyRows
@@ -51,7 +63,7 @@ from .noise import check_group_scales
 from .secret import NoiseBuffer
 from .tree import MAX_BRANCHING, check_branching
 
-__all__ = ["AheadEngine", "MAX_AHEAD_HORIZON"]
+__all__ = ["AheadEngine", "DesignEngine", "MAX_AHEAD_HORIZON"]
 
 MAX_AHEAD_HORIZON = 1 << 22   # the noise of every node is drawn and held (module docstring)
 
@@ -120,10 +132,13 @@ class AheadEngine(CounterEngine):
         kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
         self.mechanism = Mechanism(strategy, neighbours="add_remove", discrete=rng is None,
                                    level_budgets=level_budgets, **kw)
-        # the exact variances first: everything that can refuse runs before the first draw
+        self._start(rng, name)
+
+    def _start(self, rng, name: str) -> None:
+        """The exact variances first (everything that can refuse runs before the first
+        draw), then the noise of every row and its BLUE path (L z)_t, t = 1..T."""
         self._variances = self._step_variances_checked(name)
         z = self._draw_noise(rng)
-        # (L z)_t, t = 1..T: the drawn-ahead noise of the running counts
         self._noise_path = NoiseBuffer(np.cumsum(blue_estimate(self.mechanism, z)),
                                        secure=self.secure, readonly=True)
         self.t = 0
@@ -135,7 +150,11 @@ class AheadEngine(CounterEngine):
         noise variances); ValueError, worded for the counter, when one is not a normal
         double (the budget is too large)."""
         twin, c = self.mechanism.normalised()
-        unit = expected_error(workloads.prefix(self.horizon), twin, "blue", per_query=True)
+        try:
+            unit = expected_error(workloads.prefix(self.horizon), twin, "blue", per_query=True)
+        except ValueError as exc:   # a design that does not identify the running counts
+            raise ValueError(f"a counter releases every running count, which this "
+                             f"strategy does not estimate ({exc})") from None
         with np.errstate(under="ignore", over="ignore"):
             variances = np.asarray(unit, dtype=float) * c
         bad = ~(np.isfinite(variances) & (variances >= sys.float_info.min))
@@ -149,24 +168,12 @@ class AheadEngine(CounterEngine):
         return variances
 
     def _draw_noise(self, rng) -> np.ndarray:
-        """One noise draw per released node: OpenDP on zero counts, one measurement per level
-        (built and checked before the first draw), or the mechanism's simulation noise."""
+        """One noise draw per released row: OpenDP on zero counts, one measurement per noise
+        group, every one built and checked before the first draw (``noise_ahead``), or the
+        mechanism's simulation noise; unmeasured rows get 0 (the BLUE ignores them)."""
         m = self.mechanism
-        if rng is not None:
-            return m.sample_noise(rng)
-        from ..data_release.secure_noise import _opendp_measurement
-        levels = m.released.levels
-        plan = []
-        for lvl, scale in m.level_scales.items():
-            rows = np.flatnonzero(levels == lvl)
-            if math.isfinite(scale) and scale > 0:
-                plan.append((rows, _opendp_measurement(
-                    noise=m.noise, scale=scale, sensitivity=m.level_sensitivities[lvl],
-                    budget=m.level_budgets[lvl])))
-        z = np.zeros(m.released.n_rows)
-        for rows, meas in plan:
-            z[rows] = np.asarray(meas([0] * len(rows)), dtype=float)
-        return z
+        z = m.sample_noise(rng) if rng is not None else noise_ahead(m)
+        return np.where(np.isnan(z), 0.0, z)
 
     def push(self, count: int) -> tuple[float, float]:
         self.total += self.check_step(count)
@@ -202,5 +209,75 @@ class AheadEngine(CounterEngine):
         steps = self.check_strategy_steps(steps, minimum=1)
         a = self.mechanism.released.matrix.tocsr()
         a.sort_indices()
-        last = a.indices[a.indptr[1:] - 1]          # every node row is non-empty
+        full = np.diff(a.indptr) > 0                # (a design's rounded row may be empty)
+        last = np.where(full, a.indices[np.maximum(a.indptr[1:] - 1, 0)], -1)
         return StrategyRows(a[:, :steps], self.mechanism.variances, last + 1)
+
+
+class DesignEngine(AheadEngine):
+    """An offline design's BLUE with the noise drawn ahead (module docstring, "Designs"):
+    ``Counter(T, design=d)``. The design's secure form (``secure_form``) over T steps,
+    add/remove neighbours with the total private; its budget is the counter's."""
+
+    options = ()
+
+    def __init__(self, horizon: int, *, noise: str, budget: float, rng=None, design=None):
+        source = design_mechanism(design)
+        if isinstance(source.released, (strategies.KroneckerStrategy,
+                                        strategies.QuadtreeStrategy)):
+            raise ValueError("design: a counter runs a 1-D design over its steps; this one is "
+                             "a grid design")
+        if source.n_bins != horizon:
+            raise ValueError(f"design: it was made for {source.n_bins} steps (bins), the "
+                             f"horizon is {horizon}")
+        if source.neighbours != "add_remove" or source.public_total:
+            raise ValueError("design: a counter protects one event (add/remove neighbours, "
+                             "the running total private); this design is for "
+                             f"{source.neighbours!r} neighbours"
+                             + (" with a public total" if source.public_total else ""))
+        if horizon > MAX_AHEAD_HORIZON:
+            raise ValueError(f"horizon {horizon} > 2^22 = {MAX_AHEAD_HORIZON} for a design: "
+                             "all its noise is drawn when the counter is made")
+        self.name = "design"
+        self.noise, self.budget, self.horizon = noise, budget, int(horizon)
+        self.secure = rng is None
+        self.form = secure_form(source)     # ValueError (why) when it has none
+        self.design_family = getattr(design, "family", None)
+        m = self.mechanism = self.form.mechanism
+        name = "epsilon" if noise == "laplace" else "rho"
+        noisy = np.flatnonzero(np.isfinite(m.scales) & (m.scales > 0))
+        if noisy.size:          # budget sanity: the smallest and the largest scale
+            pick = noisy[[int(np.argmin(m.scales[noisy])), int(np.argmax(m.scales[noisy]))]]
+            check_group_scales(noise, m.scales[pick], budget=budget,
+                               groups=[f"row {int(r)}" for r in pick],
+                               min_variance=sys.float_info.min)
+        self._start(rng, name)
+
+    def account(self) -> dict:
+        m = self.mechanism
+        name = "epsilon" if self.noise == "laplace" else "rho"
+        design = {"family": self.design_family, **self.form.account()}
+        if m.row_budgets is None:
+            groups = [{"level": int(lvl), "budget": float(m.level_budgets[lvl]),
+                       "sensitivity": float(m.level_sensitivities[lvl]),
+                       "scale": float(m.level_scales[lvl])} for lvl in m.level_scales
+                      if lvl in m.level_budgets]
+        else:
+            noisy = np.isfinite(m.scales) & (m.scales > 0)
+            groups = [{"rows": int(noisy.sum()), "budget_per_row": "each row its own "
+                       "(budgets per node)", "scale_min": float(m.scales[noisy].min()),
+                       "scale_max": float(m.scales[noisy].max())}]
+        return {
+            "mechanism": f"design {m.released.name}, offline BLUE with the noise drawn ahead",
+            "noise": self.noise,
+            "budget": {name: self.budget},
+            "unit": "event (one step's count changes by 1)",
+            "design": design,
+            "levels": groups,
+            "composition": "the loss of the whole scaled strategy, recomputed exactly; outputs "
+                           "= post-processing of every row's noisy answer (noise drawn at "
+                           "construction)",
+            "caveat": "the BLUE weights are not integers: L z is computed in double precision; "
+                      "privacy holds for the real-valued post-processing",
+        }
+

@@ -17,6 +17,13 @@ mechanism           what                                                       n
 "blt"               buffered linear Toeplitz (Dvijotham et al. 2024)           Gaussian
 ==================  =========================================================  ==============
 
+``design=d`` runs an offline design instead (a ``Design`` of ``optimize.best_mechanism`` for
+``workloads.prefix(T)``, any optimiser's result with ``.mechanism()``, or a ``Mechanism`` over T
+bins): its BLUE with the noise drawn ahead, in the secure form of the releases (integer
+strategies as they are; real-valued ones -- square root, BLT, the Gaussian optimum -- as scaled
+integer strategies with exact noise), :class:`~dptree_opt.stream.ahead.DesignEngine`. The
+budget may be left out (the design's); a design that cannot run securely is refused first.
+
 ``horizon=None`` gives the unbounded variant (:mod:`~dptree_opt.stream.unbounded`, Chan, Shi,
 Song 2011's hybrid mechanism with tree blocks; tree mechanisms only; up to 2^62 steps).
 
@@ -53,6 +60,7 @@ from numbers import Integral
 
 import numpy as np
 
+from ..data_release.secure_noise import design_budget, design_mechanism, sampler_description
 from ..privacy import check_budget
 from .base import MAX_VARIANCE_BYTES
 from .noise import check_rng
@@ -61,7 +69,7 @@ from .unbounded import HybridEngine
 
 __all__ = ["Counter", "MECHANISMS", "MAX_HORIZON", "MAX_VARIANCE_BYTES"]
 
-# mechanism -> (module of dptree_opt.stream, engine class)
+# mechanism -> (module of dptree_opt.stream, engine class); "design": Counter(design=d)
 _ENGINES = {
     "binary": ("tree", "TreeEngine"),
     "kary": ("tree", "TreeEngine"),
@@ -71,6 +79,7 @@ _ENGINES = {
     "tree_blue": ("ahead", "AheadEngine"),
 }
 MECHANISMS = tuple(_ENGINES)
+_ENGINES["design"] = ("ahead", "DesignEngine")
 _TREES = ("binary", "kary")
 MAX_HORIZON = 1 << 40
 
@@ -89,7 +98,7 @@ def _check_options(options: dict, engine, mechanism: str, unbounded: bool) -> No
     if not bad:
         return
     what = (f"mechanism {mechanism!r} with horizon=None (unbounded)" if unbounded
-            else f"mechanism {mechanism!r}")
+            else "a design (design=)" if mechanism == "design" else f"mechanism {mechanism!r}")
     takes = (f"its options are {', '.join(engine.options)}" if engine.options
              else "it takes no options")
     hints = "".join(f"; {name}: {engine.option_hints[name]}" for name in bad
@@ -105,8 +114,11 @@ class Counter(SecretState):
     ----------
     horizon : T, the number of steps (an integer in [1, 2^40]), or None for an unbounded
         stream (tree mechanisms: Chan et al.'s hybrid with tree blocks; up to 2^62 steps).
-    epsilon | rho : exactly one: pure eps-DP (Laplace) or rho-zCDP (Gaussian), event level.
-    mechanism : one of ``MECHANISMS``.
+    epsilon | rho : exactly one: pure eps-DP (Laplace) or rho-zCDP (Gaussian), event level;
+        with ``design`` at most one, equal to the design's (default: the design's).
+    mechanism : one of ``MECHANISMS`` (default "binary"), or None with ``design``.
+    design : an offline design over the T steps to run with its noise drawn ahead (module
+        docstring); exclusive with ``mechanism`` and its options.
     rng : None for secure noise (OpenDP), or a ``numpy.random.Generator`` for simulation.
     **options : the mechanism's own (others are refused with a ValueError listing these):
         ``branching``, ``level_budgets`` (per level, root first, summing to the total),
@@ -134,29 +146,43 @@ class Counter(SecretState):
     can be copied and pickled: the copy is independent and REPLAYS the same simulated noise.
     """
 
-    def __init__(self, horizon, *, epsilon=None, rho=None, mechanism: str = "binary",
-                 rng=None, **options):
+    def __init__(self, horizon, *, epsilon=None, rho=None, mechanism: str | None = None,
+                 rng=None, design=None, **options):
         if horizon is not None and (isinstance(horizon, (bool, np.bool_))
                                     or not isinstance(horizon, Integral)
                                     or not 1 <= horizon <= MAX_HORIZON):
             raise ValueError(f"horizon must be an integer in [1, 2^40] or None (unbounded), "
                              f"got {horizon!r}")
-        if (epsilon is None) == (rho is None):
-            raise ValueError("give exactly one of epsilon (pure DP, Laplace) or rho (zCDP, "
-                             "Gaussian)")
-        if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-        check_rng(rng)
-        self.noise = "laplace" if epsilon is not None else "gaussian"
-        self.budget = check_budget(epsilon if epsilon is not None else rho,
-                                   "epsilon" if epsilon is not None else "rho")
+        if design is not None:
+            if mechanism is not None:
+                raise ValueError("give a mechanism or a design, not both (design= runs the "
+                                 "design's own strategy)")
+            if horizon is None:
+                raise ValueError("horizon: a design is made for a known number of steps; "
+                                 "give horizon=T (None is the unbounded tree counter)")
+            check_rng(rng)
+            self.noise, _, self.budget = design_budget(design_mechanism(design), epsilon, rho)
+            mechanism = "design"
+            options["design"] = design
+        else:
+            mechanism = "binary" if mechanism is None else mechanism
+            if (epsilon is None) == (rho is None):
+                raise ValueError("give exactly one of epsilon (pure DP, Laplace) or rho (zCDP, "
+                                 "Gaussian)")
+            if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
+                raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
+            check_rng(rng)
+            self.noise = "laplace" if epsilon is not None else "gaussian"
+            self.budget = check_budget(epsilon if epsilon is not None else rho,
+                                       "epsilon" if epsilon is not None else "rho")
         self.mechanism = mechanism
         self.horizon = None if horizon is None else int(horizon)
         if horizon is None and mechanism not in _TREES:
             raise ValueError(f"an unbounded stream (horizon=None) needs a tree mechanism "
                              f"{_TREES}; {mechanism!r} is built for a known horizon")
         engine = _engine_class(mechanism, horizon is None)
-        _check_options(options, engine, mechanism, horizon is None)
+        _check_options({k: v for k, v in options.items() if k != "design"}, engine,
+                       mechanism, horizon is None)
         if mechanism in _TREES:
             options["mechanism"] = mechanism
         if horizon is None:
@@ -212,7 +238,6 @@ class Counter(SecretState):
         acc = dict(self.engine.account())
         acc["horizon"] = self.horizon
         if "sampler" not in acc:
-            from ..data_release.secure_noise import sampler_description
             acc["sampler"] = (sampler_description(self.noise) if self.secure
                               else "numpy simulation noise (NO privacy guarantee)")
         return acc
