@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import dptree_opt as dp
 from dptree_opt import Mechanism, optimize, strategies, workloads
-from dptree_opt.data_release.secure_noise import secure_measure
+from dptree_opt.data_release.secure_noise import secure_form, secure_measure
 
 from oracles import brute_loss
 
@@ -182,7 +182,8 @@ def test_disjoint_brackets_measured_directly():
     d = optimize.best_mechanism(w, eps)
     assert d.family == "workload"
     assert d.mean == pytest.approx(expected, rel=1e-12)
-    assert d.releasable
+    # a release publishes the CDF of its bins, which disjoint brackets do not determine
+    assert not d.releasable and "prefix" in d.release_note
     rows = d.mechanism().released.matrix.toarray()
     assert sorted(map(tuple, rows)) == sorted(map(tuple, w.dense()))
     assert dense_blue_error(w.dense(), d.mechanism()) == pytest.approx(8.0 * 20, rel=1e-12)
@@ -231,25 +232,29 @@ def test_families_filter_and_unknown_names():
 
 
 def test_releasable_keeps_secure_families_and_they_release():
-    """releasable=True: every ranked design is releasable, the real-valued families are
-    skipped saying so, and each design's discretised mechanism runs through the secure
-    samplers (integer answers plus integer noise)."""
+    """releasable=True: every ranked design is releasable; the real-valued 1-D families are
+    kept (their scaled integer forms), the grid's real-valued families are skipped saying
+    why; every design's secure form runs through the secure samplers (integer answers plus
+    integer noise)."""
     w = workloads.prefix(16)
     d = optimize.best_mechanism(w, rho=0.5, releasable=True)
     assert all(x.releasable for x in all_designs(d))
-    skipped = dict(d.skipped)
-    for name in ("gaussian_optimum", "sqrt", "blt"):
-        assert skipped[name].startswith("not releasable") and "real-valued" in skipped[name]
     full = optimize.best_mechanism(w, rho=0.5)
-    assert full.family == "gaussian_optimum" and not full.releasable
-    assert "no secure sampler" in full.release_note
-    assert d.error >= full.error
+    assert full.family == "gaussian_optimum" and full.releasable
+    assert d.family == full.family and d.error == pytest.approx(full.error, rel=1e-12)
+    assert {"sqrt", "blt"} <= {x.family for x in all_designs(d)}
     laplace = optimize.best_mechanism(w, 1.0, releasable=True)
     grid = optimize.best_mechanism(workloads.prefix((4, 4)), 1.0, releasable=True)
     assert {"node_budgets", "tree_optimal"} <= {x.family for x in all_designs(laplace)}
     assert {"grid_kron_trees", "grid_quadtree"} <= {x.family for x in all_designs(grid)}
+    skipped = dict(grid.skipped)
+    assert skipped["kron_p_identity"].startswith("not releasable")
     hist = np.arange(16) % 5
-    for x in all_designs(d) + all_designs(laplace) + all_designs(grid):
+    for x in all_designs(d) + all_designs(laplace):
+        y = secure_measure(secure_form(x).mechanism, hist)
+        noisy = np.isfinite(y)
+        assert noisy.any() and np.all(y[noisy] == np.round(y[noisy]))
+    for x in all_designs(grid):
         y = secure_measure(x.mechanism().discretised(), hist)
         noisy = np.isfinite(y)
         assert noisy.any() and np.all(y[noisy] == np.round(y[noisy]))

@@ -43,12 +43,6 @@ KNOWN_FUNCTION_IMPORTS = [
     ('dptree_opt.strategies.optimized', 'kron_gaussian_optimal', 'dptree_opt.workloads'),
     ('dptree_opt.strategies.optimized', 'kron_p_identity', 'dptree_opt.workloads'),
     (
-        'dptree_opt.stream.ahead',
-        'AheadEngine._draw_noise',
-        'dptree_opt.data_release.secure_noise',
-    ),
-    ('dptree_opt.stream.counter', 'Counter.account', 'dptree_opt.data_release.secure_noise'),
-    (
         'dptree_opt.stream.negative_digits',
         'NegativeDigitsEngine.account',
         'dptree_opt.data_release.secure_noise',
@@ -83,7 +77,6 @@ KNOWN_PRIVATE_IMPORTS = [
     ('dptree_opt.strategies.kronecker', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.strategies.quadtree', 'dptree_opt.strategies.base', '_readonly'),
     ('dptree_opt.strategies.toeplitz', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.stream.ahead', 'dptree_opt.data_release.secure_noise', '_opendp_measurement'),
     ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp'),
     ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp_measurement'),
 ]

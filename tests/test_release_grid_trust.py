@@ -131,7 +131,7 @@ def test_the_estimator_runs_before_the_noise(monkeypatch, opendp_calls):
     def broken(*a, **k):
         raise RuntimeError("injected estimator failure")
 
-    monkeypatch.setattr(grid, "kron_tree_blue", broken)
+    monkeypatch.setattr(grid, "blue", broken)
     with pytest.raises(ValueError, match="cannot be estimated.*injected estimator failure.*"
                                          "no noise was drawn"):
         release(np.full((3, 2), 0.5), tree=[[2, 4], [8]], **GRID)
