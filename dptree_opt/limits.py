@@ -4,7 +4,9 @@ Sizes. Everything whose size comes from a user (bins, grid cells, strategy rows,
 Monte Carlo trials) is checked by arithmetic BEFORE anything of that size is allocated: a
 bytes estimate against a share of the memory available (:func:`check_memory`), or a fixed
 limit where time, not memory, is what runs out (:func:`check_count`). Each message states
-the size, the limit and what to do instead.
+the size, the limit and what to do instead. What an argument is (an integer >= 1, a finite
+number > 0, one of some names) is checked before that, by :mod:`dptree_opt.validation`; this
+module checks whether the job the arguments ask for fits.
 
 Budgets. Every error this package computes is homogeneous in the budget: the noise
 variances are 2 D^2 / eps_l^2 (Laplace) or D^2 / (2 rho_l) (Gaussian) with eps_l (rho_l) a

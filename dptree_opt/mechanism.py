@@ -18,8 +18,9 @@ from .privacy import (
     split_budget,
 )
 from .limits import MECHANISM_BYTES_PER_ROW, TINY, check_memory, out_of_range
-from .strategies import Strategy
+from .strategies import IntervalStrategy, Strategy
 from .strategies.base import check_neighbours
+from .validation import check_bool
 
 __all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance",
            "discrete_variances", "row_sensitivities"]
@@ -138,7 +139,6 @@ def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
     record is added / removed (max_j |a_rj|) or moved (max_(i, j) |a_ri - a_rj|). The same
     under l1 and l2 (one row). Interval strategies in closed form (1, or 0 for a total row
     under swap); others from the sparse matrix."""
-    from .strategies import IntervalStrategy
     neighbours = check_neighbours(neighbours)
     if isinstance(strategy, IntervalStrategy):
         if neighbours == "add_remove":
@@ -304,8 +304,7 @@ class Mechanism:
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
         noise = infer_noise(noise, epsilon, rho)
         neighbours = check_neighbours(neighbours)
-        if not isinstance(discrete, (bool, np.bool_)):
-            raise ValueError(f"discrete must be True or False, got {discrete!r}")
+        discrete = check_bool(discrete, "discrete")
         budget = resolve_budget(noise, epsilon, rho)
         budget_name = "epsilon" if noise == "laplace" else "rho"
         if budget < TINY:  # subnormal: its noise scale is beyond double precision

@@ -31,6 +31,9 @@ import numpy as np
 from . import consistency as _consistency
 from . import queries as _queries
 from .mechanism import Mechanism
+from .plotting import plot_cdf
+from .quantile_intervals import check_quantile_intervals, quantile_intervals
+from .validation import check_bool, check_choice
 
 __all__ = ["PrivateCDF", "private_cdf", "cdf_from_measurements", "CONSISTENCY"]
 
@@ -156,8 +159,6 @@ class PrivateCDF:
         bin_edges : (K + 1,); qs : probabilities; ``estimates`` : "auto" (the quantiles of the
         consistent CDF, when there is one and N > 0), None, or an array (len(qs),) that both
         intervals are widened to contain. BLUE only. Returns a ``QuantileIntervals``."""
-        from .quantile_intervals import check_quantile_intervals, quantile_intervals
-
         self._need_mechanism()
         if self.estimator != "blue":
             raise ValueError("quantile intervals are derived for the BLUE estimator, not "
@@ -183,9 +184,7 @@ class PrivateCDF:
         estimate faintly, a ``band`` ("pointwise", "simultaneous" or None) at ``level``
         shaded and, for simulations, the ``truth`` (true cumulative counts); the title names
         the mechanism and its guarantee. Returns the matplotlib Axes (``plotting.plot_cdf``;
-        matplotlib is imported only here)."""
-        from .plotting import plot_cdf
-
+        matplotlib is imported only when it draws)."""
         return plot_cdf(self, bin_edges=bin_edges, ax=ax, band=band, level=level, truth=truth)
 
     def _need_mechanism(self) -> None:
@@ -224,12 +223,9 @@ def cdf_from_measurements(mechanism: Mechanism, y, consistency: str | None = "l2
     """
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
-    if consistency not in CONSISTENCY:
-        raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
-    if not isinstance(integer, (bool, np.bool_)):
-        raise ValueError(f"integer must be a bool, got {integer!r}")
-    if not isinstance(weighted, (bool, np.bool_)):
-        raise ValueError(f"weighted must be a bool, got {weighted!r}")
+    check_choice(consistency, "consistency", CONSISTENCY)
+    integer = check_bool(integer, "integer")
+    weighted = check_bool(weighted, "weighted")
     y = np.asarray(y, dtype=np.float64)
     rows = mechanism.released.n_rows
     if y.shape != (rows,):

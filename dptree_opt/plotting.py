@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import write_atomic
+from .validation import check_choice
 
 __all__ = ["plot_cdf", "plot_release", "plot_grid_release", "guarantee_label", "save_figure"]
 
@@ -71,8 +72,7 @@ def plot_cdf(cdf, bin_edges=None, ax=None, band: str | None = "pointwise",
         tightened by the monotone envelope) or None.
     truth : true cumulative counts (K,), for simulations: drawn as the true CDF.
     """
-    if band not in BANDS:
-        raise ValueError(f"band must be one of {BANDS}, got {band!r}")
+    check_choice(band, "band", BANDS)
     edges, xlabel = _edges(cdf, bin_edges)
     if truth is not None:
         truth = np.asarray(truth, dtype=float)

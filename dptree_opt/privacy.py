@@ -17,15 +17,16 @@ import math
 
 import numpy as np
 
+from .validation import check_bool, check_choice, check_positive
+
 # neighbouring datasets: swap (change one record: N public) or add/remove (N private)
 NEIGHBOURS = ("swap", "add_remove")
 
 
 def check_neighbours(neighbours: str) -> str:
     """Validate a neighbour model: "swap" (N public) or "add_remove" (docs/math.md section 0)."""
-    if neighbours not in NEIGHBOURS:
-        raise ValueError(f"neighbours must be one of {NEIGHBOURS}, got {neighbours!r}")
-    return neighbours
+    return check_choice(neighbours, "neighbours", NEIGHBOURS)
+
 
 NOISES = ("laplace", "gaussian")
 # Counts and noisy counts must stay exact integers in float64 (and far from int64 saturation).
@@ -40,9 +41,7 @@ HALF_ULP_OF_ONE = 2.0**-53
 
 def check_noise(noise: str) -> str:
     """Validate a noise name: "laplace" (eps-DP) or "gaussian" (rho-zCDP)."""
-    if noise not in NOISES:
-        raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
-    return noise
+    return check_choice(noise, "noise", NOISES)
 
 
 def infer_noise(noise, epsilon=None, rho=None) -> str:
@@ -59,13 +58,8 @@ def norm_of(noise: str) -> int:
 
 
 def check_budget(value, name: str) -> float:
-    """A total privacy budget: a finite number > 0."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return value
+    """A total privacy budget ``name`` (epsilon or rho): a finite number > 0, as a float."""
+    return check_positive(value, name)
 
 
 def resolve_budget(noise: str, epsilon=None, rho=None) -> float:
@@ -83,10 +77,8 @@ def resolve_budget(noise: str, epsilon=None, rho=None) -> float:
 def resolve_public(neighbours: str, public_total=None) -> bool:
     """Whether the total N is public: always under swap (N never changes; ``False`` is an
     error), under add/remove only when the caller declares it (``public_total=True``)."""
-    if neighbours not in ("swap", "add_remove"):
-        raise ValueError(f"neighbours must be 'swap' or 'add_remove', got {neighbours!r}")
-    if public_total is not None and not isinstance(public_total, (bool, np.bool_)):
-        raise ValueError(f"public_total must be True, False or None, got {public_total!r}")
+    check_neighbours(neighbours)
+    public_total = check_bool(public_total, "public_total", none=True)
     if neighbours == "swap":
         if public_total is not None and not public_total:
             raise ValueError("public_total=False is impossible under swap neighbours (N never "

@@ -48,8 +48,6 @@ inversion per bin, critical values from the noise law): :mod:`dptree_opt.quantil
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0.75 s to import)
 
@@ -59,6 +57,7 @@ from .estimation.blue import blue
 from .engines.covering import covering_cdf
 from .engines.tree import refined_cdf
 from .mechanism import Mechanism, as_generator
+from .validation import check_choice, check_int, check_real
 
 __all__ = [
     "BAND_METHODS",
@@ -97,9 +96,7 @@ def _total(total, default: float) -> float:
     if total is None:
         n = float(default)
     else:
-        if isinstance(total, (bool, np.bool_)) or not isinstance(total, Real):
-            raise ValueError(f"total must be a positive number, got {total!r}")
-        n = float(total)
+        n = check_real(total, "total (N)", above=0)
     if not np.isfinite(n) or n <= 0:
         raise ValueError(f"total (N) must be positive and finite to normalise, got {n!r}")
     return n
@@ -107,10 +104,7 @@ def _total(total, default: float) -> float:
 
 def check_level(level, name: str = "level") -> float:
     """A confidence level: a real number in (0, 1) (ValueError naming ``name``)."""
-    if (isinstance(level, (bool, np.bool_)) or not isinstance(level, Real)
-            or not 0 < float(level) < 1):
-        raise ValueError(f"{name} must be in (0, 1), got {level!r}")
-    return float(level)
+    return check_real(level, name, above=0, below=1)
 
 
 def check_probabilities(qs, name: str = "qs") -> np.ndarray:
@@ -130,8 +124,7 @@ def check_probabilities(qs, name: str = "qs") -> np.ndarray:
 def _check_mechanism(mechanism, estimator) -> None:
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    check_choice(estimator, "estimator", ESTIMATORS)
 
 
 # ----------------------------------------------------------------------------- answers
@@ -273,11 +266,8 @@ def critical_value(level: float = 0.95, method: str = "pointwise", n_queries: in
     """Normal critical value c of a band est +- c se: "pointwise" z_{(1+level)/2};
     "bonferroni" z_{1-(1-level)/(2n)}; "sidak" z_{(1+level^(1/n))/2} (n = ``n_queries``)."""
     level = check_level(level)
-    if method not in BAND_METHODS:
-        raise ValueError(f"method must be one of {BAND_METHODS}, got {method!r}")
-    if isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral) \
-            or n_queries < 1:
-        raise ValueError(f"n_queries must be a positive integer, got {n_queries!r}")
+    check_choice(method, "method", BAND_METHODS)
+    n_queries = check_int(n_queries, "n_queries", 1)
     if method == "pointwise" or n_queries == 1:
         return float(ndtri(0.5 + level / 2))
     if method == "bonferroni":
@@ -303,8 +293,7 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
     floats (at most ``MAX_SIMULATED_POINTWISE_FLOATS``)."""
     _check_mechanism(mechanism, estimator)
     level = check_level(level)
-    if isinstance(draws, (bool, np.bool_)) or not isinstance(draws, Integral) or draws < 10:
-        raise ValueError(f"draws must be an integer >= 10, got {draws!r}")
+    draws = check_int(draws, "draws", 10)
     rng = as_generator(rng)
     k_all = mechanism.n_bins
     se = (cdf_standard_errors(mechanism, estimator) if standard_errors is None

@@ -37,6 +37,7 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from .limits import WORKLOAD_BYTES_PER_QUERY, check_memory
+from .validation import check_n
 
 __all__ = [
     "Workload",
@@ -56,15 +57,6 @@ MAX_DENSE_GRID_CELLS = 8192
 
 # all_range with more bins than this has more than ~10^8 queries: refuse per-query output.
 _MAX_ALL_RANGE_QUERIES = 10**8
-
-
-def check_n(n) -> int:
-    """n as a number of bins: an integer >= 1 (ValueError naming n otherwise)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
-    if n < 1:
-        raise ValueError(f"n (number of bins) must be >= 1, got {n}")
-    return int(n)
 
 
 def _check_queries(n_queries: int, what: str) -> None:

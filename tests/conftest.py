@@ -42,7 +42,7 @@ def opendp_calls(monkeypatch):
     the integer samplers of the releases and the tree counters, and the float Gaussian of the
     "sqrt" / "blt" counters."""
     log = OpenDPLog()
-    real = sn._opendp_measurement
+    real = sn.opendp_measurement
     real_float = stream_noise.float_gaussian_measurement
 
     def spy(**kw):
@@ -55,7 +55,7 @@ def opendp_calls(monkeypatch):
         log.built.append({"noise": "float_gaussian", "scale": sigma})
         return _Spied(log, real_float(sigma))
 
-    monkeypatch.setattr(sn, "_opendp_measurement", spy)
+    monkeypatch.setattr(sn, "opendp_measurement", spy)
     monkeypatch.setattr(stream_noise, "float_gaussian_measurement", spy_float)
     return log
 

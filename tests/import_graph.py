@@ -425,6 +425,24 @@ def _count_lines(title: str, counts: Counter) -> list[str]:
         f"  {n:4d}  {name}" for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def predicate_calls_outside(subpackage: str, package_dir: Path | str = PACKAGE_DIR) -> list:
+    """(module, line, name) of every call of a structure predicate (PREDICATE) in a module
+    outside ``package.subpackage``: structure questions outside the engines go to the
+    registry (``engines.select`` / ``engines.claimed_by``)."""
+    package_dir = _package_dir(package_dir)
+    inside = f"{package_dir.name}.{subpackage}"
+    out = []
+    for m, (path, text) in _parse(package_dir).items():
+        if m == inside or m.startswith(inside + "."):
+            continue
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, ast.Call):
+                fn = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+                if PREDICATE.match(fn):
+                    out.append((m, node.lineno, fn))
+    return sorted(out)
+
+
 def dispatch(package_dir: Path | str = PACKAGE_DIR) -> str:
     """Counts of structure dispatch in a package: "is this structure" predicates (PREDICATE)
     defined and called, isinstance checks on the classes of its `strategies` and `workloads`,

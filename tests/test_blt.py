@@ -172,3 +172,42 @@ def test_at_2_20():
     assert s.loss("mean") == pytest.approx(err, rel=1e-9)
     assert err < 28.2753  # beats the square root at 2^20
     assert math.isfinite(B.blt_loss(s.theta, s.omega, 1 << 40))
+
+
+def _dense_mean_prefix_error(theta, omega, n):
+    """Mean prefix variance per unit sigma^2 of the BLT from its dense matrix, built here
+    from the definition c_0 = 1, c_i = sum_j omega_j theta_j^(i-1): the largest squared
+    column norm of C times ||M C^-1||_F^2 / n (M the prefix matrix)."""
+    k = np.arange(1, n)
+    c = np.concatenate([[1.0], (omega * theta ** (k[:, None] - 1.0)).sum(axis=1)])
+    C = sla.toeplitz(c, np.zeros(n))
+    M = np.tril(np.ones((n, n)))
+    B_ = sla.solve_triangular(C, M.T, lower=True, trans="T").T      # M C^-1
+    return float((C * C).sum(axis=0).max() * (B_ * B_).sum() / n)
+
+
+def _check_optimised(n):
+    th, om, loss = B.optimize_blt(n, 4, "mean")
+    s = blt(n)                                          # validates its own parameters
+    assert s.buffers == 4 and np.all((s.theta > 0) & (s.theta < 1))
+    assert np.all(np.isfinite(s.omega)) and np.all(s.omega >= 0)
+    assert loss == B.blt_loss(th, om, n, "mean") == s.loss("mean")
+    assert loss == pytest.approx(_dense_mean_prefix_error(th, om, n), rel=1e-10)
+    # the inverse recurrence holds at these parameters (a buffer may be a one-step tap)
+    inv = np.linalg.inv(sla.toeplitz(s.coefficients, np.zeros(n)))
+    np.testing.assert_allclose(s.inverse_coefficients(), inv[:, 0], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 7, 42, 45, 47, 48, 50])
+def test_optimiser_output_is_a_valid_blt(n):
+    """At small n the mean optimum drives a buffer to theta -> 0 (a one-step tap) and its
+    omega may underflow to 0 (47, 48 and 45 did: theta = 0.0 failed the (0, 1) check): the
+    returned parameters are valid, ``blt(n)`` builds, and the reported loss is the closed
+    form of the returned parameters and the dense prefix error of their matrix."""
+    _check_optimised(n)
+
+
+@pytest.mark.slow
+def test_optimiser_output_valid_for_every_small_n():
+    for n in range(2, 201):
+        _check_optimised(n)

@@ -20,8 +20,11 @@ from dptree_opt.cli import main
 from dptree_opt.compare import (compare_grid, ektelo_hb2d_branchings, ektelo_hb_branching,
                                 ektelo_quadtree_plan, grid_error_lower_bound,
                                 grid_svd_bound, uniform_grid_noise, uniform_grid_side)
-from dptree_opt.engines.kron_product import (grid_tree_summary, kron_product_error,
-                                           kron_product_max, kron_product_supports)
+from dptree_opt.engines.kron_product import (kron_product_error, kron_product_max,
+                                           kron_product_supports)
+from dptree_opt.engines import base as engine_base
+from dptree_opt.engines import kronecker as kronecker_engines
+from dptree_opt.engines.kronecker import grid_tree_max, grid_tree_summary
 from dptree_opt.strategies.base import Strategy
 from dptree_opt.strategies.optimized import _SingleLevelKronecker
 
@@ -146,7 +149,9 @@ def test_kron_product_error_equals_dense_gls(dims, facs, kinds, noise, neighbour
     assert got == pytest.approx(want.sum(), rel=1e-7, abs=1e-9)
     per = expected_error(w, mech, per_query=True)
     np.testing.assert_allclose(per, want, rtol=1e-7, atol=1e-9 * max(1.0, want.max()))
-    assert kron_product_max(mech, w) == pytest.approx(want.max(), rel=1e-7, abs=1e-9)
+    mx = kron_product_max(mech, w)
+    assert mx.variance == pytest.approx(want.max(), rel=1e-7, abs=1e-9)
+    assert want[mx.query] == pytest.approx(want.max(), rel=1e-7, abs=1e-9)
 
 
 def test_histogram_of_a_shape_is_the_flat_grid():
@@ -336,6 +341,9 @@ def test_grid_tree_summary_equals_dense_gls(b1, b2, kinds, quad, permute, neighb
     assert none is None and quick == pytest.approx(want.sum(), rel=1e-7)
     if order is None:
         assert expected_error(w, mech) == pytest.approx(total, rel=1e-9)
+        best = grid_tree_max(mech, w)  # the engines' "max": the value and a query attaining it
+        assert best.variance == pytest.approx(want.max(), rel=1e-7)
+        assert want[best.query] == pytest.approx(want.max(), rel=1e-7)
 
 
 # ------------------------------------------------------------------ ektelo transcriptions
@@ -569,6 +577,29 @@ def test_cli_grid_json_equals_direct_calls(capsys):
         assert rows["flat"]["ratio_to_bound"][wl] == pytest.approx(
             rows["flat"]["errors"][wl]["mean"] / bound, rel=1e-12)
     assert not rows["kron_gaussian_optimum"]["available"]
+
+
+def test_grid_maxima_come_from_the_registry(monkeypatch):
+    """The grid rows' maxima are the registry's "max": with the grid-tree maximum limited to
+    10 queries per axis and listed maxima to 100 queries, the equal-budget Kronecker trees
+    (one noise scale) get theirs from the single-scale Kronecker engine, equal to the dense
+    GLS of tests/oracles.py, and the optimal-budget ones none, the note naming each
+    engine's reason."""
+    monkeypatch.setattr(kronecker_engines, "MAX_TREE_MAX_QUERIES", 10)
+    monkeypatch.setattr(engine_base, "MAX_LISTED_QUERIES", 100)
+    res = compare_grid((8, 8), epsilon=1.0, neighbours="add_remove", workloads=("all_range",),
+                       rows=["kron_trees_equal", "kron_trees_optimal"])
+    rows = {r.key: r.errors["all_range"] for r in res.rows}
+    mech = Mechanism(strategies.kron(strategies.binary_tree(8), strategies.binary_tree(8)),
+                     epsilon=1.0, neighbours="add_remove")
+    want, ok = _dense_query_variances(_released_dense(mech), np.asarray(mech.variances),
+                                      _dense_w(("all_range", "all_range"), (8, 8)))
+    assert ok and rows["kron_trees_equal"].max == pytest.approx(want.max(), rel=1e-9)
+    assert rows["kron_trees_equal"].mean == pytest.approx(want.mean(), rel=1e-9)
+    got = rows["kron_trees_optimal"]
+    assert got.max is None and got.mean is not None
+    assert "kron_tree: the largest per-query error scores at most 10 queries per axis" in got.note
+    assert "dense: the largest per-query error is taken over at most 100 listed" in got.note
 
 
 def test_cli_grid_gaussian_swap_table_and_errors(capsys):

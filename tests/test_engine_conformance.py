@@ -16,7 +16,12 @@ grids, nor "kron" of 1-D mechanisms), whenever ``claims`` holds and ``refusal`` 
   variance, 1) absolute (queries of variance 0, such as a public total), for
   ``dense=False`` and ``dense=True``;
 * "covariance": Cov @ U (U random, a matrix and a vector) equals the oracle's, same
-  tolerances; a task the loop has no check for fails it (``VARIANTS``);
+  tolerances;
+* "max" (declared: a structured maximum; or listed: derived from "per_query"): a
+  ``QueryMax`` whose variance is the largest of the oracle's (the max of the diagonal of
+  W Cov W'), same tolerances, and whose query (when given) attains it; for
+  ``dense=False`` and ``dense=True``. A task the loop has no check for fails it
+  (``VARIANTS``);
 * refusals: ``Declined`` is always allowed (the registry asks the next engine); a
   ``ValueError`` when the oracle says some query is not identified, or the strategy does
   not identify the histogram (rank-deficient: refused by the house rule even for the
@@ -42,11 +47,14 @@ from functools import cache
 import networkx as nx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracles import causal_gls, constrained_gls, tree_matrix
 
 from dptree_opt import Mechanism, engines
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
+from dptree_opt.engines import base as engine_base
 
 RTOL = 1e-8
 EST_TOL = 1e-8
@@ -577,6 +585,23 @@ def _check_values(got, want, identified, what, elementwise_inf, floor):
                                err_msg=what)
 
 
+def _check_max(got, want_var, identified, what, floor):
+    """A QueryMax equal to the oracle's largest variance (inf when some query is not
+    identified), whose query (when given) attains it, to the tolerances of _check_values."""
+    assert isinstance(got, engines.QueryMax), f"{what}: not a QueryMax: {got!r}"
+    if not identified.all():
+        assert got.variance == math.inf, (f"{what}: largest variance {got.variance} although "
+                                          "some query is not identified (must refuse, or "
+                                          "report inf)")
+        return
+    want = np.float64(want_var.max())
+    _check_values(np.float64(got.variance), want, identified, what, False, floor)
+    if got.query is not None:
+        assert 0 <= got.query < want_var.size, f"{what}: query {got.query} out of range"
+        _check_values(np.float64(want_var[got.query]), want, identified,
+                      f"{what}: the variance of the query named", False, floor)
+
+
 def check_engine(engine, seeds, outcomes: Counter, failures=None, only=None):
     """Run every declared capability of ``engine`` (``only``: those of one (estimator,
     task)) on its generator's instances for ``seeds`` against the oracles; count the
@@ -604,7 +629,7 @@ def check_engine(engine, seeds, outcomes: Counter, failures=None, only=None):
                 key = (cap.task, cap.estimator, kind)
                 outcomes[key + ("asked",)] += 1
                 what = _describe(engine, seed, twin, *key)
-                if engine.refusal(cap.task, twin, wl, cap.estimator) is not None:
+                if engine.why_not(cap.task, twin, wl, cap.estimator) is not None:
                     outcomes[key + ("refused",)] += 1
                     continue
                 coef, want_var, identified = oracle(cap.estimator, twin, a, var, wd)
@@ -622,7 +647,8 @@ def check_engine(engine, seeds, outcomes: Counter, failures=None, only=None):
 # the ways each task is asked: error paths with dense=False / True, Cov @ U for a matrix U
 # and a vector u; a task missing here fails the loop (add its check)
 VARIANTS = {"estimate": ("y",), "error": ("dense=False", "dense=True"),
-            "per_query": ("dense=False", "dense=True"), "covariance": ("U", "u")}
+            "per_query": ("dense=False", "dense=True"), "covariance": ("U", "u"),
+            "max": ("dense=False", "dense=True")}
 
 
 def _request(engine, mech, wl, cap, y, u, variant):
@@ -631,6 +657,8 @@ def _request(engine, mech, wl, cap, y, u, variant):
         return engine.estimate(mech, y, wl, cap.estimator)
     if cap.task == "covariance":
         return engine.covariance(mech, u)
+    if cap.task == "max":
+        return engine.maximum(mech, wl, cap.estimator, dense=variant == "dense=True")
     return engine.error(mech, wl, cap.estimator, per_query=cap.task == "per_query",
                         dense=variant == "dense=True")
 
@@ -674,6 +702,8 @@ def _run_one(engine, mech, wl, cap, y, y_known, coef, want_var, identified, defi
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * scale, err_msg=what)
     elif cap.task == "per_query":
         _check_values(got, want_var, identified, what, True, floor)
+    elif cap.task == "max":
+        _check_max(got, want_var, identified, what, floor)
     else:
         total = float(want_var.sum()) if identified.all() else math.inf
         assert isinstance(got, float) or np.ndim(got) == 0, f"{what}: not a float: {got!r}"
@@ -746,7 +776,7 @@ def test_registry_selects_the_engine_built_for_or_a_more_specific_one(name):
         for cap in engine.capabilities:
             for kind in concrete_kinds(cap, mech):
                 wl = None if kind == "histogram" else make_workload(kind, mech, rng)[0]
-                if engine.refusal(cap.task, mech, wl, cap.estimator) is not None:
+                if engine.why_not(cap.task, mech, wl, cap.estimator) is not None:
                     continue
                 chosen = engines.select(cap.task, mech, wl, cap.estimator)
                 assert ENGINE_NAMES.index(chosen.name) <= ENGINE_NAMES.index(name), (
@@ -778,8 +808,12 @@ def test_declarations_are_well_formed():
             for kind in cap.kinds:
                 assert (cap.task, cap.estimator, kind) not in seen, (e.name, cap)
                 seen.add((cap.task, cap.estimator, kind))
-            method = {"estimate": "estimate", "covariance": "covariance"}.get(cap.task,
-                                                                               "error")
+            method = {"estimate": "estimate", "covariance": "covariance",
+                      "max": "maximum"}.get(cap.task, "error")
+            if cap.listed:  # the largest of the per-query variances: the base class's maximum
+                assert cap.task == "max" and e.capability("per_query", cap.estimator,
+                                                          cap.kinds[0]) is not None, (e.name, cap)
+                method = "error"
             assert getattr(type(e), method) is not getattr(engines.Engine, method), (
                 f"engine {e.name!r} declares {cap.task!r} but does not implement {method}")
     assert getattr(registered[-1], "generic", False) and all(
@@ -824,6 +858,29 @@ def test_the_loop_rejects_a_slightly_wrong_covariance():
                      only=("blue", "covariance"))
 
 
+def test_the_loop_rejects_a_slightly_wrong_maximum():
+    """A structured maximum off by 1e-6 relative fails."""
+    def maximum(self, *args, **kwargs):
+        got = type(self).__mro__[1].maximum(self, *args, **kwargs)
+        return engines.QueryMax(got.variance * (1 + 1e-6), got.query)
+
+    with pytest.raises(AssertionError, match="max"):
+        check_engine(_wrong("kron_tree", maximum=maximum), range(DEFAULT_INSTANCES), Counter(),
+                     only=("blue", "max"))
+
+
+def test_the_loop_rejects_a_maximum_naming_the_wrong_query():
+    """The right largest variance with the query of the smallest one fails."""
+    def maximum(self, mech, workload, estimator, dense=False):
+        got = type(self).__mro__[1].maximum(self, mech, workload, estimator, dense)
+        per = self.error(mech, workload, estimator, per_query=True)
+        return engines.QueryMax(got.variance, int(np.argmin(per)))
+
+    with pytest.raises(AssertionError, match="the variance of the query named"):
+        check_engine(_wrong("kron_product", maximum=maximum), range(DEFAULT_INSTANCES),
+                     Counter(), only=("blue", "max"))
+
+
 def test_the_loop_rejects_a_number_for_a_query_not_identified():
     """An engine that answers 0 instead of refusing an unidentified strategy fails."""
     def error(self, mech, workload, estimator, per_query, dense=False):
@@ -840,3 +897,67 @@ def test_the_loop_rejects_a_number_for_a_query_not_identified():
 def test_an_engine_without_a_generator_fails():
     with pytest.raises(pytest.fail.Exception, match="add a generator for engine 'nameless'"):
         _engine("nameless")
+
+
+# =============================================================================================
+# The "max" task through the registry: structured maxima, listed ones, stacked workloads
+# =============================================================================================
+def test_every_per_query_capability_has_a_max():
+    """For every engine, estimator and workload kind with per-query variances there is a
+    "max" (declared, or listed from them); the listed ones are in the capability table."""
+    for e in engines.registered():
+        for cap in e.capabilities:
+            if cap.task == "per_query":
+                for kind in cap.kinds:
+                    got = e.capability("max", cap.estimator, kind)
+                    assert got is not None, (e.name, cap.estimator, kind)
+    listed = [r for r in engines.capability_table() if r["task"] == "max"
+              and r["cost"].startswith("max of the per-query errors")]
+    assert {r["engine"] for r in listed} >= {"tree", "dense", "interval", "toeplitz"}
+    structured = {e.name for e in engines.registered() for c in e.capabilities
+                  if c.task == "max" and not c.listed}
+    assert structured == {"kron_tree", "quadtree", "kron_product"}
+
+
+def test_a_listed_maximum_lists_at_most_the_limit(monkeypatch):
+    """Above MAX_LISTED_QUERIES queries a listed maximum is refused with the reason (every
+    engine that would list them says so), while a structured maximum, which lists nothing,
+    still serves."""
+    monkeypatch.setattr(engine_base, "MAX_LISTED_QUERIES", 7)
+    tree = Mechanism(S.tree(8, [2, 2, 2]), epsilon=1.0)
+    with pytest.raises(engines.NotServed, match="at most 7 listed queries") as info:
+        engines.run("max", tree, W.prefix(8))
+    assert {"tree", "dense"} <= {name for name, _ in info.value.reasons}
+    assert all("at most 7 listed queries" in why for _, why in info.value.reasons)
+    got = engines.run("max", tree, W.ranges(8, [(0, 3), (2, 7)]))  # 2 queries: listed
+    a, var = tree.released.matrix.toarray(), np.asarray(tree.variances)
+    want = constrained_gls(a, var, _dense_1d("ranges", 8, [(0, 3), (2, 7)]))[1]
+    assert got.variance == pytest.approx(want.max(), rel=1e-9)
+    grid = Mechanism(S.kron(S.tree(4, [2, 2]), S.tree(4, [2, 2])), epsilon=1.0)
+    assert engines.select("max", grid, W.prefix((4, 4))).name == "kron_tree"
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(ENGINE_NAMES), seed=st.integers(0, 10**6), stacked=st.booleans())
+def test_the_registry_max_is_the_largest_oracle_variance(name, seed, stacked):
+    """``engines.run("max")`` (the first engine that serves it: a structured maximum or the
+    largest of listed per-query variances) on random small instances of every engine's
+    generator, on one workload or two stacked: the largest diagonal entry of W Cov W'
+    (``oracles.constrained_gls``), and the query it names attains it; refused (ValueError)
+    or inf when the oracle says some query is not identified."""
+    mech, _ = instance(_engine(name), seed).normalised()
+    rng = np.random.default_rng(seed)
+    kind = "kron" if grid_shape(mech) else _pick(rng, ONE_D_KINDS)
+    parts = [make_workload(kind, mech, rng) for _ in range(2 if stacked else 1)]
+    wl = (W.StackedWorkload("stacked", mech.n_bins, parts=tuple(p[0] for p in parts))
+          if stacked else parts[0][0])
+    wd = np.vstack([p[1] for p in parts])
+    a, var = mech.released.matrix.toarray(), np.asarray(mech.variances, dtype=float)
+    _, want, identified = constrained_gls(a, var, wd)
+    try:
+        got = engines.run("max", mech, wl)
+    except ValueError:
+        assert not identified.all() or not constrained_gls(a, var, np.eye(mech.n_bins))[2].all()
+        return
+    floor = float(np.max(var[np.isfinite(var)], initial=1.0))
+    _check_max(got, want, identified, f"{name} seed {seed} ({kind}, stacked {stacked})", floor)

@@ -11,78 +11,20 @@ import ast
 import textwrap
 
 import pytest
-from import_graph import MAX_LINES, build, chain, main, report
+from import_graph import MAX_LINES, build, chain, main, predicate_calls_outside, report
 
 REGENERATE = "python tests/import_graph.py --lists"
 
 KNOWN_CYCLES = [
-    ('dptree_opt.data_release.core', 'dptree_opt.data_release.grid'),
 ]
 
 KNOWN_FUNCTION_IMPORTS = [
-    ('dptree_opt.cli._common', 'budget_kwargs', 'dptree_opt.privacy'),
-    ('dptree_opt.cli.stream_cmd', '_plot', 'dptree_opt.plotting'),
-    ('dptree_opt.data_release.grid', '_check_grid_counts', 'dptree_opt.mechanism'),
-    ('dptree_opt.data_release.grid', '_grid_plan', 'dptree_opt.data_release.core'),
-    ('dptree_opt.data_release.grid', '_release_cells', 'dptree_opt.data_release.core'),
-    ('dptree_opt.data_release.grid', 'release_grid_file', 'dptree_opt.data_release.io'),
-    ('dptree_opt.data_release.grid_result', 'GridRelease.plot', 'dptree_opt.plotting'),
-    ('dptree_opt.data_release.result', 'Release.plot', 'dptree_opt.plotting'),
-    ('dptree_opt.mechanism', 'row_sensitivities', 'dptree_opt.strategies'),
-    ('dptree_opt.optimize.node_budgets', 'NodeBudgets.mechanism', 'dptree_opt.mechanism'),
-    ('dptree_opt.optimize.node_budgets', 'NodeBudgets.mechanism', 'dptree_opt.strategies'),
-    (
-        'dptree_opt.optimize.node_budgets',
-        'optimal_node_budgets',
-        'dptree_opt.optimize.blue_budgets',
-    ),
-    ('dptree_opt.optimize.result', 'TreeDesign.mechanism', 'dptree_opt.mechanism'),
-    ('dptree_opt.optimize.result', 'TreeDesign.mechanism', 'dptree_opt.strategies'),
-    ('dptree_opt.pipeline', 'PrivateCDF.plot', 'dptree_opt.plotting'),
-    ('dptree_opt.pipeline', 'PrivateCDF.quantile_intervals', 'dptree_opt.quantile_intervals'),
-    ('dptree_opt.strategies.optimized', 'kron_gaussian_optimal', 'dptree_opt.workloads'),
-    ('dptree_opt.strategies.optimized', 'kron_p_identity', 'dptree_opt.workloads'),
-    (
-        'dptree_opt.stream.negative_digits',
-        'NegativeDigitsEngine.account',
-        'dptree_opt.data_release.secure_noise',
-    ),
-    ('dptree_opt.stream.noise', 'GroupNoise.__init__', 'dptree_opt.data_release.secure_noise'),
-    (
-        'dptree_opt.stream.noise',
-        'float_gaussian_measurement',
-        'dptree_opt.data_release.secure_noise',
-    ),
 ]
 
 KNOWN_PRIVATE_IMPORTS = [
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_budget'),
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_budgets'),
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_histogram_total'),
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_noise_scales'),
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.core', '_check_tiny_budget'),
-    ('dptree_opt.data_release.grid', 'dptree_opt.data_release.io', '_check_column_names'),
-    ('dptree_opt.data_release.grid_result', 'dptree_opt.data_release.result', '_floats'),
-    ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_check_variances'),
-    ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_layout'),
-    ('dptree_opt.engines.causal', 'dptree_opt.engines.honaker', '_level_stats'),
-    ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_ivw'),
-    ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_left_cover_sums'),
-    ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_level_stats'),
-    ('dptree_opt.engines.refined', 'dptree_opt.engines.honaker', '_sum_var'),
-    ('dptree_opt.strategies.blt', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.haar', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.implicit_optimum', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.interval', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.kronecker', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.quadtree', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.strategies.toeplitz', 'dptree_opt.strategies.base', '_readonly'),
-    ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp'),
-    ('dptree_opt.stream.noise', 'dptree_opt.data_release.secure_noise', '_opendp_measurement'),
 ]
 
 KNOWN_OVER_800_LINES = [
-    'dptree_opt.data_release.io',
 ]
 
 
@@ -171,6 +113,26 @@ DIRTY = {
     "big.py": "x = 1\n" * (MAX_LINES + 1),
     "edge.py": "x = 1\n" * MAX_LINES,
 }
+
+
+def test_structure_predicates_are_called_only_inside_the_engines():
+    """Outside dptree_opt/engines a structure question is asked of the registry, never by
+    calling an `is_..._mechanism` predicate (the predicates are the engines' claims)."""
+    assert predicate_calls_outside("engines") == []
+
+
+def test_predicate_scan_finds_a_call_outside(tmp_path):
+    """The scan is not vacuous: a predicate called from a module outside `engines` is found,
+    one called inside is not."""
+    pkg = tmp_path / "pkg"
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engines" / "__init__.py").write_text("def is_x_mechanism(m):\n    return True\n"
+                                                 "y = is_x_mechanism(1)\n")
+    (pkg / "user.py").write_text("from .engines import is_x_mechanism\n\n"
+                                 "ok = is_x_mechanism(2)\n")
+    assert predicate_calls_outside("engines", pkg) == [
+        ("pkg.user", 3, "is_x_mechanism")]
 
 
 def test_tool_finds_a_cycle_a_function_import_and_private_names(tmp_path):

@@ -96,7 +96,7 @@ def test_opendp_map_is_checked_strictly_at_the_exact_sensitivity(opendp_calls, n
     while Fraction(d2) <= 2 * Fraction(0.5) * Fraction(low) ** 2:
         low = math.nextafter(low, 0.0)
     with pytest.raises(ValueError, match="exact sensitivity"):
-        sn._opendp_measurement(noise="gaussian", scale=low, sensitivity=math.sqrt(d2),
+        sn.opendp_measurement(noise="gaussian", scale=low, sensitivity=math.sqrt(d2),
                                budget=0.5, exact=d2)
     assert "drawn" not in opendp_calls.events
 
@@ -238,7 +238,7 @@ def test_grid_designs_release_and_others_are_refused(opendp_calls):
     opendp_calls.events.clear()
     d = optimize.best_mechanism(w, epsilon=1.0, families=["kron_p_identity"])
     assert not d.releasable and "trees and quadtrees" in d.release_note
-    with pytest.raises(ValueError, match="Kronecker product of complete trees or a quadtree"):
+    with pytest.raises(ValueError, match="not releasable .*trees and quadtrees"):
         dp.release(counts=counts, lower=[0, 0], upper=[1, 1], bins=list(shape), design=d)
     assert opendp_calls.events == []
 
@@ -252,7 +252,7 @@ def test_grid_designs_release_and_others_are_refused(opendp_calls):
     ({"tree": [4, 4]}, "leave them out"),
     ({"budgets": "equal"}, "leave them out"),
     ({"neighbours": "swap"}, "neighbours"),
-    ({"bins": [4, 4], "lower": [0, 0], "upper": [1, 1]}, "grid release runs"),
+    ({"bins": [4, 4], "lower": [0, 0], "upper": [1, 1]}, "1-D design over 16 bins"),
 ])
 def test_bad_design_arguments_are_refused_before_any_noise(kwargs, match, opendp_calls):
     d = optimize.best_mechanism(workloads.prefix(16), rho=0.5, families=["sqrt"])
@@ -307,7 +307,7 @@ def test_designs_that_do_not_estimate_the_cdf_are_not_releasable(opendp_calls):
     direct = next(x for x in (d,) + d.alternatives if x.family == "workload")
     assert direct.mean == pytest.approx(8.0, rel=1e-12)       # 2 (1 / 0.5)^2, Laplace
     assert not direct.releasable and "does not estimate" in direct.release_note
-    with pytest.raises(ValueError, match="publishes the CDF"):
+    with pytest.raises(ValueError, match="not releasable .*every prefix \\(the CDF\\)"):
         dp.release(counts=np.ones(100, int), lower=0, upper=100, bins=100, design=direct,
                    quantiles=())
     assert opendp_calls.events == []
@@ -315,3 +315,24 @@ def test_designs_that_do_not_estimate_the_cdf_are_not_releasable(opendp_calls):
                                    releasable=True)
     assert only.family == "tree_equal" and dict(only.skipped)["workload"].startswith(
         "not releasable")
+
+
+def test_the_summary_says_what_was_released(opendp_calls):
+    """The printed summary of a design's release names the family, the released strategy,
+    its route (and s for a scaled one) and its exact mean CDF error, which is the dense
+    oracle's on the released mechanism; no tree branching is claimed for a non-tree."""
+    n = 24
+    hist = RNG.integers(0, 9, n)
+    d = optimize.best_mechanism(workloads.prefix(n), rho=0.5, families=["gaussian_optimum"])
+    rel = dp.release(counts=hist, lower=0, upper=1, bins=n, design=d, quantiles=())
+    text = rel.summary()
+    assert "branching" not in text
+    assert "design: gaussian_optimum: " in text and "route 'scaled'" in text
+    assert f"s = 2^{rel.privacy['scaled_integer']['scale'].bit_length() - 1}" in text
+    mech = rel.mechanism
+    _, var, _ = constrained_gls(mech.released.matrix.toarray(), mech.variances,
+                                workloads.prefix(n).dense())
+    assert f"exact mean CDF error {np.mean(var):.6g} per prefix" in text
+    nodes = dp.release(counts=hist[:16], lower=0, upper=1, bins=16, quantiles=(),
+                       design=optimize.optimal_node_budgets([2] * 4, epsilon=1.0))
+    assert "route 'integer'" in nodes.summary() and "a budget per row" in nodes.summary()

@@ -288,7 +288,7 @@ def test_secure_measure_checks_every_group_before_drawing_any_noise(monkeypatch)
     b = path_budgets((2, 2, 2), np.linspace(0.2, 0.8, 15), 1.0)   # several distinct scales
     rows = dp.Mechanism(S.tree(8, [2, 2, 2]), epsilon=1.0, neighbours="add_remove",
                         row_budgets=b, discrete=True)
-    real = sn._opendp_measurement
+    real = sn.opendp_measurement
     for mech in (levels, rows):
         seen, drawn = [], []
 
@@ -298,7 +298,7 @@ def test_secure_measure_checks_every_group_before_drawing_any_noise(monkeypatch)
                 raise ValueError("calibration error: refused for the test")
             return real(**kw)
 
-        monkeypatch.setattr(sn, "_opendp_measurement", check)
+        monkeypatch.setattr(sn, "opendp_measurement", check)
         monkeypatch.setattr(sn, "_opendp_sample", lambda *a, **k: drawn.append(1))
         with pytest.raises(ValueError, match="refused for the test"):
             sn.secure_measure(mech, np.arange(8))

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from dptree_opt.cli import main
-from dptree_opt.engines.honaker import _ivw
+from dptree_opt.engines.honaker import ivw
 from dptree_opt.stream import Counter
 from dptree_opt.stream import noise as stream_noise
 from dptree_opt.stream.tree import combine
@@ -287,7 +287,7 @@ def test_inverse_variance_combinations_never_overflow(va, vb, a, b):
     assert est == pytest.approx(float(w * Fraction(a) + (1 - w) * Fraction(b)), rel=1e-14,
                                 abs=1e-14 * (abs(a) + abs(b)))
     assert var == pytest.approx(float(fa * w), rel=1e-14) and var > 0
-    w_a, v = _ivw(va, vb)
+    w_a, v = ivw(va, vb)
     assert float(w_a) == pytest.approx(float(w), rel=1e-14)
     assert float(v) == pytest.approx(float(fa * w), rel=1e-14)
 
@@ -298,7 +298,7 @@ def test_inverse_variance_combination_limits():
     assert combine(1.0, 3.0, 2.0, 0.0) == (2.0, 0.0)
     assert combine(1.0, math.inf, 2.0, 3.0) == (2.0, 3.0)
     assert combine(1.0, 3.0, 2.0, math.inf) == (1.0, 3.0)
-    w, v = _ivw(np.array([0.0, 1.0, np.inf, 1.0, np.inf, 0.0]),
+    w, v = ivw(np.array([0.0, 1.0, np.inf, 1.0, np.inf, 0.0]),
                 np.array([1.0, 0.0, 2.0, np.inf, np.inf, 0.0]))
     np.testing.assert_array_equal(w, [1.0, 0.0, 0.0, 1.0, np.nan, 1.0])
     np.testing.assert_array_equal(v, [0.0, 0.0, 2.0, 1.0, np.inf, 0.0])

@@ -404,7 +404,7 @@ def test_a_refused_block_start_draws_nothing_for_that_step(monkeypatch, opendp_c
     refusal there (injected) leaves the counter as it was, and the step can be retried.
     It used to start the next block after the previous one's last draws: the step's release
     was lost and the counter's state no longer matched its step count."""
-    spied = sn._opendp_measurement
+    spied = sn.opendp_measurement
     fail = {"armed": False, "fired": 0}
 
     def faulty(**kw):
@@ -417,7 +417,7 @@ def test_a_refused_block_start_draws_nothing_for_that_step(monkeypatch, opendp_c
     # level budgets >= 1000 / 2 / 4 = 125: P(any noise != 0) < 100 x 2 e^-125, so the
     # released running counts are the exact ones
     c = Counter(None, epsilon=1000.0)
-    monkeypatch.setattr(sn, "_opendp_measurement", faulty)
+    monkeypatch.setattr(sn, "opendp_measurement", faulty)
     out = []
     for step in range(1, 9):                   # blocks [0,1), [1,2), [2,4), [4,8)
         fail["armed"] = step in (2, 3, 5)       # the first step of blocks 1, 2, 3

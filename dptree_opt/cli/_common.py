@@ -14,6 +14,7 @@ import numpy as np
 from .. import strategies
 from ..compare import parse_shape
 from ..files import path_lookup_errors, check_output_path
+from ..privacy import infer_noise
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a command stopped by it
@@ -59,8 +60,6 @@ def parse_strategy(spec: str, n_bins: int):
 def budget_kwargs(args) -> dict:
     """{"epsilon": ...} or {"rho": ...} from --epsilon/--rho, checked against --noise (which
     defaults to gaussian when only --rho is given; ``args.noise`` is set to the noise used)."""
-    from ..privacy import infer_noise
-
     args.noise = infer_noise(args.noise, args.epsilon, args.rho)
     if args.noise == "laplace":
         if args.epsilon is None or args.rho is not None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from ..engines import ESTIMATORS, TASKS, capability_table
+from ..engines import ESTIMATORS, MAX_LISTED_QUERIES, TASKS, capability_table
 
 ORDER = 15  # position in `dptree-opt --help`
 
 _TASK_TEXT = {"estimate": "estimate from y", "error": "exact error (total)",
-              "per_query": "exact error per query", "covariance": "covariance times U"}
+              "per_query": "exact error per query", "covariance": "covariance times U",
+              "max": "largest error per query"}
 
 
 def table_rows(task: str | None = None, estimator: str | None = None) -> list[dict]:
@@ -27,7 +28,10 @@ def render_markdown(rows: list[dict]) -> str:
            "(`dptree_opt.engines`): every engine, in the order the registry asks them (most",
            "specific first, the generic dense GLS last), with the tasks it declares, the",
            "workload kinds and the cost (n bins, h tree levels, q queries). A request no",
-           "engine serves is refused with the reason each engine gave.",
+           "engine serves is refused with the reason each engine gave. The largest error",
+           "per query is structured (the queries are not listed) where the cost says so;",
+           "elsewhere it is the largest of the engine's per-query errors, for at most",
+           f"{MAX_LISTED_QUERIES} queries.",
            ""]
     engine = None
     for r in rows:
@@ -71,7 +75,8 @@ def register(sub) -> None:
         "engines", help="which engine computes what (the capability table)",
         description="Print, for every registered engine (one per strategy structure), the "
                     "tasks it serves (estimate from noisy answers, exact error in total or "
-                    "per query), for which estimator and workload kinds, and at what cost. "
+                    "per query, the largest error per query, the covariance), for which "
+                    "estimator and workload kinds, and at what cost. "
                     "Generated from the engine registry: what `blue`, `expected_error` and "
                     "`monte_carlo_error` will use.",
         epilog="example: dptree-opt engines --task error --estimator blue")

@@ -3,9 +3,13 @@ a d-D histogram of several columns with box counts (``--columns x,y``)."""
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 
-from ..data_release import DEFAULT_QUANTILES, release_file
+from .. import optimize, workloads
+from ..data_release import DEFAULT_QUANTILES, default_cdf_error, release_file
+from ..data_release.grid import default_grid_error
 from ..plotting import save_figure
 from ._common import FIGURE_SUFFIXES, output_file, stdout_closed
 
@@ -53,6 +57,53 @@ def _ints(text: str, flag: str) -> tuple:
                          f"got {text!r}") from None
 
 
+def _check_design_flags(args) -> None:
+    """--design auto chooses the strategy: --tree and --budgets must be left out, and
+    --design-time-limit is a positive number of seconds (checked before any work)."""
+    if args.design is None:
+        if args.design_time_limit is not None:
+            raise ValueError("--design-time-limit needs --design auto")
+        return
+    if args.tree.strip().lower() != "optimal" or args.budgets != "optimal":
+        raise ValueError("--design auto chooses the strategy: leave out --tree and --budgets")
+    limit = args.design_time_limit
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--design-time-limit must be a number of seconds > 0, got {limit!r}")
+    if (args.epsilon is None) == (args.rho is None):
+        raise ValueError("give exactly one of --epsilon or --rho")
+
+
+def _auto_design(args, bins, workload: str | None = None):
+    """--design auto: ``optimize.best_mechanism(..., releasable=True)`` for the CDF of the
+    bins (a grid: ``--workload``, all boxes by default), and the lines saying which family
+    won and its exact mean error next to the default release's (the same workload and
+    noise model: continuous noise of the designs' scales, ``Design.mean``)."""
+    budget = {"epsilon": args.epsilon} if args.epsilon is not None else {"rho": args.rho}
+    limit = 60.0 if args.design_time_limit is None else float(args.design_time_limit)
+    t0 = time.perf_counter()
+    if workload is None:
+        w, what = workloads.prefix(bins), "CDF error per prefix"
+    else:
+        shape = tuple(bins)
+        w = workloads.prefix(shape) if workload == "prefix" else workloads.all_range(shape)
+        what = "d-D CDF error per prefix" if workload == "prefix" else "error per box"
+    d = optimize.best_mechanism(w, neighbours=args.neighbours, releasable=True,
+                                time_limit=limit, **budget)
+    if workload is None:
+        default = default_cdf_error(bins, neighbours=args.neighbours, discrete=False, **budget)
+        default_what = "the default release (the optimal level-uniform tree)"
+    else:
+        default = default_grid_error(list(bins), neighbours=args.neighbours,
+                                     workload=workload, **budget)
+        default_what = "the default release (the optimal Kronecker product of trees)"
+    lines = [f"design auto: {d.family} won among {1 + len(d.alternatives)} releasable "
+             f"families in {time.perf_counter() - t0:.3g} s ({d.mechanism().strategy.name})",
+             f"  exact mean {what}: {d.mean:.6g} (counts^2); {default_what}: {default:.6g} "
+             "(both under continuous noise of their scales; the release's own, under the "
+             "discrete noise, follows)"]
+    return d, lines
+
+
 def _grid_run(args, out) -> int:
     """The grid release of ``--columns``: summary, JSON (``--out``), heat map (``--plot``)."""
     columns = _items(args.columns, "--columns")
@@ -69,15 +120,19 @@ def _grid_run(args, out) -> int:
                          "release gives cells and box counts")
     if args.consistency == "l1":
         raise ValueError("--consistency l1 is for a one-column release; a grid takes l2 or none")
+    _check_design_flags(args)
+    design, lines = (None, []) if args.design is None else _auto_design(
+        args, bins, args.workload or "all_range")
     result = release_file(
         args.file, columns=columns, lower=lower, upper=upper, bins=bins,
         epsilon=args.epsilon, rho=args.rho, tree=_tree(args.tree, grid=True),
         neighbours=args.neighbours, out_of_range=args.out_of_range,
         consistency=None if args.consistency == "none" else args.consistency,
-        budgets=args.budgets, workload=args.workload, delimiter=args.delimiter)
+        budgets=args.budgets, workload=None if design is not None else args.workload,
+        delimiter=args.delimiter, design=design)
     header = (f"private {len(columns)}-D release of columns "
               f"{', '.join(map(repr, columns))} of {args.file}")
-    return _finish(args, out, result, header)
+    return _finish(args, out, result, "\n".join([header] + lines))
 
 
 def _finish(args, out, result, header: str) -> int:
@@ -184,16 +239,20 @@ def run(args) -> int:
     if len(lower) != 1 or len(upper) != 1 or len(bins) != 1:
         raise ValueError("several values in --lower / --upper / --bins need --columns (one "
                          "column per axis)")
+    _check_design_flags(args)
+    quantiles = _floats(args.quantiles, "--quantiles") if args.quantiles.strip() else ()
+    design, lines = (None, []) if args.design is None else _auto_design(args, bins[0])
     result = release_file(
         args.file, column=args.column, counts_file=args.counts, lower=lower[0],
         upper=upper[0], bins=bins[0], epsilon=args.epsilon, rho=args.rho,
         tree=_tree(args.tree), neighbours=args.neighbours, out_of_range=args.out_of_range,
-        quantiles=_floats(args.quantiles, "--quantiles") if args.quantiles.strip() else (),
+        quantiles=quantiles,
         consistency=None if args.consistency == "none" else args.consistency,
-        budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter)
+        budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter,
+        design=design)
     source = (f"column {args.column!r} of {args.file}" if args.file is not None
               else f"counts file {args.counts}")
-    return _finish(args, out, result, f"private release of {source}")
+    return _finish(args, out, result, "\n".join([f"private release of {source}"] + lines))
 
 
 def register(sub) -> None:
@@ -237,6 +296,13 @@ def register(sub) -> None:
                    help="a grid: what the design minimises, all boxes (default) or the d-D CDF")
     p.add_argument("--budgets", choices=("equal", "optimal"), default="optimal",
                    help="per-level budget split (default: optimal for the BLUE)")
+    p.add_argument("--design", choices=("auto",), default=None,
+                   help="auto: release the best releasable design of optimize.best_mechanism "
+                        "for the CDF (a grid: --workload) instead of the optimal tree, and "
+                        "print which family won and its exact mean error next to the "
+                        "default's (not with --tree / --budgets)")
+    p.add_argument("--design-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="time limit of the --design auto search (default 60)")
     p.add_argument("--out-of-range", choices=("error", "clip"), default="error",
                    help="values outside [lower, upper): error (default) or clip to the "
                         "first/last bin")

@@ -66,6 +66,7 @@ import numpy as np
 from ..data_release.binning import BinSpec
 from ..data_release.io import histogram_from_file
 from ..limits import check_count
+from .. import plotting
 from ..privacy import check_budget
 from ..stream import MECHANISMS, Counter
 from ..stream.ahead import MAX_AHEAD_HORIZON
@@ -444,7 +445,6 @@ def _plot(path, release, force) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plotting import save_figure
     n = release.n
     t = np.arange(1, n + 1)
     est, se = release.estimate[:n], release.standard_error[:n]
@@ -462,6 +462,6 @@ def _plot(path, release, force) -> None:
         ax.set_title(title, fontsize=9)
         ax.legend()
         fig.tight_layout()
-        save_figure(fig, path, force=force, dpi=120)
+        plotting.save_figure(fig, path, force=force, dpi=120)
     finally:
         plt.close(fig)

@@ -34,10 +34,10 @@ Rows (:data:`GRID_ROWS`, the protocol of :mod:`dptree_opt.compare.protocol`):
   NOT included; needs N (``records``); Laplace only).
 
 Every row gets its ratio to the SVD lower bound (:mod:`dptree_opt.compare.bounds`). Errors are
-exact and never build a grid-sized matrix: totals from the engine registry, maxima from the
-structured maxima of Kronecker trees / quadtrees and single-scale Kronecker products
-(``protocol.STRUCTURED_MAXIMA``), the permuted ektelo quadtree by ``engines.kron_product.
-grid_tree_summary`` with its column order, the uniform grid by its closed form.
+exact and never build a grid-sized matrix: totals and maxima from the engine registry (the
+structured maxima of Kronecker trees / quadtrees and single-scale Kronecker products), the
+permuted ektelo quadtree by ``engines.kronecker.grid_tree_summary`` with its column order,
+the uniform grid by its closed form.
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 from .. import anchors, optimize, strategies
-from ..engines.kron_product import TooManyQueries, grid_tree_summary
+from ..engines.base import TooManyQueries
+from ..engines.kronecker import MAX_TREE_MAX_QUERIES, grid_tree_summary
 from ..limits import COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, check_count, check_memory, rescaled
 from ..mechanism import Mechanism
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import MAX_GRID_AXIS, bound_note, lower_bounds
-from .protocol import (best_row, ALL_FAMILIES, MAX_TREE_MAX_QUERIES, BudgetSetting, Candidate,
+from .protocol import (best_row, ALL_FAMILIES, BudgetSetting, Candidate,
                        NotAvailable, RowRegistry, WorkloadError, family_candidate, format_number, row_dict, run_rows,
                        sort_key)
 
@@ -300,7 +301,7 @@ def _hb2d(s: GridSetting, cache: dict) -> Candidate:
 
 def _permuted_tree_error(s: GridSetting, mech: Mechanism, orders, wl: str) -> WorkloadError:
     """Mean and max of the BLUE of a Kronecker tree / quadtree whose axes hold the cells in
-    ``orders`` (``engines.kron_product.grid_tree_summary``), on the normalised mechanism,
+    ``orders`` (``engines.kronecker.grid_tree_summary``), on the normalised mechanism,
     rescaled exactly."""
     w = s.workload(wl)
     twin, c = mech.normalised()

@@ -13,11 +13,12 @@ Errors are computed in one place, :func:`row_errors`, through the engine registr
 (``dptree_opt.engines``): a row's error on a workload can be computed exactly when an engine
 serves it (``engines.select`` succeeds), and nothing here tests a strategy's structure.
 
-* 1-D: the mean and max from the registry's per-query variances ("per_query" task), else
-  the mean alone from its total ("error" task). Grids: the mean from the total over the
-  number of queries, the maximum from the structured maximum of the engine that serves the
-  total (:data:`STRUCTURED_MAXIMA`: Kronecker trees and quadtrees, single-scale Kronecker
-  products), else from the per-query variances when at most MAX_PER_QUERY, else n/a.
+* 1-D: the mean and max from the registry's per-query variances ("per_query" task: both
+  from one list, which the mean over the first K queries of a padded mechanism needs
+  anyway), else the mean alone from its total ("error" task). Grids: the mean from the
+  total over the number of queries ("error"), the maximum from the registry's "max" task
+  (a structured maximum: Kronecker trees and quadtrees, single-scale Kronecker products;
+  else the largest of an engine's listed per-query variances), else n/a with the reasons.
 * 1-D mechanisms may be padded (K' > K bins; the extra bins are empty): the errors are over
   the first K prefixes, bins and ranges. The ranges within the first K bins are the
   registry's "ranges" workload (per query, K <= MAX_ALL_RANGE_MAX_BINS), or, above, their
@@ -49,7 +50,6 @@ import numpy as np
 from .. import engines, optimize, workloads
 from ..engines.covering import covering_moments
 from ..engines.honaker import tree_parameters
-from ..engines.kron_product import TooManyQueries, grid_tree_summary, kron_product_max
 from ..engines.refined import padded_refined_all_range_total
 from ..limits import rescaled
 from ..mechanism import Mechanism
@@ -58,16 +58,11 @@ from ..privacy import resolve_public
 __all__ = ["best_row", "WORKLOADS", "format_number", "BudgetSetting", "WorkloadError", "Candidate",
            "NotAvailable", "RowSpec", "RowRegistry", "CompareRow", "row_errors",
            "run_rows", "sort_key", "row_dict", "front_door", "family_candidate",
-           "design_candidate", "short_name", "STRUCTURED_MAXIMA", "ALL_FAMILIES",
-           "MAX_ALL_RANGE_MAX_BINS", "MAX_PER_QUERY", "MAX_TREE_MAX_QUERIES"]
+           "design_candidate", "short_name", "ALL_FAMILIES", "MAX_ALL_RANGE_MAX_BINS"]
 
 WORKLOADS = ("cdf", "identity", "all_range")
 # per-query all-range variances in 1-D (K (K + 1) / 2 of them)
 MAX_ALL_RANGE_MAX_BINS = 4096
-# per-query variances listed (grids) to take their maximum, when no structured maximum
-MAX_PER_QUERY = 1 << 21
-# per-axis queries for the Kronecker-tree / quadtree per-query maxima
-MAX_TREE_MAX_QUERIES = 40000
 # the name of each workload in dptree_opt.workloads
 WORKLOAD_KINDS = {"cdf": "prefix", "identity": "identity", "all_range": "all_range"}
 
@@ -214,18 +209,6 @@ def _served(task: str, mech: Mechanism, workload, est: str) -> str | None:
     return None
 
 
-def _grid_tree_max(mech: Mechanism, w) -> float:
-    if max(f.n_queries for f in w.factors) > MAX_TREE_MAX_QUERIES:
-        raise TooManyQueries(f"more than {MAX_TREE_MAX_QUERIES} queries on an axis")
-    return grid_tree_summary(mech, w, want_max=True)[1]
-
-
-#: engine name -> max(mechanism, workload): the per-query maximum without listing the queries,
-#: for the engines whose per-query task would list too many (TooManyQueries when it cannot)
-STRUCTURED_MAXIMA = {"kron_tree": _grid_tree_max, "quadtree": _grid_tree_max,
-                     "kron_product": kron_product_max}
-
-
 def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
     """{workload: WorkloadError} for a candidate, exact (module docstring); a workload in
     ``cand.per_workload`` is answered by that candidate (or is n/a with its reason)."""
@@ -325,18 +308,11 @@ def _grid_error(mech: Mechanism, est: str, shape: tuple, wl: str):
     if why is not None:
         raise _not_served(why)
     total = float(engines.run("error", mech, w, est))
-    maximum = STRUCTURED_MAXIMA.get(engines.select("error", mech, w, est).name)
-    note = ""
-    mx = None
-    if maximum is not None:
-        try:
-            mx = float(maximum(mech, w))
-        except TooManyQueries as exc:
-            note = f"max n/a ({exc})"
-    elif w.n_queries <= MAX_PER_QUERY and _served("per_query", mech, w, est) is None:
-        mx = float(np.max(engines.run("per_query", mech, w, est)))
-    else:
-        note = "max n/a"
+    try:
+        mx, note = float(engines.run("max", mech, w, est).variance), ""
+    except engines.NotServed as exc:
+        mx, note = None, "max n/a (" + ("; ".join(f"{name}: {why}" for name, why in exc.reasons)
+                                        or "no engine lists these per-query errors") + ")"
     return total / w.n_queries, mx, note
 
 

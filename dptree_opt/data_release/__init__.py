@@ -9,10 +9,10 @@ CSV / Parquet / counts files), ``secure_noise`` (OpenDP's exact samplers), ``res
 """
 
 from .binning import OUT_OF_RANGE, BinSpec
-from .core import DEFAULT_QUANTILES, release, release_file
+from .core import DEFAULT_QUANTILES, default_cdf_error, release, release_file
 from .grid import release_grid, release_grid_file
 from .grid_result import BoxCount, GridRelease
 from .result import Release
 
-__all__ = ["release", "release_file", "Release", "BinSpec", "OUT_OF_RANGE", "DEFAULT_QUANTILES",
+__all__ = ["release", "release_file", "default_cdf_error", "Release", "BinSpec", "OUT_OF_RANGE", "DEFAULT_QUANTILES",
            "release_grid", "release_grid_file", "GridRelease", "BoxCount"]

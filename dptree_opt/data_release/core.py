@@ -72,24 +72,25 @@ from ..consistency import project_cdf
 from ..mechanism import Mechanism, check_histogram
 from ..pipeline import CONSISTENCY, PrivateCDF, cdf_from_measurements
 from ..limits import check_memory
-from ..privacy import EXACT_LIMIT, NOISE_TAIL, check_budget, check_noise_scales
+from ..privacy import EXACT_LIMIT, NOISE_TAIL
 from ..queries import (cdf_standard_errors, check_level, check_probabilities,
                        quantiles as _quantiles)
 from ..quantile_intervals import (NORMAL_SIGMA, QuantileCalibration, calibrate_quantile_tests,
                                   check_quantile_intervals, quantile_intervals)
-from ..strategies.base import check_neighbours
+from ..strategies.base import check_neighbours, frozen_copy
 from .binning import BinSpec, check_out_of_range
+from .checks import (DEFAULT_QUANTILES, budget_choice, check_budgets, check_histogram_total,
+                     check_mechanism_noise, check_tiny_budget, exact_total)
 from .io import (check_chunk_bytes, check_columns, histogram_from_file, histogram_from_values,
                  read_counts)
 from .result import Release, incomplete_note
-from .secure_noise import (SecureForm, design_budget, design_mechanism, largest_answer,
+from .secure_noise import (SecureForm, check_private_total, design_budget, design_mechanism,
                            sampler_description, secure_form, secure_measure)
 from .grid import is_grid_bins, release_grid, release_grid_file
 
-__all__ = ["release", "release_file", "DEFAULT_QUANTILES", "MAX_BINS", "MAX_LEAVES",
-           "EXACT_LIMIT", "NOISE_TAIL"]
+__all__ = ["release", "release_file", "default_cdf_error", "DEFAULT_QUANTILES", "MAX_BINS",
+           "MAX_LEAVES", "EXACT_LIMIT", "NOISE_TAIL", "exact_total"]
 
-DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 # K above this is refused. Measured with counts (2 shared cores, 23 GiB): the default
 # release at K = 2^20 (optimal tree of 1.77M leaves, 3.54M nodes) peaks at 8.8 GiB and takes
 # ~4 min (design and the quantile tests' calibration ~3.5 min, secure noise 15 s); at 2^24 the
@@ -109,17 +110,6 @@ CALIBRATION_PREFIXES = (65, 225)
 
 
 # ------------------------------------------------------------------ argument checks
-def _budget(epsilon, rho) -> tuple[str, str, float]:
-    """(noise, budget name, value) from exactly one of epsilon / rho."""
-    if (epsilon is None) == (rho is None):
-        raise ValueError("give exactly one of epsilon (pure eps-DP, discrete Laplace noise) or "
-                         "rho (rho-zCDP, discrete Gaussian noise)"
-                         + ("; got both" if epsilon is not None else "; got neither"))
-    if epsilon is not None:
-        return "laplace", "epsilon", check_budget(epsilon, "epsilon")
-    return "gaussian", "rho", check_budget(rho, "rho")
-
-
 def _check_quantiles(qs) -> tuple:
     return tuple(float(v) for v in check_probabilities(qs, "quantiles"))
 
@@ -157,22 +147,27 @@ def _check_memory(need: int, what: str) -> None:
                  "use fewer bins")
 
 
-def _calibrated_prefixes(bins: int, most: bool) -> int:
+def _calibrated_prefixes(bins: int, most: bool, quantiles: bool = True) -> int:
     """How many prefixes the quantile tests' calibration checks: all K + 1 up to K = 64,
-    else at least / at most CALIBRATION_PREFIXES."""
+    else at least / at most CALIBRATION_PREFIXES; none when no quantile is asked (there is
+    no calibration then)."""
+    if not quantiles:
+        return 0
     return bins + 1 if bins <= 64 else CALIBRATION_PREFIXES[1 if most else 0]
 
 
-def _check_plan_memory(mech: Mechanism, bins: int) -> None:
+def _check_plan_memory(mech: Mechanism, bins: int, quantiles: bool) -> None:
     """The memory check with the designed tree (before the calibration allocates): its
     nodes, its noisy nodes and whether the calibration needs the noise law's weights (not
-    for Gaussian noise whose every scale is >= the calibration's normal threshold)."""
+    for Gaussian noise whose every scale is >= the calibration's normal threshold, nor
+    without quantiles)."""
     var = np.asarray(mech.variances)
     noisy = (var > 0) & np.isfinite(var)
     scales = np.asarray(mech.scales)[noisy]
     normal = mech.noise == "gaussian" and float(np.min(scales, initial=np.inf)) >= NORMAL_SIGMA
     _check_memory(_memory_need(mech.n_bins, var.size, int(noisy.sum()),
-                               0 if normal else _calibrated_prefixes(bins, True)), "tree")
+                               0 if normal else _calibrated_prefixes(bins, True, quantiles)),
+                  "tree")
 
 
 def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
@@ -199,12 +194,6 @@ def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
     return tuple(int(k) for k in ks)
 
 
-def _check_budgets(budgets: str) -> str:
-    if budgets not in ("equal", "optimal"):
-        raise ValueError(f"budgets must be 'equal' or 'optimal', got {budgets!r}")
-    return budgets
-
-
 def _check_counts(counts, bins: int) -> np.ndarray:
     """Validated precomputed histogram (int64 (K,)); errors name ``counts``."""
     try:
@@ -212,17 +201,6 @@ def _check_counts(counts, bins: int) -> np.ndarray:
     except ValueError as exc:
         raise ValueError(f"counts: {exc} (need {bins} non-negative integer counts, one per "
                          "bin)") from None
-
-
-def exact_total(hist: np.ndarray) -> int:
-    """The exact sum of non-negative int64 counts as a Python int (int64 sums can wrap: a
-    file of 4096 counts of 2^52 once summed to 100). O(K): a float sum decides whether the
-    int64 sum is safe (below 2^62 it cannot have wrapped); only near the limit are the counts
-    summed as Python ints."""
-    approx = float(np.sum(hist, dtype=np.float64))  # relative error <= K * 2^-53
-    if approx < 2.0**62:
-        return int(np.sum(hist, dtype=np.int64))
-    return sum(int(v) for v in hist.tolist())  # rare: only for absurd totals
 
 
 # ------------------------------------------------------------------ design
@@ -246,6 +224,36 @@ def _design(bins: int, branching, noise: str, budget_name: str, budget: float,
     return branching, None, "given branching, equal budgets"
 
 
+def _tree_mechanism(bins: int, given, noise: str, budget_name: str, budget: float,
+                    neighbours: str, budgets: str,
+                    discrete: bool = True) -> tuple[Mechanism, tuple, str]:
+    """(Mechanism, branching, note) of the tree the release runs without a design
+    (:func:`_design`; padded to K' = prod(branching) leaves; discrete noise unless asked)."""
+    branching, level_budgets, note = _design(bins, given, noise, budget_name, budget,
+                                             neighbours, budgets)
+    mech = Mechanism(strategies.tree(math.prod(branching), list(branching)),
+                     **{budget_name: budget}, noise=noise, neighbours=neighbours,
+                     level_budgets=None if level_budgets is None else list(level_budgets),
+                     discrete=discrete)
+    return mech, branching, note
+
+
+def default_cdf_error(bins: int, *, epsilon=None, rho=None, neighbours: str = "add_remove",
+                      discrete: bool = True) -> float:
+    """The exact mean squared error per prefix (counts^2) of the raw CDF that ``release``
+    publishes over ``bins`` bins without a design (``tree="optimal"``, ``budgets="optimal"``)
+    under the discrete noise it draws: ``Release.expected_error["mean_prefix_mse"]`` of that
+    release, computed without data or noise (to compare a design with the default);
+    ``discrete=False``: under continuous noise of the same scales (as ``Design.mean``)."""
+    bins = _check_bins(bins)
+    noise, budget_name, budget = budget_choice(epsilon, rho)
+    neighbours = check_neighbours(neighbours)
+    mech, _, _ = _tree_mechanism(bins, None, noise, budget_name, budget, neighbours, "optimal",
+                                 discrete=bool(discrete))
+    se = np.asarray(cdf_standard_errors(mech, "blue"), dtype=np.float64)[:bins]
+    return float(np.mean(se * se))
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Everything about a release that does not depend on the data, validated."""
@@ -262,7 +270,7 @@ class _Plan:
     interval_level: float
     out_of_range: str
     standard_errors: np.ndarray  # exact SEs of the raw CDF over the K' leaves
-    calibration: QuantileCalibration
+    calibration: QuantileCalibration | None  # None when no quantile is asked
     form: SecureForm | None = None  # with design=: how the design is released
     design: object = None           # the design given (a Design has its own error)
 
@@ -270,41 +278,6 @@ class _Plan:
     def padded(self) -> int:
         """K' = prod(branching): the tree's leaves (>= K)."""
         return int(math.prod(self.branching))
-
-
-def _check_noise_scales(mech: Mechanism, budget_name: str, budget: float) -> None:
-    """Refuse budgets whose noise is meaningless (:func:`dptree_opt.privacy.check_noise_scales`):
-    a level whose discrete noise is identically 0 in double precision (the release would
-    publish exact counts), or so wide that answers + noise leave the exact integer range of
-    doubles (NOISE_TAIL scales reach 2^53)."""
-    if mech.row_budgets is None:
-        levels = sorted(mech.level_scales)
-        check_noise_scales([mech.level_scales[lvl] for lvl in levels],
-                           [mech.level_variances[lvl] for lvl in levels],
-                           budget_name=budget_name, budget=budget,
-                           groups=[f"level {lvl}" for lvl in levels])
-        return
-    # budgets per row: the smallest and the largest scale are the ones that can fail
-    noisy = np.flatnonzero(np.isfinite(mech.scales) & (mech.scales > 0))
-    if noisy.size:
-        pick = noisy[[int(np.argmin(mech.scales[noisy])), int(np.argmax(mech.scales[noisy]))]]
-        check_noise_scales(mech.scales[pick], mech.variances[pick], budget_name=budget_name,
-                           budget=budget, groups=[f"row {int(r)}" for r in pick])
-
-
-def _check_tiny_budget(noise: str, budget_name: str, budget: float) -> None:
-    """Refuse hopeless budgets before any design search (whose error formulas divide by the
-    budget squared): every noisy level has sensitivity >= 1 and at most the whole budget, so
-    its scale is at least 1 / eps (Laplace) or 1 / sqrt(2 rho) (Gaussian), with the continuous
-    variance least^2; :func:`dptree_opt.privacy.check_noise_scales` on that best case (a
-    variance underflowing to 0 means the design search cannot tell noisy from exact rows;
-    after the design, any level whose discrete noise is identically 0 is refused by
-    :func:`_check_noise_scales`)."""
-    least = 1 / budget if noise == "laplace" else 1 / math.sqrt(2 * budget)
-    # least is 0 when 2 rho overflows: variance 0, refused (the true scale goes in the message)
-    check_noise_scales([least or math.sqrt(0.5 / budget)], [least * least],
-                       budget_name=budget_name, budget=budget, group_budgets=[budget],
-                       groups=["a level given the whole budget"])
 
 
 def _check_design(design, bins: int, tree, budgets, neighbours) -> Mechanism:
@@ -324,6 +297,7 @@ def _check_design(design, bins: int, tree, budgets, neighbours) -> Mechanism:
         raise ValueError(f"neighbours: the design was made for {mech.neighbours!r} "
                          f"neighbours; pass neighbours={mech.neighbours!r} (release checks "
                          "that the guarantee is the one you asked for)")
+    check_private_total(mech)
     return mech
 
 
@@ -350,37 +324,33 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
         source = _check_design(design, spec.bins, tree, budgets, neighbours)
         noise, budget_name, budget = design_budget(source, epsilon, rho)
     else:
-        noise, budget_name, budget = _budget(epsilon, rho)
+        noise, budget_name, budget = budget_choice(epsilon, rho)
     check_out_of_range(out_of_range)
     if consistency not in CONSISTENCY:
         raise ValueError(f"consistency must be one of {CONSISTENCY}, got {consistency!r}")
     given = _check_tree(tree, spec.bins)
-    _check_budgets(budgets)
+    check_budgets(budgets)
     qs, level = _check_quantiles(quantiles), _check_level(interval_level)
-    _check_tiny_budget(noise, budget_name, budget)
+    check_tiny_budget(noise, budget_name, budget)
     # the least any tree needs (K leaves, K + 1 nodes, the leaves noisy; Laplace noise is
     # never normal, so its calibration always holds the weights)
-    _check_memory(_memory_need(bins, bins + 1, bins, _calibrated_prefixes(bins, False)
+    _check_memory(_memory_need(bins, bins + 1, bins,
+                               _calibrated_prefixes(bins, False, bool(qs))
                                if noise == "laplace" else 0), "bins")
     if before_design is not None:
         before_design()
     form = None
     if source is None:
-        branching, level_budgets, note = _design(spec.bins, given, noise, budget_name, budget,
-                                                 neighbours, budgets)
-        padded = math.prod(branching)
-        mech = Mechanism(strategies.tree(padded, list(branching)), **{budget_name: budget},
-                         noise=noise, neighbours=neighbours,
-                         level_budgets=None if level_budgets is None else list(level_budgets),
-                         discrete=True)
+        mech, branching, note = _tree_mechanism(spec.bins, given, noise, budget_name, budget,
+                                                neighbours, budgets)
     else:
         form = secure_form(source)
         mech, branching = form.mechanism, _design_branching(source)
         family = getattr(design, "family", None)
-        note = (f"design{f' {family!r}' if family else ''} ({source.released.name}): "
+        note = (f"{f'{family!r} ' if family else ''}({source.released.name}): "
                 f"{form.note}")
-    _check_plan_memory(mech, spec.bins)
-    _check_noise_scales(mech, budget_name, budget)
+    _check_plan_memory(mech, spec.bins, bool(qs))
+    check_mechanism_noise(mech, budget_name, budget)
     try:
         se = np.asarray(cdf_standard_errors(mech, "blue"), dtype=np.float64)
     except ValueError as exc:
@@ -392,31 +362,14 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
                          ) from None
     edges = spec.bin_edges
     check_quantile_intervals(mech, edges, qs, level, total_public=mech.public_total)
-    calibration = calibrate_quantile_tests(mech, spec.bins, qs, level)
+    # the quantile tests' calibration (minutes for budgets per node at 2^16): only when a
+    # quantile is asked
+    calibration = calibrate_quantile_tests(mech, spec.bins, qs, level) if qs else None
     return _Plan(spec=spec, noise=noise, budget_name=budget_name, budget=budget,
                  branching=tuple(branching), note=note, mechanism=mech, quantiles=qs,
                  consistency=consistency, interval_level=level, out_of_range=out_of_range,
-                 standard_errors=_readonly(se), calibration=calibration, form=form,
+                 standard_errors=frozen_copy(se), calibration=calibration, form=form,
                  design=design)
-
-
-def _check_histogram_total(hist: np.ndarray, mechanism: Mechanism) -> int:
-    """The exact total N of the counts; refuse N >= 2^53 and N + noise tail >= 2^53 (the
-    node answers and the noisy answers must be exact integers in int64 and float64)."""
-    total = exact_total(hist)
-    if total >= EXACT_LIMIT:
-        raise ValueError(f"the counts sum to {total} >= 2^53: too large to release exactly "
-                         "(cumulative counts must be exact integers in double precision)")
-    scales = mechanism.scales[np.isfinite(mechanism.scales)]
-    top = float(scales.max(initial=0.0))
-    answer = largest_answer(mechanism.released, total)   # N, or max|entry| x N (scaled)
-    if top > 0 and answer + NOISE_TAIL * top >= EXACT_LIMIT:
-        raise ValueError(f"the counts sum to {total}: with noise scale {top:.3g} the noisy "
-                         "counts could exceed 2^53; use a larger budget or smaller counts")
-    if answer >= EXACT_LIMIT:
-        raise ValueError(f"the counts sum to {total}: the design's answers (up to "
-                         f"{answer:.3g}) would not be exact integers in double precision")
-    return total
 
 
 def _rows_account(mech: Mechanism) -> dict:
@@ -507,7 +460,7 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching,
     if "scaled_integer" in privacy:
         sc = privacy["scaled_integer"]
         lines.append(f"scaled integer strategy: s = {sc['scale']}, noise calibrated to the "
-                     f"exact {sc['exact_sensitivity_is']} sensitivity {sc['exact_sensitivity']}"
+                     f"exact sensitivity {sc['exact_sensitivity']} ({sc['exact_sensitivity_is']})"
                      f"; rounding changes the exact CDF error by {sc['rounding_increase']:+.2e}")
     if math.prod(branching) != spec.bins:
         lines.append(f"padding: {math.prod(branching)} leaves for {spec.bins} bins; the extra "
@@ -541,7 +494,7 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
     """Measure the validated histogram with secure noise, then post-process (never raises
     after the noise is drawn)."""
     t0 = time.perf_counter()
-    _check_histogram_total(hist, plan.mechanism)
+    check_histogram_total(hist, plan.mechanism)
     full = np.zeros(plan.padded, dtype=np.int64)
     full[:plan.spec.bins] = hist  # the padding bins are empty (public zeros)
     mech = plan.mechanism
@@ -549,9 +502,10 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
                        plan.branching, plan.out_of_range, plan.note, plan.form)
     cal = plan.calibration
     description = "\n".join(
-        [_description(mech, privacy, plan.spec, plan.branching, plan.form),
-         f"quantile intervals: exact test inversion per bin, critical values from the "
-         f"discrete noise ({cal.method})"] + [f"  {n}" for n in cal.notes])
+        [_description(mech, privacy, plan.spec, plan.branching, plan.form)]
+        + (["quantile intervals: none (no quantile asked)"] if cal is None else
+           [f"quantile intervals: exact test inversion per bin, critical values from the "
+            f"discrete noise ({cal.method})"] + [f"  {n}" for n in cal.notes]))
     t1 = time.perf_counter()
     y = secure_measure(mech, full)  # OpenDP's exact samplers; no rng on this path
     y.flags.writeable = False
@@ -586,8 +540,8 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
         consistent = raw.copy()
     else:
         consistent = project_cdf(raw, total=total, metric=plan.consistency, integer=True)
-    cdf = PrivateCDF(raw=_readonly(raw), consistent=_readonly(consistent),
-                     standard_errors=_readonly(se), total=total, total_public=public,
+    cdf = PrivateCDF(raw=frozen_copy(raw), consistent=frozen_copy(consistent),
+                     standard_errors=frozen_copy(se), total=total, total_public=public,
                      description=description, consistency=plan.consistency, estimator="blue",
                      integer=True, weighted=False, mechanism=mech)
     t4 = time.perf_counter()
@@ -599,16 +553,21 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
         qv = np.full(len(qs), np.nan)
     else:
         qv = np.asarray(_quantiles(consistent, edges, qs, total), dtype=np.float64)
-    qi = quantile_intervals(mech, raw, edges, qs, total_public=public, total=total,
-                            level=plan.interval_level, estimates=qv,
-                            calibration=plan.calibration)
-    notes += [n for n in qi.notes if n not in plan.calibration.notes]  # those: description
+    if qs:
+        qi = quantile_intervals(mech, raw, edges, qs, total_public=public, total=total,
+                                level=plan.interval_level, estimates=qv,
+                                calibration=plan.calibration)
+        notes += [n for n in qi.notes if n not in plan.calibration.notes]  # in description
+        bounds = (qi.lower, qi.upper, qi.noise_lower, qi.noise_upper)
+    else:
+        bounds = (np.zeros(0),) * 4
     timings.update(estimation=t3 - t2, consistency=t4 - t3,
                    quantiles=time.perf_counter() - t4)
-    return Release(spec=spec, cdf=cdf, quantile_levels=tuple(qs), quantiles=_readonly(qv),
-                   quantile_lower=_readonly(qi.lower), quantile_upper=_readonly(qi.upper),
-                   quantile_noise_lower=_readonly(qi.noise_lower),
-                   quantile_noise_upper=_readonly(qi.noise_upper),
+    lower, upper, noise_lower, noise_upper = bounds
+    return Release(spec=spec, cdf=cdf, quantile_levels=tuple(qs), quantiles=frozen_copy(qv),
+                   quantile_lower=frozen_copy(lower), quantile_upper=frozen_copy(upper),
+                   quantile_noise_lower=frozen_copy(noise_lower),
+                   quantile_noise_upper=frozen_copy(noise_upper),
                    interval_level=plan.interval_level, mechanism=mech,
                    branching=plan.branching, measurements=y, privacy=privacy,
                    description=description, timings=timings,
@@ -623,17 +582,17 @@ def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, tim
     K, nq = plan.spec.bins, len(plan.quantiles)
     nan_k, nan_q = np.full(K, np.nan), np.full(nq, np.nan)
     se = np.asarray(plan.standard_errors[:K], dtype=np.float64)
-    cdf = PrivateCDF(raw=_readonly(nan_k), consistent=_readonly(nan_k),
-                     standard_errors=_readonly(se), total=None,
+    cdf = PrivateCDF(raw=frozen_copy(nan_k), consistent=frozen_copy(nan_k),
+                     standard_errors=frozen_copy(se), total=None,
                      total_public=plan.mechanism.public_total, description=description,
                      consistency=plan.consistency, estimator="blue", integer=False,
                      weighted=False, mechanism=plan.mechanism)
     note = incomplete_note(exc, ": re-run the estimation from them "
                                 "(dptree_opt.cdf_from_measurements)")
     return Release(spec=plan.spec, cdf=cdf, quantile_levels=tuple(plan.quantiles),
-                   quantiles=_readonly(nan_q), quantile_lower=_readonly(nan_q),
-                   quantile_upper=_readonly(nan_q), quantile_noise_lower=_readonly(nan_q),
-                   quantile_noise_upper=_readonly(nan_q),
+                   quantiles=frozen_copy(nan_q), quantile_lower=frozen_copy(nan_q),
+                   quantile_upper=frozen_copy(nan_q), quantile_noise_lower=frozen_copy(nan_q),
+                   quantile_noise_upper=frozen_copy(nan_q),
                    interval_level=plan.interval_level, mechanism=plan.mechanism,
                    branching=plan.branching, measurements=y, privacy=privacy,
                    description=description, timings=timings,
@@ -645,12 +604,6 @@ def _check_one_axis(workload, names) -> None:
     if workload is not None or names is not None:
         raise ValueError("workload and names are options of a grid release (per-axis lower, "
                          "upper and bins); a 1-D release optimises for the CDF")
-
-
-def _readonly(a) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.flags.writeable = False
-    return a
 
 
 def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
@@ -670,14 +623,15 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
         them without looking at the data). Bin rule: ``binning`` module docstring.
     epsilon | rho : exactly one: eps for pure eps-DP (discrete Laplace noise) or rho for
         rho-zCDP (discrete Gaussian noise). With ``design``: optional (the design's own; a
-        given one must equal it).
+        given one must equal it exactly).
     counts : instead of ``data``, the K bin counts computed elsewhere (non-negative integers).
     tree : "optimal" (``optimize.level_uniform`` for the BLUE; may pad K to K') or a list of
         branching factors (root first) whose product is >= K.
     neighbours : "add_remove" (default; N protected) or "swap" (N RELEASED EXACTLY).
     out_of_range : "error" (default; counts the offending rows) or "clip" (values below lower
         go to the first bin, values >= upper to the last).
-    quantiles : probabilities in [0, 1] to report (may be empty).
+    quantiles : probabilities in [0, 1] to report (may be empty: then the quantile tests'
+        calibration, minutes for budgets per node at 2^16 bins, is skipped).
     consistency : "l2" (default), "l1" or None (raw only; then no point quantiles).
     budgets : "optimal" (default: the per-level budgets minimising the BLUE's exact CDF error,
         ``optimize``) or "equal".

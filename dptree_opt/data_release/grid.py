@@ -59,24 +59,27 @@ import numpy as np
 
 from .. import optimize, strategies, workloads
 from ..consistency import project_histogram
-from ..engines.kronecker import axis_interval_weights, kron_box_variances
+from ..engines import GRID_TREE_ENGINES, claimed_by
+from ..engines.kronecker import (axis_interval_weights, grid_trees, kron_box_variances,
+                                 level_tuple_lambdas, level_tuple_of)
 from ..engines.tree_error import haar_workload_weights
-from ..engines.kronecker import (grid_trees, is_grid_tree_mechanism, level_tuple_lambdas,
-                                 level_tuple_of)
 from ..estimation import blue
 from ..limits import check_memory
-from ..mechanism import Mechanism
-from ..strategies.base import check_neighbours
+from ..mechanism import Mechanism, check_histogram
+from ..privacy import check_budget
+from ..strategies.base import check_neighbours, frozen_copy
 from .binning import BinSpec, check_out_of_range
 from .grid_result import GridRelease
 from .result import incomplete_note
-from .io import (check_chunk_bytes, check_columns, grid_histogram_from_file,
+from .checks import (DEFAULT_QUANTILES, budget_choice, check_budgets, check_histogram_total,
+                     check_mechanism_noise, check_tiny_budget)
+from .io import (check_chunk_bytes, check_column_names, check_columns, grid_histogram_from_file,
                  grid_histogram_from_values)
-from .secure_noise import (design_budget, design_mechanism, sampler_description, secure_form,
-                           secure_measure)
+from .secure_noise import (check_private_total, design_budget, design_mechanism,
+                           sampler_description, secure_form, secure_measure)
 
-__all__ = ["release_grid", "release_grid_file", "is_grid_bins", "MAX_GRID_CELLS",
-           "MAX_GRID_ROWS", "MAX_DESIGN_AXIS_BINS", "GRID_WORKLOADS"]
+__all__ = ["release_grid", "release_grid_file", "is_grid_bins", "default_grid_error",
+           "MAX_GRID_CELLS", "MAX_GRID_ROWS", "MAX_DESIGN_AXIS_BINS", "GRID_WORKLOADS"]
 
 MAX_GRID_CELLS = 1 << 24
 # OpenDP draws ~9 us (discrete Laplace) to ~17 us (discrete Gaussian) per row on this
@@ -308,6 +311,29 @@ def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float
     return best[1], best[2], note
 
 
+def default_grid_error(bins, *, epsilon=None, rho=None, neighbours: str = "add_remove",
+                       workload: str = "all_range") -> float:
+    """The exact mean squared error per query (counts^2) of ``workload`` ("all_range": every
+    box of the real cells, or "prefix": the d-D CDF) of the hierarchy the grid release runs
+    without a design (``tree="optimal"``, ``budgets="optimal"``), under continuous noise of
+    its scales (as ``Design.mean``): the default to compare a grid design with."""
+    shape = tuple(s.bins for s in _check_grid([0] * len(bins), [1] * len(bins), bins))
+    if (epsilon is None) == (rho is None):
+        raise ValueError("give exactly one of epsilon or rho")
+    if workload not in GRID_WORKLOADS:
+        raise ValueError(f"workload must be one of {GRID_WORKLOADS}, got {workload!r}")
+    noise, name = ("laplace", "epsilon") if epsilon is not None else ("gaussian", "rho")
+    budget = check_budget(epsilon if epsilon is not None else rho, name)
+    neighbours = check_neighbours(neighbours)
+    branchings, level_budgets, _ = _grid_design(shape, None, noise, name, budget, neighbours,
+                                                "optimal", workload)
+    strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
+    mech = Mechanism(strat, noise=noise, neighbours=neighbours, **{name: budget},
+                     level_budgets=None if level_budgets is None else list(level_budgets))
+    queries = math.prod(n * (n + 1) // 2 if workload == "all_range" else n for n in shape)
+    return _real_error(mech, branchings, shape, workload) / queries
+
+
 # ------------------------------------------------------------------ plan
 @dataclass(frozen=True)
 class _GridPlan:
@@ -342,7 +368,12 @@ def _check_grid_design(design, specs, tree, budgets, neighbours, workload) -> Me
             and workload == "all_range"):
         raise ValueError("tree, budgets and workload choose the hierarchy when no design is "
                          "given; with design= the design decides: leave them out")
-    if not is_grid_tree_mechanism(mech):
+    if not isinstance(mech.released, (strategies.KroneckerStrategy,
+                                      strategies.QuadtreeStrategy)):
+        raise ValueError(f"design: a 1-D design over {mech.n_bins} bins; a grid release "
+                         "(bins, lower and upper per axis) needs a grid design (e.g. "
+                         "optimize.best_mechanism(workloads.prefix((n1, n2)), ...))")
+    if claimed_by(mech, GRID_TREE_ENGINES) is None:
         raise ValueError(f"design: a grid release runs a Kronecker product of complete trees "
                          f"or a quadtree with budgets per level tuple (its box standard "
                          f"errors are theirs); this design measures {mech.released.name}")
@@ -353,14 +384,13 @@ def _check_grid_design(design, specs, tree, budgets, neighbours, workload) -> Me
     if neighbours != mech.neighbours:
         raise ValueError(f"neighbours: the design was made for {mech.neighbours!r} "
                          f"neighbours; pass neighbours={mech.neighbours!r}")
+    check_private_total(mech)
     return mech
 
 
 def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                consistency, budgets, interval_level, workload, before_design=None,
                design=None) -> _GridPlan:
-    from .core import (DEFAULT_QUANTILES, _budget, _check_budgets, _check_noise_scales,
-                       _check_tiny_budget)
     specs = _check_grid(lower, upper, bins)
     check_neighbours(neighbours)
     source = None
@@ -368,7 +398,7 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
         source = _check_grid_design(design, specs, tree, budgets, neighbours, workload)
         noise, budget_name, budget = design_budget(source, epsilon, rho)
     else:
-        noise, budget_name, budget = _budget(epsilon, rho)
+        noise, budget_name, budget = budget_choice(epsilon, rho)
     check_out_of_range(out_of_range)
     if consistency not in ("l2", None):
         raise ValueError(f"consistency for a grid must be 'l2' (the nearest non-negative "
@@ -394,8 +424,8 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                                  f"the trees of axes of up to {MAX_DESIGN_AXIS_BINS} bins. "
                                  "Give one list of branching factors per axis (tree=[[..], "
                                  "[..]], --tree 'k1,k2;k3,k4') or use fewer bins")
-    _check_budgets(budgets)
-    _check_tiny_budget(noise, budget_name, budget)
+    check_budgets(budgets)
+    check_tiny_budget(noise, budget_name, budget)
     if given is not None:
         _check_rows(given)
     if source is not None:
@@ -418,7 +448,7 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                            for t in grid_trees(mech.released))
         family = getattr(design, "family", None)
         note = f"design{f' {family!r}' if family else ''} ({mech.released.name})"
-    _check_noise_scales(mech, budget_name, budget)
+    check_mechanism_noise(mech, budget_name, budget)
     level_tuple_lambdas(mech)          # identifiable (every cell estimable) or ValueError
     plan = _GridPlan(specs=specs, noise=noise, budget_name=budget_name, budget=budget,
                      branchings=tuple(branchings), note=note, mechanism=mech,
@@ -577,9 +607,8 @@ def _estimate(plan: _GridPlan, y: np.ndarray, timings: dict):
 def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> GridRelease:
     """Measure the validated cell counts with secure noise, then post-process (never raises
     after the noise is drawn)."""
-    from .core import _check_histogram_total
     t0 = time.perf_counter()
-    _check_histogram_total(hist.ravel(), plan.mechanism)
+    check_histogram_total(hist.ravel(), plan.mechanism)
     full = np.zeros(plan.padded_shape, dtype=np.int64)
     full[tuple(slice(0, n) for n in plan.shape)] = hist     # padding cells: public zeros
     privacy = _privacy(plan)
@@ -592,15 +621,15 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
     # ---- the privacy budget is spent: from here on nothing may raise
     try:
         raw, consistent, total, public, notes = _estimate(plan, y, timings)
-        return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(raw),
-                           consistent=None if consistent is None else _readonly(consistent),
+        return GridRelease(specs=plan.specs, names=tuple(names), raw=frozen_copy(raw),
+                           consistent=None if consistent is None else frozen_copy(consistent),
                            consistency=plan.consistency, total=total, total_public=public,
                            mechanism=plan.mechanism, branchings=plan.branchings,
                            measurements=y, privacy=privacy, description=description,
                            timings=timings, expected_error=expected, notes=tuple(notes))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - never lose the DP output
         nan = np.full(plan.shape, np.nan)
-        return GridRelease(specs=plan.specs, names=tuple(names), raw=_readonly(nan),
+        return GridRelease(specs=plan.specs, names=tuple(names), raw=frozen_copy(nan),
                            consistent=None, consistency=plan.consistency, total=None,
                            total_public=plan.mechanism.public_total, mechanism=plan.mechanism,
                            branchings=plan.branchings, measurements=y, privacy=privacy,
@@ -608,15 +637,8 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
                            notes=(incomplete_note(exc),), complete=False)
 
 
-def _readonly(a) -> np.ndarray:
-    a = np.array(a, copy=True)
-    a.flags.writeable = False
-    return a
-
-
 def _check_grid_counts(counts, shape) -> np.ndarray:
     """Validated precomputed cell counts: non-negative integers of shape ``shape``."""
-    from ..mechanism import check_histogram
     try:
         arr = np.asarray(counts)
     except (TypeError, ValueError):
@@ -688,9 +710,8 @@ def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=No
     memory (``io.read_columns``); the columns name the axes. ``path``: str or os.PathLike (a
     bytes path or an open file object is a ValueError); the number of columns, the file and
     its header are checked before the hierarchy design."""
-    from .io import _check_column_names
     timings: dict = {}
-    columns = _check_column_names(columns)
+    columns = check_column_names(columns)
     if chunk_bytes is not None:
         chunk_bytes = check_chunk_bytes(chunk_bytes)
     kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}

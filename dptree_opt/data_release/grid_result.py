@@ -14,8 +14,9 @@ import numpy as np
 
 from ..engines.kronecker import kron_box_variances
 from ..mechanism import Mechanism
+from .. import plotting
 from ..files import check_writable_path, write_text_atomic
-from .result import BIN_RULE, _floats
+from .result import BIN_RULE, json_floats
 
 __all__ = ["GridRelease", "BoxCount", "GRID_FORMAT"]
 
@@ -186,12 +187,12 @@ class GridRelease:
         out = {
             "format": GRID_FORMAT,
             "axes": [{"name": n, "lower": s.lower, "upper": s.upper, "K": s.bins,
-                      "rule": BIN_RULE, "edges": _floats(s.bin_edges)}
+                      "rule": BIN_RULE, "edges": json_floats(s.bin_edges)}
                      for n, s in zip(self.names, self.specs)],
             "total": self.total, "total_public": self.total_public,
-            "cells": {"raw": _floats(self.raw),
+            "cells": {"raw": json_floats(self.raw),
                       "consistent": None if self.consistent is None
-                      else _floats(self.consistent),
+                      else json_floats(self.consistent),
                       "standard_error": self.cell_standard_error,
                       "consistency": self.consistency, "estimator": "blue"},
             "expected_error": dict(self.expected_error),
@@ -203,7 +204,7 @@ class GridRelease:
             "description": self.description,
         }
         if include_measurements or not self.complete:
-            out["measurements"] = _floats(self.measurements)
+            out["measurements"] = json_floats(self.measurements)
         if include_timings:
             out["timings_seconds"] = dict(self.timings)
         return out
@@ -225,9 +226,8 @@ class GridRelease:
         axes (others summed), with the cell SE in the title; with ``truth`` (the true cell
         counts, for a simulation) a second panel shows it on the same colour scale. Returns
         the matplotlib Axes (a list of two with ``truth``)."""
-        from ..plotting import plot_grid_release
 
-        return plot_grid_release(self, ax=ax, truth=truth)
+        return plotting.plot_grid_release(self, ax=ax, truth=truth)
 
     def summary(self) -> str:
         """A short human summary: axes, guarantee, N, cell SE and expected errors."""
@@ -237,7 +237,8 @@ class GridRelease:
         axes = " x ".join(f"{n}: {s.bins} bins over [{s.lower:g}, {s.upper:g})"
                           for n, s in zip(self.names, self.specs))
         lines = [axes, f"{p['sampler_short']}; {budget}; {p['neighbours']} neighbours",
-                 f"hierarchy: per-axis branchings {[list(k) for k in self.branchings]}"
+                 f"hierarchy: {self.mechanism.released.name}, per-axis branchings "
+                 f"{[list(k) for k in self.branchings]}"
                  + (f" (padded grid {list(self.padded_shape)}; extra cells empty)"
                     if self.padded_shape != self.shape else "")]
         if self.total_public:

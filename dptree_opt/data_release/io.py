@@ -49,7 +49,8 @@
   parsing that ``open_csv`` gets from its read-ahead thread.
 * Parquet (``read_parquet_column``): ``pyarrow.parquet.ParquetFile.iter_batches`` over the one
   column; integer, floating or decimal columns only, no nulls.
-* Counts files (``read_counts``): the K bin counts produced elsewhere (a distributed engine),
+* Counts files (``read_counts``, in ``counts_io`` with ``count_lines`` and the path check,
+  re-exported here): the K bin counts produced elsewhere (a distributed engine),
   parsed exactly as integers (no float round trip).
 
 Files are named by a path, ``str`` or ``os.PathLike`` (``check_input_path``): a bytes path or
@@ -61,7 +62,6 @@ escapes.
 
 from __future__ import annotations
 
-import os
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -71,57 +71,22 @@ from typing import Iterator
 import numpy as np
 
 from .binning import BinSpec, GridHistogramAccumulator, HistogramAccumulator
+from .counts_io import (COUNT_RULE, MAX_COUNT_LINE, check_input_path, count_lines, read_counts,
+                        utf8_start)
 
 __all__ = ["read_csv_column", "read_parquet_column", "read_column", "histogram_from_file",
            "histogram_from_values", "read_csv_columns", "read_parquet_columns", "read_columns",
            "grid_histogram_from_file", "grid_histogram_from_values", "read_counts",
-           "check_input_path", "check_columns", "DEFAULT_CHUNK_BYTES"]
+           "check_input_path", "check_columns", "check_column_names", "count_lines",
+           "MAX_COUNT_LINE", "COUNT_RULE", "utf8_start", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES = 1 << 24  # 16 MiB of text per block: also the longest line accepted
 _MAX_CHUNK_BYTES = (1 << 30) - 1  # a block plus a carried-over line fits Arrow's int32 sizes
 _VALUES_PER_CHUNK = 1 << 22  # in-memory arrays are binned in blocks of 4M values
 _EXACT = 1 << 53  # integers up to 2^53 are exact in double (and sums below it)
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
-_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
-              (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
-_UTF8_BOM = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"[\r\n]")
 _TEXT_BYTE = re.compile(rb"[^\r\n]")
-
-
-def _utf8_start(raw: bytes, where: str) -> int:
-    """Where the text of ``raw`` (the first bytes of a file or stream) starts: after a UTF-8
-    byte-order mark, if any; ValueError (naming ``where``) for a UTF-16 / UTF-32 text."""
-    for bom, name in _WIDE_BOMS:
-        if raw.startswith(bom):
-            raise ValueError(f"{where}: {name} text; convert it to UTF-8")
-    return len(_UTF8_BOM) if raw.startswith(_UTF8_BOM) else 0
-
-
-def check_input_path(path, name: str = "file") -> str:
-    """The path of an existing regular file as a str. Accepted: ``str`` and ``os.PathLike``
-    (``pathlib.Path``); refused with a ValueError naming ``name``: bytes paths and open file
-    objects (a reader needs the file's name: its suffix says CSV, TSV, Parquet or which
-    compression, and every message names it), empty paths, directories, missing files."""
-    if hasattr(path, "read"):
-        raise ValueError(f"{name}: give the path of the file (str or os.PathLike), not an open "
-                         f"file object ({type(path).__name__}): it is opened by name")
-    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
-    if isinstance(text, (bytes, bytearray)):
-        raise ValueError(f"{name}: give the path as str or os.PathLike, not bytes ({text!r}; "
-                         "os.fsdecode converts it)")
-    if not isinstance(text, str):
-        raise ValueError(f"{name}: expected the path of a file (str or os.PathLike), got "
-                         f"{type(path).__name__} {path!r}")
-    if not text:
-        raise ValueError(f"{name}: the path is empty")
-    if os.path.isdir(text):
-        raise ValueError(f"{name} {text!r} is a directory, not a file")
-    if not os.path.exists(text):
-        raise ValueError(f"{name} not found: {text!r}")
-    if not os.path.isfile(text):
-        raise ValueError(f"{name} {text!r} is not a regular file")
-    return text
 
 
 def check_chunk_bytes(chunk_bytes) -> int:
@@ -187,7 +152,7 @@ def _split_header(pa, stream, path: str, limit: int) -> tuple[bytes, bytes]:
         if start is None:
             if len(buf) < 4 and piece:
                 continue
-            skip = _utf8_start(buf, str(path))
+            skip = utf8_start(buf, str(path))
             m = _TEXT_BYTE.search(buf, skip)
             if m is not None:
                 start = scanned = m.start()
@@ -265,7 +230,7 @@ def read_csv_columns(path, columns, *, delimiter=None, chunk_bytes: int = DEFAUL
     path = check_input_path(path)
     chunk = check_chunk_bytes(chunk_bytes)
     delim = _delimiter(path, delimiter)
-    columns = _check_column_names(columns)
+    columns = check_column_names(columns)
     pa, pacsv = _pyarrow()
     parse = pacsv.ParseOptions(delimiter=delim, quote_char='"', double_quote=True,
                                escape_char=False, newlines_in_values=False,
@@ -284,7 +249,7 @@ def read_csv_columns(path, columns, *, delimiter=None, chunk_bytes: int = DEFAUL
     return _csv_blocks(pa, pacsv, path, columns, chunk, names, parse, convert)
 
 
-def _check_column_names(columns) -> tuple[str, ...]:
+def check_column_names(columns) -> tuple[str, ...]:
     """A non-empty tuple of distinct column names."""
     if isinstance(columns, str) or not hasattr(columns, "__iter__"):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
@@ -408,7 +373,7 @@ def read_parquet_columns(path, columns, *, batch_rows: int = 1 << 20
     """Yield (values float64 (n, len(columns)), data rows before this batch) for several
     Parquet columns read together (rules of :func:`read_parquet_column` per column)."""
     path = check_input_path(path)
-    columns = _check_column_names(columns)
+    columns = check_column_names(columns)
     if (isinstance(batch_rows, (bool, np.bool_)) or not isinstance(batch_rows, Integral)
             or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
@@ -525,7 +490,7 @@ def grid_histogram_from_file(path, columns, specs, *, out_of_range: str = "error
     """(cell counts int64 (n_1, .., n_d), rows read) of d file columns binned on a grid (one
     ``BinSpec`` per column), block by block with the validation of
     :func:`histogram_from_file` for every column (``GridHistogramAccumulator``)."""
-    columns = _check_column_names(columns)
+    columns = check_column_names(columns)
     specs = tuple(specs)
     if len(specs) != len(columns):
         raise ValueError(f"{len(columns)} columns need {len(columns)} bin specifications, got "
@@ -703,231 +668,3 @@ def grid_histogram_from_values(data, specs, *, out_of_range: str = "error",
 
 
 # ------------------------------------------------------------------ counts files
-_HEADER = re.compile(r'^(?:(?:bin|"bin")\s*(?:,|\s)\s*)?(?:count|"count")$', re.IGNORECASE)
-_INTEGER = r"^\+?[0-9]+(?:\.0*)?$"  # a non-negative integer, "3" or "3.0" (ASCII digits)
-_NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$|^[+-]?(?:nan|inf|infinity)$"
-
-
-def read_counts(path, bins: int | None) -> np.ndarray:
-    """The K bin counts (int64, shape (K,)) from a counts file (``bins`` None: a stream's
-    steps, one count per line, as many as the file gives).
-
-    Formats (fields separated by a comma or by whitespace; blank lines ignored; LF / CRLF /
-    CR; UTF-8, a byte-order mark skipped): one count per line in bin order (exactly K lines),
-    or ``bin,count`` lines with bins 0..K-1 each at most once (missing bins count 0). The
-    first non-blank line is a header iff it is exactly ``count`` or ``bin,count``
-    (case-insensitive, fields optionally quoted, whitespace trimmed); otherwise it is data.
-    Counts and bins are non-negative integers (``3``, ``"3"``, ``3.0``), parsed exactly as
-    integers (no float round trip) and < 2^53; the total must be < 2^53 too (computed
-    exactly). Anything else raises ValueError naming the file and line. Vectorised
-    (pyarrow.compute regular expressions); O(file size)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    path = check_input_path(path, "counts file")
-    if bins is not None and (isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral)
-                             or bins < 1):
-        raise ValueError(f"bins must be an integer >= 1 (or None: as many as given), got "
-                         f"{bins!r}")
-    with open(path, "rb") as f:
-        raw = f.read()
-    raw = raw[_utf8_start(raw, f"counts file {path}"):]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ValueError(f"counts file {path}: not UTF-8 text (line {line})") from None
-    del raw
-    lines = pa.array(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), pa.string())
-    del text
-    trimmed = pc.utf8_trim_whitespace(lines)
-    nonblank = np.flatnonzero(pc.greater(pc.utf8_length(trimmed), 0).to_numpy(
-        zero_copy_only=False))
-    if nonblank.size == 0:
-        raise ValueError(f"counts file {path}: no counts (empty input)")
-    if _HEADER.match(trimmed[int(nonblank[0])].as_py()):
-        nonblank = nonblank[1:]
-    if nonblank.size == 0:
-        raise ValueError(f"counts file {path}: no counts (empty input)")
-    line_no = nonblank + 1  # 1-based file line of each data row
-    data = trimmed.take(pa.array(nonblank))
-    first = data[0].as_py()
-    if "," in first:
-        pattern = r"^(?P<bin>[^,]*?)\s*,\s*(?P<count>[^,]*)$"
-    elif re.search(r"\s", first):
-        pattern = r"^(?P<bin>\S+)\s+(?P<count>\S+)$"
-    else:
-        pattern = None
-    if pattern is None:  # one count per line: no separator anywhere
-        bad = pc.match_substring_regex(data, r"[,\s]").to_numpy(zero_copy_only=False)
-        if bad.any():
-            raise ValueError(f"counts file {path}: lines must all hold one count, or all "
-                             f"'bin,count' (line {line_no[int(np.argmax(bad))]})")
-        values = _exact_integers(pa, pc, data, line_no, path, "count")
-        if bins is not None and values.size != bins:
-            raise ValueError(f"counts file {path}: {values.size} counts for {bins} bins "
-                             "(need exactly one count per bin, in bin order)")
-        _check_total(values, path)
-        return values
-    fields = pc.extract_regex(data, pattern)
-    unmatched = pc.invert(pc.is_valid(fields)).to_numpy(zero_copy_only=False)
-    if unmatched.any():
-        raise ValueError(f"counts file {path}: lines must all hold one count, or all "
-                         f"'bin,count' (line {line_no[int(np.argmax(unmatched))]})")
-    if bins is None:   # a stream: its length is the number of lines, never a bin index
-        raise ValueError(f"counts file {path}: a counts stream has one count per line (line "
-                         f"{line_no[0]} looks like 'bin,count')")
-    idx = _exact_integers(pa, pc, fields.field("bin"), line_no, path, "bin")
-    values = _exact_integers(pa, pc, fields.field("count"), line_no, path, "count")
-    if idx.max() >= bins:
-        n = int(np.argmax(idx >= bins))
-        raise ValueError(f"counts file {path}: bin {int(idx[n])} at line {line_no[n]} is not "
-                         f"in 0..{bins - 1}")
-    uniq, seen = np.unique(idx, return_counts=True)
-    if np.any(seen > 1):
-        b = int(uniq[np.argmax(seen > 1)])
-        lines_b = line_no[idx == b][:2]
-        raise ValueError(f"counts file {path}: bin {b} appears more than once (lines "
-                         f"{lines_b[0]} and {lines_b[1]})")
-    out = np.zeros(bins, dtype=np.int64)
-    out[idx] = values
-    _check_total(out, path)
-    return out
-
-
-def _exact_integers(pa, pc, field, line_no: np.ndarray, path: str, what: str) -> np.ndarray:
-    """int64 values of a string column of non-negative integers < 2^53, parsed exactly."""
-    field = pc.replace_substring_regex(pc.utf8_trim_whitespace(field), r'^"(.*)"$', r"\1")
-    ok = pc.match_substring_regex(field, _INTEGER).to_numpy(zero_copy_only=False)
-    if not ok.all():
-        n = int(np.argmax(~ok))
-        cell = field[n].as_py()
-        if re.match(_NUMBER, cell.strip(), re.IGNORECASE):
-            n_bad = int(np.count_nonzero(~ok))
-            raise ValueError(f"counts file {path}: {what} {cell!r} at line {line_no[n]} must be "
-                             f"a non-negative integer ({n_bad} such line(s))")
-        raise ValueError(f"counts file {path}: {cell!r} is not a number at line {line_no[n]}")
-    digits = pc.replace_substring_regex(field, r"^\+?0*([0-9]*?)(?:\.0*)?$", r"\1")
-    long = pc.greater(pc.utf8_length(digits), 16).to_numpy(zero_copy_only=False)  # >= 10^16
-    if long.any():
-        n = int(np.argmax(long))
-        raise ValueError(f"counts file {path}: {what} {field[n].as_py()!r} at line "
-                         f"{line_no[n]} is >= 2^53 = {_EXACT} (too large to handle exactly)")
-    digits = pc.if_else(pc.equal(digits, ""), "0", digits)
-    values = pc.cast(digits, pa.int64()).to_numpy(zero_copy_only=False)
-    big = values >= _EXACT
-    if big.any():
-        n = int(np.argmax(big))
-        raise ValueError(f"counts file {path}: {what} {int(values[n])} at line {line_no[n]} is "
-                         f">= 2^53 = {_EXACT} (too large to handle exactly)")
-    return values.astype(np.int64, copy=False)
-
-
-def _check_total(counts: np.ndarray, path: str) -> None:
-    """Refuse a total >= 2^53, summed exactly: every count < 2^53 = 2^27 * 2^26, so the high
-    and low 26-bit halves each sum below 2^63 for up to 2^36 counts (int64 never wraps)."""
-    low = int(np.sum(counts & ((1 << 26) - 1), dtype=np.int64))
-    high = int(np.sum(counts >> 26, dtype=np.int64))
-    total = (high << 26) + low
-    if total >= _EXACT:
-        raise ValueError(f"counts file {path}: the counts sum to {total} >= 2^53 = {_EXACT} "
-                         "(too large to handle exactly)")
-
-
-MAX_COUNT_LINE = 1024  # characters (bytes) of one line of a counts stream: longer is refused
-COUNT_RULE = ("a non-negative integer below 2^53 in plain decimal digits, like 7, +7 or 7.0, "
-              "no exponent")
-
-
-def count_lines(lines, source: str = "standard input", *,
-                quote: bool = True) -> Iterator[tuple[int, int]]:
-    """A counts stream read line by line (a file or standard input): yields (line number,
-    count) for each non-blank line; a first line ``count`` is a header; blank lines are
-    skipped.
-
-    What a count line is (``COUNT_RULE``; the rule of ``read_counts`` too): a non-negative
-    integer below 2^53 written in plain decimal ASCII digits, optionally with a leading ``+``
-    and a fractional part of zeros only (``7``, ``+7``, ``007``, ``7.0``, ``7.``), inside
-    optional surrounding whitespace and one pair of double quotes (``"7"``). Refused: an
-    exponent (``1e3``, although its value is an integer), any other fraction (``7.5``), a
-    sign ``-``, ``nan`` / ``inf``, anything else; a count >= 2^53; a running total reaching
-    2^53 (exact in double below it); a line longer than ``MAX_COUNT_LINE`` characters
-    (refused before it is parsed, so a 20-million-digit line costs nothing; a count below
-    2^53 has 16 digits); a line that is not UTF-8.
-
-    ``lines``: an iterable of lines, ``str`` or UTF-8 ``bytes`` (a text or binary file
-    object); a UTF-8 byte-order mark is skipped, a UTF-16/32 one refused. Each line is checked
-    as it is read, so a bad line raises ValueError naming ``source`` and the line number (the
-    steps before it stand). ``quote``: whether the message may say what is wrong with the
-    line and quote it (at most 40 characters, never the running total): for input validated
-    in full before any noise. With ``quote=False`` (a stream answered line by line, whose
-    earlier steps are released) every refusal of a line's content says only that line N is
-    not a valid count, and the rule: the kind of fault (too long, negative, too large, ...)
-    would tell something about a protected count. O(1) memory and time per line."""
-    pattern = re.compile(_INTEGER)
-    first, total, line_no = True, 0, 0
-
-    def refuse(detail: str) -> ValueError:
-        if quote:
-            return ValueError(f"{source}: line {line_no}{detail}")
-        return ValueError(f"{source}: line {line_no} is not a valid count (one count per "
-                          f"line: {COUNT_RULE}, at most {MAX_COUNT_LINE} characters, the "
-                          "running count below 2^53; the line is not quoted, as the stream "
-                          "is running)")
-
-    it = iter(lines)
-    while True:
-        try:
-            line = next(it)
-        except StopIteration:
-            return
-        except UnicodeDecodeError:  # a text stream that is not UTF-8
-            line_no += 1
-            raise refuse(" is not UTF-8 text") from None
-        line_no += 1
-        if len(line) > MAX_COUNT_LINE and len(line) - _line_end_length(line) > MAX_COUNT_LINE:
-            raise refuse(f" is longer than {MAX_COUNT_LINE} characters; a counts stream holds "
-                         "one count per line (a count below 2^53 has at most 16 digits)")
-        if isinstance(line, (bytes, bytearray)):
-            try:
-                if line_no == 1:
-                    line = line[_utf8_start(line, source):]
-                line = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise refuse(" is not UTF-8 text") from None
-            except ValueError as exc:   # a UTF-16 / UTF-32 byte-order mark
-                raise refuse(f": {str(exc).removeprefix(source + ': ')}") from None
-        text = line.lstrip("\ufeff").strip() if line_no == 1 else line.strip()
-        if not text:
-            continue
-        if first and _HEADER.match(text) and "bin" not in text.lower():
-            first = False
-            continue
-        first = False
-        cell = text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
-        if not pattern.match(cell):
-            if re.match(_NUMBER, cell, re.IGNORECASE):
-                raise refuse(f": {_quote(text)} must be {COUNT_RULE}")
-            raise refuse(f": {_quote(text)} is not a number (one count per line: "
-                         f"{COUNT_RULE})")
-        digits = cell.lstrip("+").split(".")[0].lstrip("0") or "0"
-        value = int(digits) if len(digits) <= 16 else _EXACT  # 2^53 has 16 digits
-        if value >= _EXACT:
-            raise refuse(f": the count is >= 2^53 = {_EXACT} (too large to handle exactly)")
-        total += value
-        if total >= _EXACT:
-            raise refuse(f": the running count reaches 2^53 = {_EXACT} (too large to handle "
-                         "exactly)")
-        yield line_no, value
-
-
-def _line_end_length(line) -> int:
-    """Length of the line end (CRLF, LF, CR or none) at the end of a str / bytes line."""
-    if line[-2:] in ("\r\n", b"\r\n"):
-        return 2
-    return 1 if line[-1:] in ("\n", "\r", b"\n", b"\r") else 0
-
-
-def _quote(text: str) -> str:
-    """``repr`` of at most the first 40 characters of ``text`` (an error message's quote)."""
-    return repr(text if len(text) <= 40 else text[:37] + "...")

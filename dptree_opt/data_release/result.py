@@ -11,10 +11,11 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from ..pipeline import PrivateCDF
+from .. import plotting
 from .binning import BinSpec
 from ..files import check_writable_path, write_text_atomic
 
-__all__ = ["Release", "FORMAT"]
+__all__ = ["Release", "FORMAT", "json_floats"]
 
 FORMAT = "dptree_opt.release/1"
 BIN_RULE = ("edges[i] = lower + (upper - lower) * i / K (IEEE double, in this order) for "
@@ -38,7 +39,7 @@ def incomplete_note(exc: BaseException, rerun: str = "") -> str:
             + ("" if interrupted else ". This is a bug: please report it"))
 
 
-def _floats(a) -> list:
+def json_floats(a) -> list:
     """JSON-safe list: integers kept, floats as floats, NaN/inf as None (null)."""
     arr = np.asarray(a)
     if np.issubdtype(arr.dtype, np.integer):
@@ -47,6 +48,30 @@ def _floats(a) -> list:
     if np.all(np.isfinite(arr)):
         return arr.tolist()
     return np.where(np.isfinite(arr), arr.astype(object), None).tolist()
+
+
+def _design_lines(design: dict, mechanism: Mechanism, expected: dict) -> list[str]:
+    """The summary's lines for a release of a design (``release(..., design=d)``): what was
+    released (family, strategy, route and, for a scaled strategy, s) and its exact mean CDF
+    error next to the design's own (when the design was made for the CDF)."""
+    fam = f"{design['family']}: " if design.get("family") else ""
+    if design["route"] == "scaled":
+        bits = int(design["scale"]).bit_length() - 1
+        how = (f"route 'scaled': the integer strategy round(s A), s = 2^{bits}, noise "
+               "calibrated to its exact sensitivity")
+    else:
+        per_row = mechanism.row_budgets is not None
+        how = ("route 'integer': the strategy as it is"
+               + (", a budget per row (node)" if per_row else ""))
+    lines = [f"design: {fam}{mechanism.released.name}", f"  {how}"]
+    err = (f"exact mean CDF error {expected['mean_prefix_mse']:.6g} per prefix (counts^2, "
+           "under the noise drawn)")
+    own, workload = design.get("mean_error_per_query"), design.get("workload") or ""
+    if own is not None and workload.startswith("prefix("):
+        err += f"; the design's own {own:.6g}"
+        if design["route"] == "scaled":
+            err += f" (rounding {design['rounding_increase']:+.2e})"
+    return lines + [f"  {err}"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,18 +191,18 @@ class Release:
             "format": FORMAT,
             "bins": {"lower": self.spec.lower, "upper": self.spec.upper, "K": self.spec.bins,
                      "rule": BIN_RULE,
-                     "edges": _floats(self.bin_edges)},
+                     "edges": json_floats(self.bin_edges)},
             "total": c.total, "total_public": c.total_public,
-            "cdf": {"raw": _floats(c.raw), "consistent": _floats(c.consistent),
-                    "standard_errors": _floats(c.standard_errors),
+            "cdf": {"raw": json_floats(c.raw), "consistent": json_floats(c.consistent),
+                    "standard_errors": json_floats(c.standard_errors),
                     "consistency": c.consistency, "estimator": c.estimator},
             "quantiles": [{"q": q, "value": v, "lower": lo, "upper": up, "noise_lower": nlo,
                            "noise_upper": nup}
                           for q, v, lo, up, nlo, nup in zip(
-                              self.quantile_levels, _floats(self.quantiles),
-                              _floats(self.quantile_lower), _floats(self.quantile_upper),
-                              _floats(self.quantile_noise_lower),
-                              _floats(self.quantile_noise_upper))],
+                              self.quantile_levels, json_floats(self.quantiles),
+                              json_floats(self.quantile_lower), json_floats(self.quantile_upper),
+                              json_floats(self.quantile_noise_lower),
+                              json_floats(self.quantile_noise_upper))],
             "interval_level": self.interval_level,
             "interval_guarantee": INTERVAL_GUARANTEE,
             "expected_error": dict(self.expected_error),
@@ -188,7 +213,7 @@ class Release:
             "description": self.description,
         }
         if include_measurements or not self.complete:
-            out["measurements"] = _floats(self.measurements)
+            out["measurements"] = json_floats(self.measurements)
         if include_timings:
             out["timings_seconds"] = dict(self.timings)
         return out
@@ -212,9 +237,8 @@ class Release:
         """The private CDF with its band, the quantiles with their intervals and, for a
         simulation, the ``truth`` (true cumulative counts, (K,)); returns the matplotlib Axes
         (``plotting.plot_release``)."""
-        from ..plotting import plot_release
 
-        return plot_release(self, ax=ax, truth=truth)
+        return plotting.plot_release(self, ax=ax, truth=truth)
 
     def summary(self) -> str:
         """A short human summary: bins, guarantee, total and the quantiles with intervals."""
@@ -222,10 +246,14 @@ class Release:
         budget = (f"eps = {p['epsilon']:g} (pure eps-DP)" if p["noise"] == "laplace"
                   else f"rho = {p['rho']:g} (rho-zCDP)")
         lines = [f"{self.spec.bins} bins over [{self.spec.lower:g}, {self.spec.upper:g}); "
-                 f"{p['sampler_short']}; {budget}; {p['neighbours']} neighbours",
-                 f"tree: branching {list(self.branching)}"
-                 + (f" (padded to {self.padded_bins} leaves; the extra bins are empty)"
-                    if self.padded_bins != self.spec.bins else "")]
+                 f"{p['sampler_short']}; {budget}; {p['neighbours']} neighbours"]
+        design = self.expected_error.get("design")
+        if design is None:
+            lines.append(f"tree: branching {list(self.branching)}"
+                         + (f" (padded to {self.padded_bins} leaves; the extra bins are empty)"
+                            if self.padded_bins != self.spec.bins else ""))
+        else:
+            lines += _design_lines(design, self.mechanism, self.expected_error)
         se_total = float(self.cdf.standard_errors[-1])
         if self.cdf.total_public:
             lines.append(f"N = {self.total} (PUBLIC: released exactly under swap neighbours)")

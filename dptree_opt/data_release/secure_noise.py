@@ -47,9 +47,11 @@ import scipy.sparse as sp
 
 from .. import workloads
 from ..error import expected_error
-from ..mechanism import Mechanism, check_histogram
-from ..privacy import EXACT_LIMIT, check_budget
-from ..strategies import IntervalStrategy, KroneckerStrategy
+from ..mechanism import Mechanism, check_histogram, row_sensitivities
+from ..optimize.design import Design
+from ..privacy import EXACT_LIMIT, check_budget, loss_from_sensitivity
+from ..strategies import IntervalStrategy, KroneckerStrategy, QuadtreeStrategy, Strategy
+from ..strategies.haar import HaarStrategy
 from ..strategies.scaled import (
     SCALE_BITS,
     IntegerStrategy,
@@ -60,8 +62,9 @@ from ..strategies.scaled import (
 )
 
 __all__ = ["secure_measure", "noise_ahead", "sampler_description", "exact_answers",
-           "largest_answer",
+           "largest_answer", "check_unchanged",
            "SecureForm", "secure_form", "design_mechanism", "design_budget",
+           "check_private_total",
            "ROUNDING_TOLERANCE"]
 
 # the scaled integer form of a real-valued design: s = 2^16, x16 while the exact prefix
@@ -72,7 +75,7 @@ _SCALE_STEP = 4
 _FORMS: weakref.WeakKeyDictionary[Mechanism, SecureForm] = weakref.WeakKeyDictionary()
 
 
-def _opendp():
+def opendp_prelude():
     try:
         import opendp.prelude as odp
     except ImportError:  # pragma: no cover - opendp is a main dependency
@@ -90,7 +93,7 @@ def sampler_description(noise: str) -> str:
             f"{dist} sampler (integer arithmetic, OS randomness)")
 
 
-def _opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float,
+def opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float,
                         exact: int | None = None):
     """OpenDP's integer-noise measurement of ``scale`` for one group of rows, after checking
     its privacy map at ``sensitivity`` against ``budget`` (ValueError; nothing drawn).
@@ -99,7 +102,7 @@ def _opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget:
     it is known (scaled integer strategies): then the map is evaluated at it (D1 itself; the
     least double >= sqrt(D2^2)), the loss is also checked in rational arithmetic
     (:func:`_exact_loss_ok`), and both checks are strict (no tolerance)."""
-    odp = _opendp()
+    odp = opendp_prelude()
     if noise == "laplace":
         space = (odp.vector_domain(odp.atom_domain(T="i64")), odp.l1_distance(T="i64"))
         meas = odp.m.make_laplace(*space, scale=float(scale))
@@ -141,8 +144,8 @@ def _exact_loss_ok(noise: str, exact: int, scale: float, budget: float) -> bool:
 def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity: float,
                    budget: float, exact: int | None = None) -> np.ndarray:
     """values + integer noise of ``scale`` from OpenDP, for one group of rows (int64 in,
-    int64 out), after checking OpenDP's privacy map (:func:`_opendp_measurement`)."""
-    meas = _opendp_measurement(noise=noise, scale=scale, sensitivity=sensitivity,
+    int64 out), after checking OpenDP's privacy map (:func:`opendp_measurement`)."""
+    meas = opendp_measurement(noise=noise, scale=scale, sensitivity=sensitivity,
                                budget=budget, exact=exact)
     return np.asarray(meas(values.tolist()), dtype=np.int64)
 
@@ -160,8 +163,10 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
     """The exact integer answers A h of the released rows (int64, shape (rows,)).
 
     Interval strategies (trees): int64 cumulative sums, O(rows + bins), exact for any count.
+    Haar: int64 cumulative sums (2 S_m - S_a - S_b per node), O(bins). Quadtrees and
     Kronecker products of 0/1 factors (grid hierarchies): the structured product in float64,
-    exact because every partial sum is a count of records <= N < 2^53 (checked).
+    exact because every partial sum is a count of records <= N < 2^53 (checked). None of
+    these reads the (mutable) explicit matrix.
     Scaled integer strategies (``strategies.scaled``): int64 products (a convolution for the
     Toeplitz ones, O(n^2)); exact when max|M_ij| x N < 2^53 (``largest_answer``, checked).
     Other strategies: the sparse product, checked to be integral."""
@@ -183,8 +188,14 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
                                  shape=m.shape) @ h
         tot = np.full(released.n_rows - n_core, int(np.sum(h, dtype=np.int64)), np.int64)
         return np.concatenate([np.asarray(core, dtype=np.int64), tot])
-    if isinstance(released, KroneckerStrategy) and all(
-            np.all((f.matrix.data == 0) | (f.matrix.data == 1)) for f in released.factors):
+    if isinstance(released, HaarStrategy):
+        c = np.concatenate([[0], np.cumsum(h, dtype=np.int64)])
+        lo, mid, hi = released.node_bounds()
+        out = np.full(released.n_rows, c[-1], dtype=np.int64)       # the total rows
+        out[1:released.n_bins] = 2 * c[mid] - c[lo] - c[hi]
+        return out
+    if isinstance(released, QuadtreeStrategy) or (isinstance(released, KroneckerStrategy) and all(
+            np.all((f.matrix.data == 0) | (f.matrix.data == 1)) for f in released.factors)):
         if float(np.sum(h, dtype=np.float64)) >= 2.0**53:
             raise ValueError("the counts sum to 2^53 or more: not exact in double precision")
         return np.rint(released.apply(h.astype(np.float64))).astype(np.int64)
@@ -251,7 +262,7 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
     groups, unmeasured = _noise_groups(mechanism)
     y[unmeasured] = np.nan
     for _, kw in groups:
-        _opendp_measurement(**kw)  # every check first: nothing refused after a draw
+        opendp_measurement(**kw)  # every check first: nothing refused after a draw
     return _draw(groups, answers, y)
 
 
@@ -262,7 +273,7 @@ def noise_ahead(mechanism: Mechanism) -> np.ndarray:
     the first draw. float64 (rows,): integers, 0 on exact rows, NaN on unmeasured ones."""
     _check_discrete(mechanism)
     groups, unmeasured = _noise_groups(mechanism)
-    built = [(rows, _opendp_measurement(**kw)) for rows, kw in groups]
+    built = [(rows, opendp_measurement(**kw)) for rows, kw in groups]
     z = np.zeros(mechanism.released.n_rows)
     z[unmeasured] = np.nan
     for rows, meas in built:
@@ -282,6 +293,61 @@ def _exact_level_sensitivity(mechanism: Mechanism, level: int) -> int | None:
     if level > 0:
         return released.exact_sensitivity(mechanism.neighbours, p)
     return int(np.sum(released.levels == 0)) if mechanism.neighbours == "add_remove" else 0
+
+
+def _matrix_backed(strategy) -> bool:
+    """Whether the strategy's answers and sensitivities are read from its stored explicit
+    matrix (a hand-built ``Strategy``; its arrays are the caller's and writeable), rather
+    than from read-only structure (trees, interval strategies, Haar, quadtrees, Kronecker
+    products, Toeplitz coefficients, the scaled integer strategies, whose arrays are
+    read-only)."""
+    return type(strategy).matrix is Strategy.matrix and not isinstance(strategy,
+                                                                        IntegerStrategy)
+
+
+def check_unchanged(mechanism: Mechanism) -> None:
+    """Refuse a mechanism whose strategy was changed after it was calibrated (ValueError,
+    before anything is drawn), then make that strategy's arrays read-only.
+
+    Only strategies read from their stored matrix (:func:`_matrix_backed`) can change: for
+    them the calibration is recomputed from the matrix as it is now -- the sensitivity of
+    every noisy level (or row, with budgets per row), the whole loss of diag(1 / scale) A
+    (``Strategy.sensitivity``, docs/math.md section 0) within the budget as ``Mechanism``
+    checks it, and the exact rows still unchanged by any neighbour (a public total aside) --
+    and must be the mechanism's. O(the mechanism's own calibration)."""
+    released = mechanism.released
+    if not _matrix_backed(released):
+        return
+    nb, noise = mechanism.neighbours, mechanism.noise
+    p = 1 if noise == "laplace" else 2
+    scales = mechanism.scales
+    noisy = np.isfinite(scales) & (scales > 0)
+    if mechanism.row_budgets is not None:
+        same = np.array_equal(row_sensitivities(released, nb)[noisy],
+                              mechanism.row_sensitivities[noisy])
+    else:
+        sens = mechanism.level_sensitivities
+        same = all(released.level_sensitivity(lvl, nb, p) == sens[lvl]
+                   for lvl, sc in mechanism.level_scales.items() if 0 < sc < math.inf)
+    exact = scales == 0
+    if mechanism.public_total:
+        exact &= released.levels != 0
+    if same and exact.any():
+        same = released.sensitivity(exact.astype(float), nb, p) == 0
+    if same and noisy.any():
+        w = np.where(noisy, 1.0 / np.where(noisy, scales, 1.0), 0.0)
+        top = float(w.max())
+        loss = loss_from_sensitivity(released.sensitivity(w / top, nb, p), noise)
+        loss *= top if noise == "laplace" else top * top
+        same = loss <= mechanism.requested_budget * (1 + 1e-9)
+    if not same:
+        raise ValueError("design: its strategy's matrix no longer matches the noise it was "
+                         "calibrated for (was it changed after the mechanism was made?); "
+                         "build the Mechanism again from the strategy as it is")
+    m = released.matrix
+    m.sort_indices()
+    for arr in (m.data, m.indices, m.indptr):
+        arr.flags.writeable = False
 
 
 def largest_answer(strategy, total: int) -> int:
@@ -304,9 +370,16 @@ def largest_answer(strategy, total: int) -> int:
 def design_mechanism(design) -> Mechanism:
     """The Mechanism of ``design``: a ``Design`` (``optimize.best_mechanism``), any
     optimiser's result with a ``mechanism()`` method (``TreeDesign``, ``NodeBudgets``,
-    ``GridDesign``), or a ``Mechanism``; ValueError naming ``design`` otherwise."""
+    ``GridDesign``), or a ``Mechanism``; ValueError naming ``design`` otherwise, and for a
+    ``Design`` whose ``releasable`` is False (with its ``release_note``: refused before
+    anything is built or drawn)."""
     if isinstance(design, Mechanism):
         return design
+    if isinstance(design, Design) and not design.releasable:
+        why = design.release_note or "Design.releasable is False"
+        raise ValueError(f"design: the {design.family!r} design is not releasable ({why}); "
+                         "optimize.best_mechanism(..., releasable=True) keeps the designs "
+                         "that release and stream.Counter run")
     make = getattr(design, "mechanism", None)
     mech = make() if callable(make) else None
     if not isinstance(mech, Mechanism):
@@ -316,10 +389,22 @@ def design_mechanism(design) -> Mechanism:
     return mech
 
 
+def check_private_total(mechanism: Mechanism) -> None:
+    """Refuse a design that releases N exactly under add/remove neighbours (a ``Mechanism``
+    made with ``public_total=True``): those neighbours protect N, and a release states the
+    guarantee of its neighbour model (swap neighbours release N exactly, and say so)."""
+    if mechanism.public_total and mechanism.neighbours == "add_remove":
+        raise ValueError("design: it releases N, the number of records, exactly "
+                         "(public_total=True) under add_remove neighbours, which protect N; "
+                         "make it with N private (the default), or with neighbours='swap' "
+                         "when N is public")
+
+
 def design_budget(mechanism: Mechanism, epsilon=None, rho=None) -> tuple[str, str, float]:
     """(noise, budget name, budget) of a release of the design ``mechanism``: its own when
     neither ``epsilon`` nor ``rho`` is given; a given one must be of the design's kind and
-    equal its budget (a design is optimised for one budget). ValueError otherwise."""
+    equal its budget exactly (a design is optimised for one budget, and a release never
+    spends more than the budget asked for, by even one ulp). ValueError otherwise."""
     name = "epsilon" if mechanism.noise == "laplace" else "rho"
     if epsilon is None and rho is None:
         return mechanism.noise, name, mechanism.requested_budget
@@ -331,7 +416,7 @@ def design_budget(mechanism: Mechanism, epsilon=None, rho=None) -> tuple[str, st
     if given != name:
         raise ValueError(f"{given}: the design uses {mechanism.noise} noise, whose budget is "
                          f"{name}; give {name}= or leave the budget out")
-    if not math.isclose(value, mechanism.requested_budget, rel_tol=1e-12):
+    if value != mechanism.requested_budget:     # exactly: not one ulp more, nor one less
         raise ValueError(f"{name} = {value!r}: the design was made for {name} = "
                          f"{mechanism.requested_budget!r}; make the design at the budget you "
                          f"release with (optimize.best_mechanism(..., {name}={value!r})) or "
@@ -407,9 +492,11 @@ def secure_form(design) -> SecureForm:
     s = 2^16, multiplied by 16 while its exact CDF error exceeds the design's by more than
     ``ROUNDING_TOLERANCE`` (up to 2^24 within ``max_scale_bits``, where every exact
     sensitivity is an integer below 2^53; the measured increase is reported). ValueError, with
-    the reason, when the design has no secure form. Data-independent; cached per design
-    mechanism (weakly)."""
+    the reason, when the design has no secure form, or when its strategy no longer matches
+    its calibration (:func:`check_unchanged`, on every call). Data-independent; cached per
+    design mechanism (weakly)."""
     source = design_mechanism(design)
+    check_unchanged(source)         # every call: a cached form is checked again
     hit = _FORMS.get(source)
     if hit is not None:
         return hit

@@ -19,6 +19,13 @@ Tasks (``TASKS``):
 * ``"per_query"``: the exact per-query variances (shape (q,)).
 * ``"covariance"``: Cov @ U, the BLUE's covariance applied to U of shape (n,) or (n, m),
   without forming Cov where the structure allows.
+* ``"max"``: the largest per-query variance of the workload and a query attaining it
+  (:class:`QueryMax`). An engine with a structured maximum (one that does not list the
+  queries: Kronecker trees, quadtrees, single-scale Kronecker products) declares it and
+  overrides :meth:`Engine.maximum`; every other engine that lists per-query variances gets
+  a *listed* maximum for the same estimator and workloads, derived from its "per_query"
+  declaration when its class is defined (:meth:`Engine.__init_subclass__`): the maximum of
+  those variances, for workloads of at most MAX_LISTED_QUERIES queries.
 
 Every estimator is linear and unbiased, so the errors are variances (counts^2).
 """
@@ -29,24 +36,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TASKS", "ESTIMATORS", "ANY_WORKLOAD", "Capability", "Engine"]
+__all__ = ["TASKS", "ESTIMATORS", "ANY_WORKLOAD", "MAX_LISTED_QUERIES", "Capability", "Engine",
+           "QueryMax", "TooManyQueries"]
 
-TASKS = ("estimate", "error", "per_query", "covariance")
+TASKS = ("estimate", "error", "per_query", "covariance", "max")
 ESTIMATORS = ("blue", "covering", "refined", "causal")
 # a capability that serves every workload (of the right dimension) lists this kind
 ANY_WORKLOAD = "any"
+# a listed maximum (the largest of the "per_query" variances) lists at most this many queries
+MAX_LISTED_QUERIES = 1 << 21
+
+
+class TooManyQueries(ValueError):
+    """An exact per-query maximum (or per-query output) would enumerate too many queries."""
+
+
+@dataclass(frozen=True)
+class QueryMax:
+    """The "max" task's answer: the largest per-query ``variance`` (counts^2; inf when a query
+    is not identified and the engine reports it so) and ``query``, the index of a query
+    attaining it in the workload's query order (None when not computed)."""
+
+    variance: float
+    query: int | None = None
 
 
 @dataclass(frozen=True)
 class Capability:
     """One declared capability: ``task`` with ``estimator`` on the workload ``kinds`` (for
     the "estimate" task of a histogram estimator the workload is not used: kinds
-    ``(ANY_WORKLOAD,)``), at ``cost`` (a short complexity, e.g. "O(n)")."""
+    ``(ANY_WORKLOAD,)``), at ``cost`` (a short complexity, e.g. "O(n)"). ``listed``: a "max"
+    derived from the engine's "per_query" capability (the largest of the listed variances),
+    not declared by the engine."""
 
     task: str
     estimator: str
     kinds: tuple[str, ...]
     cost: str
+    listed: bool = False
 
     def __post_init__(self):
         if self.task not in TASKS or self.estimator not in ESTIMATORS:
@@ -58,15 +85,40 @@ class Capability:
                 and (ANY_WORKLOAD in self.kinds or kind in self.kinds))
 
 
+def listed_maxima(capabilities: tuple[Capability, ...]) -> tuple[Capability, ...]:
+    """``capabilities`` with, after every "per_query" capability, a listed "max" on its
+    workload kinds that no declared "max" of the same estimator covers."""
+    out = []
+    for cap in capabilities:
+        out.append(cap)
+        if cap.task != "per_query":
+            continue
+        declared = {k for c in capabilities if c.task == "max" and c.estimator == cap.estimator
+                    for k in c.kinds}
+        kinds = tuple(k for k in cap.kinds if k not in declared and ANY_WORKLOAD not in declared)
+        if kinds:
+            out.append(Capability("max", cap.estimator, kinds,
+                                  f"max of the per-query errors ({cap.cost}), q <= "
+                                  f"{MAX_LISTED_QUERIES}", listed=True))
+    return tuple(out)
+
+
 class Engine:
     """An engine: subclasses set ``name``, ``structure`` (one line for the table) and
     ``capabilities``, and implement :meth:`claims` plus the methods of the tasks they
     declare. ``refusal`` returns None to accept a declared request, or the reason it cannot
-    be served for this instance (the registry then asks the next engine)."""
+    be served for this instance (the registry then asks the next engine). A subclass's
+    ``capabilities`` gain, when the class is defined, a listed "max" for each "per_query"
+    one (:func:`listed_maxima`; module docstring)."""
 
     name = "abstract"
     structure = ""
     capabilities: tuple[Capability, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "capabilities" in cls.__dict__:
+            cls.capabilities = listed_maxima(tuple(c for c in cls.capabilities if not c.listed))
 
     def claims(self, mechanism) -> bool:
         """Whether the mechanism's released strategy has this engine's structure."""
@@ -83,6 +135,21 @@ class Engine:
         """None when this instance of a declared request can be served, else why not."""
         return None
 
+    def why_not(self, task: str, mechanism, workload, estimator: str) -> str | None:
+        """For a mechanism this engine claims: None when it serves the request for this
+        instance, else why not (not declared for the workload, or :meth:`refusal`; for a
+        listed "max", the refusal of its "per_query" task or more than MAX_LISTED_QUERIES
+        queries). What the registry asks; engines implement :meth:`refusal`."""
+        cap = self.capability(task, estimator, None if workload is None else workload.kind)
+        if cap is None:
+            return f"{task!r} of the {estimator} estimator is not declared for this workload"
+        if cap.listed:
+            if workload.n_queries > MAX_LISTED_QUERIES:
+                return (f"the largest per-query error is taken over at most "
+                        f"{MAX_LISTED_QUERIES} listed queries, got {workload.n_queries}")
+            task = "per_query"
+        return self.refusal(task, mechanism, workload, estimator)
+
     def estimate(self, mechanism, y: np.ndarray, workload, estimator: str) -> np.ndarray:
         """The "estimate" task (module docstring); y is checked by the front door."""
         raise NotImplementedError
@@ -95,6 +162,17 @@ class Engine:
         """The "error" / "per_query" tasks on a normalised mechanism (variances near 1);
         ``dense``: use the dense twin of a structured formula where there is one."""
         raise NotImplementedError
+
+    def maximum(self, mechanism, workload, estimator: str, dense: bool = False) -> QueryMax:
+        """The "max" task on a normalised mechanism: here the listed maximum, the largest of
+        :meth:`error`'s per-query variances and its first index (O(q) beyond the per-query
+        cost); an engine with a structured maximum overrides it for the kinds it declares."""
+        per = np.asarray(self.error(mechanism, workload, estimator, per_query=True,
+                                    dense=dense), dtype=float)
+        if per.size == 0:
+            raise ValueError("the workload has no queries: no largest per-query error")
+        i = int(np.argmax(per))
+        return QueryMax(float(per[i]), i)
 
     def __repr__(self) -> str:
         return f"<engine {self.name!r}: {self.structure}>"

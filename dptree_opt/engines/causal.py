@@ -82,11 +82,12 @@ import scipy.sparse as sp
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy, LevelUniformTree
 from ..strategies.toeplitz import ToeplitzStrategy
+from ..validation import check_choice
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
 from . import registry
 from .registry import Declined
-from .honaker import (_check_variances, _layout, _level_stats, check_answers, honaker_recursions,
-                      tree_parameters)
+from .honaker import (check_answers, check_level_variances, honaker_recursions, level_stats,
+                      tree_layout, tree_parameters)
 
 __all__ = ["INTERVAL_WORKLOADS", "tree_causal_answers", "triangular_causal_answers",
            "dense_causal_answers", "check_causal_answers", "completion_steps", "check_causal_workload", "check_causal_inputs",
@@ -147,8 +148,7 @@ def check_causal_workload(workload) -> None:
 def check_causal_inputs(workload, mechanism, method: str) -> None:
     """ValueError unless ``method`` is in CAUSAL_METHODS, ``mechanism`` is a Mechanism and
     ``workload`` a 1-D interval workload on its bins (the entry points' shared check)."""
-    if method not in CAUSAL_METHODS:
-        raise ValueError(f"method must be one of {CAUSAL_METHODS}, got {method!r}")
+    check_choice(method, "method", CAUSAL_METHODS)
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     check_causal_workload(workload)
@@ -187,13 +187,13 @@ def from_below_variances(branching, level_variances) -> np.ndarray:
     1/inf = 0 (unmeasured level, or a subtree that does not identify its count) and
     1/0 = inf (public root: F_0 = 0). inf means the node count is not identified. O(h).
     ValueError for bad branching or variances."""
-    ks = _layout(branching)[0]
-    return _level_stats(ks, _check_variances(level_variances, len(ks)))[0]
+    ks = tree_layout(branching)[0]
+    return level_stats(ks, check_level_variances(level_variances, len(ks)))[0]
 
 
 def tree_widths(ks) -> np.ndarray:
     """Node widths w_0 = K, .., w_h = 1 of a level-uniform tree (int64; [HON] layout)."""
-    return _layout(ks)[2]
+    return tree_layout(ks)[2]
 
 
 def maximal_nodes(branching, lo: np.ndarray, hi: np.ndarray):
@@ -237,7 +237,7 @@ def _subtree_leaf_estimates(ks, v, y: np.ndarray, lvl: int) -> np.ndarray:
     """BLUE of every bin from its level-``lvl`` subtree alone (each level-lvl node as the
     root of a level-uniform tree measured with v_lvl.. v_h, no information from above):
     all m_lvl subtrees batched as trials through Honaker's recursions. (trials, K)."""
-    _, m, w, off = _layout(ks)
+    _, m, w, off = tree_layout(ks)
     T, ml = y.shape[0], int(m[lvl])
     parts = [y[:, off[d]:off[d + 1]].reshape(T, ml, int(m[d] // ml))
              for d in range(lvl, len(ks) + 1)]
@@ -251,7 +251,7 @@ def _tree_answers(mechanism: Mechanism, y: np.ndarray, lo, hi, prefix: bool) -> 
     the suffix of its subtree's own BLUE (module docstring). NaN where not identified."""
     ks, v = tree_parameters(mechanism)
     est = honaker_recursions(ks, v, y)
-    _, _, w, off = _layout(ks)
+    _, _, w, off = tree_layout(ks)
     F = est.below_var[off[:-1]]  # from_below_variances, one per level
     out = np.zeros((y.shape[0], lo.size))
     for lvl, _, g1, gs, straddle, r in maximal_nodes(ks, lo, hi):

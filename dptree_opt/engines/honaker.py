@@ -35,7 +35,10 @@ from ..mechanism import Mechanism
 from ..strategies import LevelUniformTree
 
 __all__ = ["TreeEstimates", "honaker_recursions", "refined_recursion", "refined_error",
-           "is_tree_mechanism", "tree_parameters", "check_answers"]
+           "is_tree_mechanism", "tree_parameters", "check_answers",
+           # the per-level building blocks the causal and refined engines share
+           "tree_layout", "check_level_variances", "ivw", "sum_variance", "level_stats",
+           "left_cover_sums"]
 
 # refined_error's peak memory per bin, checked before it allocates: measured 61 (any
 # branching) to 69 (a single level) bytes per bin at 2^18 and 2^20 bins
@@ -69,7 +72,7 @@ class TreeEstimates:
 # --------------------------------------------------------------------------- layout / validation
 
 
-def _layout(branching) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
+def tree_layout(branching) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
     """Validate ``branching``; return (k, m, w, offsets) with m_l nodes of width w_l per level."""
     try:
         ks = tuple(branching)
@@ -85,7 +88,10 @@ def _layout(branching) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndar
     return ks, m, w, offsets
 
 
-def _check_variances(level_variances, h: int) -> np.ndarray:
+def check_level_variances(level_variances, h: int) -> np.ndarray:
+    """The per-level noise variances v_0..v_h (root first) as a float array, checked: h + 1
+    entries, no NaN, >= 0, and 0 only at the root (a public total); inf marks an unmeasured
+    level. ValueError naming ``level_variances`` otherwise."""
     v = np.asarray(level_variances, dtype=np.float64)
     if v.shape != (h + 1,):
         raise ValueError(
@@ -117,8 +123,9 @@ def _check_y(y, v: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- combination helpers
 
 
-def _ivw(var_a, var_b):
-    """Inverse-variance weight on ``a`` and the variance of the combination of independent a, b.
+def ivw(var_a, var_b):
+    """Inverse-variance weighting of independent a, b: the weight on ``a`` and the variance of
+    the combination.
 
     [HON] Remark 1-2: w_a = v_a^-1 / (v_a^-1 + v_b^-1), var = 1 / (v_a^-1 + v_b^-1), computed
     in ratio form, w_a = v_b / (v_a + v_b) and var = v_a w_a, so that no reciprocal of a tiny
@@ -160,7 +167,7 @@ def _mix(a, b, w_a):
     return np.where(w_a == 1.0, a, np.where(w_a == 0.0, b, w_a * a + (1.0 - w_a) * b))
 
 
-def _sum_var(count, var):
+def sum_variance(count, var):
     """Variance of a sum of ``count`` independent terms of variance ``var`` (0 terms: 0)."""
     if np.ndim(count) == 0:
         return count * var if count else 0.0
@@ -182,8 +189,9 @@ def _family_sum(fam):
 # --------------------------------------------------------------------------- per-level variances
 
 
-def _level_stats(ks, v):
-    """Per-level variances (O(h)): below, alternative a = t^+_parent - siblings' t^-, above, t^*.
+def level_stats(ks, v):
+    """Per-level variances (O(h)): below, alternative a = t^+_parent - siblings' t^-, above, t^*
+    ([HON] eqs. (10), (11), (13)) for branching ``ks`` and level variances ``v`` (checked).
 
     Returns arrays of length h + 1; the alternative is undefined at the root (inf).
     """
@@ -191,15 +199,15 @@ def _level_stats(ks, v):
     vb = np.empty(h + 1)  # var(t^-), [HON] eq. (10): leaves v_h, node 1 / (v_l^-1 + var(S)^-1)
     vb[h] = v[h]
     for lev in range(h - 1, -1, -1):
-        vb[lev] = _ivw(v[lev], _sum_var(ks[lev], vb[lev + 1]))[1]
+        vb[lev] = ivw(v[lev], sum_variance(ks[lev], vb[lev + 1]))[1]
     valt = np.full(h + 1, np.inf)  # var(a) = var(t^+_parent) + (k_l - 1) var(t^-_l)
     vabove = np.empty(h + 1)  # var(t^+), [HON] eq. (11); root: v_0 (0 if N public)
     veff = np.empty(h + 1)  # var(t^*), [HON] eq. (13); root: t^* = t^-
     vabove[0], veff[0] = v[0], vb[0]
     for lev in range(1, h + 1):
-        valt[lev] = vabove[lev - 1] + _sum_var(ks[lev - 1] - 1, vb[lev])
-        vabove[lev] = _ivw(v[lev], valt[lev])[1]
-        veff[lev] = _ivw(vb[lev], valt[lev])[1]
+        valt[lev] = vabove[lev - 1] + sum_variance(ks[lev - 1] - 1, vb[lev])
+        vabove[lev] = ivw(v[lev], valt[lev])[1]
+        veff[lev] = ivw(vb[lev], valt[lev])[1]
     return vb, valt, vabove, veff
 
 
@@ -213,7 +221,7 @@ def _below_pass(ks, m, offsets, v, vb, y2):
         cur, nxt = slice(offsets[lev], offsets[lev + 1]), slice(offsets[lev + 1], offsets[lev + 2])
         # S = sum of the children's t^-: reshape (trials, m_l, k_{l+1}) and reduce, O(m_{l+1})
         s = _family_sum(below[:, nxt].reshape(y2.shape[0], m[lev], ks[lev]))
-        w_y = _ivw(v[lev], _sum_var(ks[lev], vb[lev + 1]))[0]
+        w_y = ivw(v[lev], sum_variance(ks[lev], vb[lev + 1]))[0]
         below[:, cur] = _mix(y2[:, cur], s, w_y)
     return below
 
@@ -257,13 +265,13 @@ def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
     >>> bool(np.isclose(est.below_var[1], 4 / 7)), bool(np.isclose(est.above_var[1], 4 / 11))
     (True, True)
     """
-    ks, m, _, offsets = _layout(branching)
+    ks, m, _, offsets = tree_layout(branching)
     h = len(ks)
-    v = _check_variances(level_variances, h)
+    v = check_level_variances(level_variances, h)
     y = _check_y(y, v, offsets)
     y2 = y.reshape(-1, y.shape[-1])
     trials = y2.shape[0]
-    vb, valt, vabove, veff = _level_stats(ks, v)
+    vb, valt, vabove, veff = level_stats(ks, v)
 
     below = _below_pass(ks, m, offsets, v, vb, y2)
     above = np.empty_like(y2)
@@ -278,8 +286,8 @@ def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
         # a_i = t^+_parent - (sum of the family's t^- - t^-_i): O(m_l), one temporary
         p = above[:, par] if k == 1 else above[:, par] - _family_sum(tb)
         alt = (p[..., None] if k == 1 else p[..., None] + tb).reshape(trials, m[lev])
-        above[:, cur] = _mix(y2[:, cur], alt, _ivw(v[lev], valt[lev])[0])
-        efficient[:, cur] = _mix(below[:, cur], alt, _ivw(vb[lev], valt[lev])[0])
+        above[:, cur] = _mix(y2[:, cur], alt, ivw(v[lev], valt[lev])[0])
+        efficient[:, cur] = _mix(below[:, cur], alt, ivw(vb[lev], valt[lev])[0])
 
     def per_node(level_values):
         return np.repeat(level_values, m)
@@ -294,7 +302,7 @@ def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
     )
 
 
-def _left_cover_sums(ks, family_offsets, lead_shape):
+def left_cover_sums(ks, family_offsets, lead_shape):
     """S[..., t] = sum of node values over the greedy covering of [0, t), for t = 0..K-1.
 
     The covering of [0, t) is the covering of [0, parent start) plus the first d_l siblings of
@@ -325,9 +333,10 @@ def _refined_variances(ks, v, vb):
     var(R_t) = v_0 + var(L_{K-t}) (v_0 = 0 when N is public).
     """
     digits = [np.arange(k, dtype=np.float64) for k in ks]
-    var_cover = _left_cover_sums(ks, [_sum_var(d, vb[lev]) for lev, d in enumerate(digits, 1)], ())
+    var_cover = left_cover_sums(ks, [sum_variance(d, vb[lev])
+                                     for lev, d in enumerate(digits, 1)], ())
     var_left, var_right = var_cover[1:], v[0] + var_cover[:0:-1]
-    return _ivw(var_left, var_right)
+    return ivw(var_left, var_right)
 
 
 def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.ndarray]:
@@ -355,13 +364,13 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
     Complexity: O(n) per trial: step 1 is one bottom-up pass; step 2 builds the covering sums
     of all K prefixes level by level from within-family cumulative sums (no per-prefix loop).
     """
-    ks, m, w, offsets = _layout(branching)
+    ks, m, w, offsets = tree_layout(branching)
     h = len(ks)
-    v = _check_variances(level_variances, h)
+    v = check_level_variances(level_variances, h)
     y = _check_y(y, v, offsets)
     y2 = y.reshape(-1, y.shape[-1])
     trials, n_bins = y2.shape[0], int(w[0])
-    vb = _level_stats(ks, v)[0]
+    vb = level_stats(ks, v)[0]
     below = _below_pass(ks, m, offsets, v, vb, y2)
 
     def cover_sums(mirror):
@@ -372,7 +381,7 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
                 offs.append(np.zeros(k))  # broadcast over families, expanded k-fold
                 continue
             offs.append(_exclusive_family_sums(level[:, ::-1] if mirror else level, k))
-        return _left_cover_sums(ks, offs, (trials,))
+        return left_cover_sums(ks, offs, (trials,))
 
     left = cover_sums(mirror=False)[:, 1:]  # L_t, t = 1..K-1
     # the right covering of [t, K) is the left covering of [0, K - t) in the mirrored tree
@@ -396,12 +405,12 @@ def refined_error(branching, level_variances, per_query=False):
         branching, level_variances: as in :func:`honaker_recursions`.
         per_query: return the length-K vector of per-prefix variances instead of the sum.
     """
-    ks = _layout(branching)[0]
-    v = _check_variances(level_variances, len(ks))
+    ks = tree_layout(branching)[0]
+    v = check_level_variances(level_variances, len(ks))
     K = math.prod(ks)
     check_memory(REFINED_BYTES_PER_BIN * K, f"the refined estimator's variances over {K} "
                  "bins (one pass over every node)", "use fewer bins")
-    vb = _level_stats(ks, v)[0]
+    vb = level_stats(ks, v)[0]
     var = np.append(_refined_variances(ks, v, vb)[1], vb[0])
     return var if per_query else float(var.sum())
 

@@ -32,18 +32,12 @@ space (1_i in range(X_i)): otherwise it identifies a direction the product does 
 the error is not a product and the case is refused (``ValueError``). Cost: one n_i x n_i
 Cholesky (or eigh) per distinct axis, O(sum_i n_i^3); per-query output O(prod q_i).
 
-**Per-query maxima.** :func:`product_form_max` / :func:`kron_product_max`: the maximum over
-queries of the formula above without listing the prod q_i queries: prod_i max s_i without
-totals; with the rank-one term, for each query of the first axis the maximum of the linear
-function (x, y) -> s_1 x - kappa r_1^2 y over the other axes' points (x, y) = (prod s_i,
-prod r_i^2), attained at a vertex of their convex hull. :func:`grid_tree_axis_weights` /
-:func:`grid_tree_summary`: Kronecker trees and quadtrees (``error.kronecker``):
-Var(q) = sum_j prod_i u_i(q_i, j_i) / lambda_j with u_i(q, j) = ||D_ij w_q||^2 the query's
-energy on the axis tree's Haar subspace j (docs/math.md section 3; ``error.kronecker.
-axis_interval_weights`` for intervals, dense blocks for a permuted axis); the maximum
-contracts the other axes' distinct rows of u with 1 / lambda and scores the first axis's
-distinct rows against that in blocks (BLAS products). An axis may carry a permutation of its
-cells (the tree measures the cells ``order[0], order[1], ..``): ektelo's quadtree plan.
+**Per-query maxima.** :func:`product_form_max` / :func:`kron_product_max` (the engine's
+"max" task): the maximum over queries of the formula above without listing the prod q_i
+queries: prod_i max s_i without totals; with the rank-one term, for each query of the first
+axis the maximum of the linear function (x, y) -> s_1 x - kappa r_1^2 y over the other axes'
+points (x, y) = (prod s_i, prod r_i^2), attained at a vertex of their convex hull. The
+maxima of Kronecker trees and quadtrees are in :mod:`dptree_opt.engines.kronecker`.
 """
 
 from __future__ import annotations
@@ -57,26 +51,17 @@ import scipy.linalg as sla
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, Strategy
 from ..workloads import KroneckerWorkload, Workload, along_axis
-from .base import ANY_WORKLOAD, Capability, Engine
+from .base import ANY_WORKLOAD, Capability, Engine, QueryMax, TooManyQueries
+from .kronecker import MAX_ENUMERATED
 from .registry import Declined
-from .kronecker import grid_trees, level_tuple_lambdas
-from .kronecker import axis_interval_weights, is_grid_tree_mechanism
 
-__all__ = ["KronProductEngine", "kron_product_blue", "MAX_AXIS_BINS", "MAX_PER_QUERY", "MAX_ENUMERATED", "MAX_PAIRS", "TooManyQueries",
-           "KronNoise", "kron_product_noise",
-           "is_kron_product_mechanism", "kron_product_supports", "kron_product_error",
-           "kron_product_max", "product_form_max", "grid_tree_axis_weights",
-           "grid_tree_summary"]
+__all__ = ["KronProductEngine", "kron_product_blue", "MAX_AXIS_BINS", "MAX_PER_QUERY",
+           "TooManyQueries", "KronNoise", "kron_product_noise", "is_kron_product_mechanism",
+           "kron_product_supports", "kron_product_error", "kron_product_max",
+           "product_form_max", "product_form_argmax"]
 
 MAX_AXIS_BINS = 4096        # per-axis dense X_i, G_i and inverse: n_i^2 floats, O(n_i^3)
 MAX_PER_QUERY = 10**8       # per-query output (prod q_i floats)
-MAX_ENUMERATED = 1 << 24    # entries per block / of the "other axes" tensor in the maxima
-MAX_PAIRS = 5 * 10**8       # distinct query combinations scored by grid_tree_summary's maximum
-_BLOCK_FLOATS = 1 << 22     # floats per block of an enumerated maximum
-
-
-class TooManyQueries(ValueError):
-    """An exact per-query maximum (or per-query output) would enumerate too many queries."""
 
 
 # ----------------------------------------------------------------- single noise scale
@@ -251,7 +236,7 @@ def kron_product_error(mechanism: Mechanism, workload: KroneckerWorkload,
         return float(v * max(e, 0.0))
     if workload.n_queries > MAX_PER_QUERY:
         raise TooManyQueries(f"per-query output of {workload.n_queries} > {MAX_PER_QUERY} "
-                             "queries refused (use the total, or kron_product_max)")
+                             "queries refused (use the total, or the largest per-query error)")
     var = np.ones(1)
     for ax in axes:
         var = np.multiply.outer(var, ax.s).ravel()
@@ -288,160 +273,51 @@ def _hull_vertices(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return idx[np.unique(np.array(lower[:-1] + upper[:-1]))]
 
 
-def product_form_max(s, r2, kappa: float = 0.0) -> float:
-    """max over query tuples (q_1, .., q_d) of prod_i s_i[q_i] - kappa prod_i r2_i[q_i], for
-    per-axis arrays s_i >= 0 and r2_i >= 0 (the per-query variances of a single-scale
-    Kronecker mechanism, or of any estimator of that product form), exact, without listing
-    the prod q_i tuples: prod_i max s_i when kappa = 0; else the other axes' products
+def product_form_argmax(s, r2, kappa: float = 0.0) -> tuple[float, int]:
+    """(max, argmax) over query tuples (q_1, .., q_d) of prod_i s_i[q_i] - kappa prod_i
+    r2_i[q_i], for per-axis arrays s_i >= 0 and r2_i >= 0 (the per-query variances of a
+    single-scale Kronecker mechanism, or of any estimator of that product form), exact,
+    without listing the prod q_i tuples; the argmax is the tuple's index in np.kron order
+    (the first axis slowest). prod_i max s_i when kappa = 0; else the other axes' products
     (x, y) = (prod s_i, prod r2_i) (at most MAX_ENUMERATED of them) are reduced to the
     vertices of their convex hull, and every first-axis query is scored against those (a
     linear function of (x, y) attains its maximum over a finite set at a hull vertex)."""
     s = [np.asarray(a, dtype=float) for a in s]
+    sizes = tuple(a.size for a in s)
     if not kappa:
-        return float(math.prod(float(a.max()) for a in s))
+        best = tuple(int(np.argmax(a)) for a in s)
+        return (float(math.prod(float(a[i]) for a, i in zip(s, best))),
+                int(np.ravel_multi_index(best, sizes)))
     r2 = [np.asarray(a, dtype=float) for a in r2]
-    rest = math.prod(a.size for a in s[1:])
+    rest = math.prod(sizes[1:])
     if rest > MAX_ENUMERATED:
-        raise TooManyQueries(f"product_form_max: {rest} > {MAX_ENUMERATED} query "
-                             "combinations on the axes after the first")
+        raise TooManyQueries(f"the largest per-query error needs {rest} > {MAX_ENUMERATED} "
+                             "query combinations on the axes after the first")
     xs, ys = np.ones(1), np.ones(1)
     for a, b in zip(s[1:], r2[1:]):
         xs = np.multiply.outer(xs, a).ravel()
         ys = np.multiply.outer(ys, b).ravel()
     hv = _hull_vertices(xs, ys)
-    best = np.max(s[0][:, None] * xs[hv][None, :] - kappa * r2[0][:, None] * ys[hv][None, :])
-    return float(best)
+    score = s[0][:, None] * xs[hv][None, :] - kappa * r2[0][:, None] * ys[hv][None, :]
+    first, vertex = np.unravel_index(int(np.argmax(score)), score.shape)
+    return float(score[first, vertex]), int(first) * rest + int(hv[vertex])
 
 
-def kron_product_max(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
-    """The largest per-query variance (counts^2) of :func:`kron_product_error`, exact,
-    without listing the prod q_i queries (:func:`product_form_max` on the per-axis s_i and
-    r_i^2). ValueError as kron_product_error, or when the axes after the first have more
-    than MAX_ENUMERATED query combinations and total rows are present."""
+def product_form_max(s, r2, kappa: float = 0.0) -> float:
+    """The max of :func:`product_form_argmax` (same arguments)."""
+    return product_form_argmax(s, r2, kappa)[0]
+
+
+def kron_product_max(mechanism: Mechanism, workload: KroneckerWorkload) -> QueryMax:
+    """The largest per-query variance (counts^2) of :func:`kron_product_error` and its query
+    (index in the workload's np.kron order), exact, without listing the prod q_i queries
+    (:func:`product_form_argmax` on the per-axis s_i and r_i^2). ValueError as
+    kron_product_error; TooManyQueries when the axes after the first have more than
+    MAX_ENUMERATED query combinations and total rows are present."""
     noise, axes, kappa = _moments(mechanism, workload, per_query=True)
-    best = product_form_max([ax.s for ax in axes],
-                            [ax.r * ax.r for ax in axes] if kappa else None, kappa)
-    return float(noise.variance * max(best, 0.0))
-
-
-# ----------------------------------------------------------------- grid trees, per query
-def grid_tree_axis_weights(tree, workload: Workload, order=None) -> np.ndarray:
-    """u(q, j) = ||D_j w_q||^2 for every query q of a 1-D workload on one axis tree (a
-    complete ``LevelUniformTree``), shape (q, h + 1): the query's energy on the tree's Haar
-    subspace j (module docstring). ``order``: the tree measures the axis cells order[0],
-    order[1], .. (a permutation; default the identity). Sum over the queries = the
-    workload's Haar weights (``error.kronecker.axis_workload_weights``). Interval queries in
-    the identity order: O(q h); with a permutation: dense blocks, O(q n h)."""
-    n = tree.n_bins
-    if workload.n_bins != n:
-        raise ValueError(f"the workload has {workload.n_bins} bins, the tree {n}")
-    lo, hi = workload.intervals()
-    widths = [int(w) for w in tree.level_widths]
-    if order is None:  # O(1) per query and level (at most two nodes are cut)
-        return axis_interval_weights(tree, lo, hi)
-    order = np.asarray(order)
-    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
-        raise ValueError("order must be a permutation of the axis cells")
-    e = np.empty((lo.size, len(widths)))
-    step = max(1, _BLOCK_FLOATS // max(n, 1))
-    for s in range(0, lo.size, step):  # dense blocks of the permuted query rows
-        rows = ((order[None, :] >= lo[s:s + step, None])
-                & (order[None, :] < hi[s:s + step, None])).astype(float)
-        for j, w in enumerate(widths):
-            sums = rows.reshape(rows.shape[0], n // w, w).sum(axis=2)
-            e[s:s + step, j] = np.einsum("qm,qm->q", sums, sums) / w
-    return np.maximum(np.diff(e, axis=1, prepend=0.0), 0.0)
-
-
-def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
-    """sum over the queries of u(q, j) (:func:`grid_tree_axis_weights`), shape (h + 1,):
-    intervals in the identity order summed directly (O(q h)); with a permutation from the
-    Gram, tr(E_l P G P') = sum over level-l nodes of 1'(P G P')1 / w_l (O(n^2 h))."""
-    if order is None:
-        return grid_tree_axis_weights(tree, workload).sum(axis=0)
-    n = tree.n_bins
-    g = workload.gram_dense()
-    order = np.asarray(order)
-    gp = g[np.ix_(order, order)]
-    e = []
-    for w in (int(x) for x in tree.level_widths):
-        m = n // w
-        blocks = gp.reshape(m, w, m, w).sum(axis=(1, 3))
-        e.append(float(np.trace(blocks)) / w)
-    return np.maximum(np.diff(np.array(e), prepend=0.0), 0.0)
-
-
-def _unique_rows(u: np.ndarray) -> np.ndarray:
-    return np.unique(u, axis=0) if u.shape[0] > 1 else u
-
-
-def _max_multilinear(us, m: np.ndarray) -> float:
-    """max over query tuples of sum_j prod_i u_i[q_i, j_i] m[j] (every u_i, m >= 0 or not):
-    the other axes contracted into T (R x (h_1 + 1)), then the first axis against T in
-    blocks."""
-    us = [_unique_rows(u) for u in us]
-    size = m.shape[0] * math.prod(u.shape[0] for u in us[1:])
-    if size > MAX_ENUMERATED:
-        raise TooManyQueries(f"the per-query maximum needs {size} > {MAX_ENUMERATED} "
-                             "entries")
-    t = m
-    for i in range(1, len(us)):  # contract axis i with u_i: t[.., j_i, ..] -> t[.., q_i, ..]
-        t = np.moveaxis(np.tensordot(t, us[i], axes=([i], [1])), -1, i)
-    t = t.reshape(t.shape[0], -1)  # (h_1 + 1, R)
-    u1 = us[0]
-    if u1.shape[0] * t.shape[1] > MAX_PAIRS:
-        raise TooManyQueries(f"the per-query maximum needs {u1.shape[0] * t.shape[1]:.3g} > "
-                             f"{MAX_PAIRS:.3g} query combinations")
-    best = -np.inf
-    step = max(1, _BLOCK_FLOATS // max(t.shape[1], 1))
-    for s in range(0, u1.shape[0], step):
-        best = max(best, float((u1[s:s + step] @ t).max()))
-    return best
-
-
-def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=None,
-                      want_max: bool = True) -> tuple[float, float | None]:
-    """(total, max) of the BLUE's per-query variances (counts^2) for a Kronecker product of
-    complete trees or a quadtree (``error.kronecker``) on a Kronecker workload with any 1-D
-    factors, each axis optionally measured in a permuted cell ``order`` (``orders[i]``, None
-    for the identity): Var(q) = sum_j prod_i u_i(q_i, j_i) M_j with M_j = 1 / lambda_j
-    (``estimation.kronecker.level_tuple_lambdas``; the constant term dropped when N is
-    public). The total is sum_j prod_i (sum_q u_i(q, j_i)) M_j; the maximum enumerates the
-    distinct rows of u_1 against the contracted other axes (None when ``want_max`` is False).
-    ValueError when the workload needs an unmeasured subspace."""
-    if not is_grid_tree_mechanism(mechanism):
-        raise ValueError("the grid-tree errors need a Kronecker product of complete trees or a "
-                         "quadtree with budgets per level (tuple)")
-    trees = grid_trees(mechanism.released)
-    if (not isinstance(workload, KroneckerWorkload) or len(workload.factors) != len(trees)
-            or workload.grid_shape != tuple(t.n_bins for t in trees)):
-        raise ValueError("the workload must be a Kronecker workload over the strategy's grid")
-    orders = [None] * len(trees) if orders is None else list(orders)
-    if want_max:
-        us = [grid_tree_axis_weights(t, w, o)
-              for t, w, o in zip(trees, workload.factors, orders)]
-        sums = [u.sum(axis=0) for u in us]
-    else:
-        sums = [_axis_total_weights(t, w, o) for t, w, o in zip(trees, workload.factors, orders)]
-    lam, public = level_tuple_lambdas(mechanism)
-    q = np.ones(lam.shape)
-    for i, u in enumerate(sums):
-        shape = [1] * len(sums)
-        shape[i] = lam.shape[i]
-        q = q * u.reshape(shape)
-    need = q > 1e-12 * max(float(q.max()), 1e-300)
-    if public:
-        need.flat[0] = False
-    if np.any(need & ~(lam > 0)):
-        raise ValueError("the strategy cannot identify the grid: some subspaces needed by the "
-                         "workload are unmeasured")
-    m = np.where(need, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
-    if public:
-        m.flat[0] = 0.0
-    total = float(np.sum(q * m))
-    if not want_max:
-        return total, None
-    return total, _max_multilinear(us, m)
+    best, query = product_form_argmax([ax.s for ax in axes],
+                                      [ax.r * ax.r for ax in axes] if kappa else None, kappa)
+    return QueryMax(float(noise.variance * max(best, 0.0)), query)
 
 
 def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
@@ -501,7 +377,9 @@ class KronProductEngine(Engine):
     capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,),
                                "O(sum_i n_i^3) + O(rows sum_i n_i) per trial"),
                     Capability("error", "blue", ("kron",), "O(sum_i n_i^3)"),
-                    Capability("per_query", "blue", ("kron",), "O(sum_i n_i^3 + q)"))
+                    Capability("per_query", "blue", ("kron",), "O(sum_i n_i^3 + q)"),
+                    Capability("max", "blue", ("kron",),
+                               "O(sum_i n_i^3 + q_1 V), V <= prod_(i>1) q_i hull vertices"))
 
     def claims(self, mechanism) -> bool:
         return is_kron_product_mechanism(mechanism)
@@ -510,13 +388,20 @@ class KronProductEngine(Engine):
         if task == "estimate":
             big = max(mechanism.released.grid_shape) > MAX_AXIS_BINS
             return f"axes of at most {MAX_AXIS_BINS} bins" if big else None
-        if kron_product_supports(mechanism, workload, task == "per_query"):
+        per_query = task == "per_query"       # "max" does not list the queries
+        if kron_product_supports(mechanism, workload, per_query):
             return None
         return (f"a Kronecker workload over the same grid, axes of at most {MAX_AXIS_BINS} "
-                f"bins and at most {MAX_PER_QUERY} queries per query")
+                "bins" + (f", at most {MAX_PER_QUERY} queries listed" if per_query else ""))
 
     def estimate(self, mechanism, y, workload, estimator):
         return kron_product_blue(mechanism, y)
 
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         return kron_product_error(mechanism, workload, per_query=per_query)
+
+    def maximum(self, mechanism, workload, estimator, dense=False):
+        try:
+            return kron_product_max(mechanism, workload)
+        except TooManyQueries as exc:
+            raise Declined(str(exc)) from None

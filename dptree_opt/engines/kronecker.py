@@ -41,6 +41,17 @@ lambda is a reverse cumulative sum of the level-tuple information along every ax
 grand total (the level tuple (0, .., 0) exact, swap neighbours) fixes D_(0,..,0): its term is
 0 and the exact row leaves every other lambda unchanged. Checked against the dense GLS on
 small grids (tests/test_grids.py).
+
+Per-query maxima
+----------------
+A query q = (q_1, .., q_d) of a Kronecker workload of interval factors has variance
+Var(q) = sum_j prod_i u_i(q_i, j_i) / lambda_j with u_i(q, j) = ||D_ij w_q||^2 the query's
+energy on the axis tree's Haar subspace j (:func:`axis_interval_weights`; dense blocks for a
+permuted axis). :func:`grid_tree_max` (the engines' "max" task) and
+:func:`grid_tree_summary` take the maximum without listing the prod q_i queries: the other
+axes' distinct rows of u are contracted with 1 / lambda, and the first axis's distinct rows
+scored against that in blocks (BLAS products). An axis may carry a permutation of its cells
+(the tree measures the cells ``order[0], order[1], ..``): ektelo's quadtree plan.
 """
 
 from __future__ import annotations
@@ -51,17 +62,25 @@ import numpy as np
 
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
-from ..workloads import KroneckerWorkload, along_axis
-from .base import ANY_WORKLOAD, Capability, Engine
+from ..workloads import KroneckerWorkload, Workload, along_axis
+from .base import ANY_WORKLOAD, Capability, Engine, QueryMax, TooManyQueries
 from .honaker import honaker_recursions
+from .registry import Declined
 from .tree_error import haar_workload_weights
 
 __all__ = ["KronTreeEngine", "QuadtreeEngine", "is_kron_tree_mechanism", "is_quadtree_mechanism", "grid_trees", "level_tuple_of",
            "level_tuple_lambdas", "kron_tree_blue", "quadtree_blue", "haar_analysis",
            "haar_synthesis", "helmert", "is_grid_tree_mechanism", "kron_tree_error",
            "axis_workload_weights", "axis_interval_weights", "kron_box_variances",
-           "KRON_TREE_WORKLOADS"]
+           "KRON_TREE_WORKLOADS", "GRID_TREE_MAX_WORKLOADS", "grid_tree_axis_weights",
+           "grid_tree_summary", "grid_tree_max", "MAX_TREE_MAX_QUERIES", "MAX_ENUMERATED",
+           "MAX_PAIRS"]
 
+# per-axis queries of the Kronecker-tree / quadtree per-query maxima (each axis's rows of u)
+MAX_TREE_MAX_QUERIES = 40000
+MAX_ENUMERATED = 1 << 24    # entries per block / of the "other axes" tensor in the maxima
+MAX_PAIRS = 5 * 10**8       # distinct query combinations scored by the grid-tree maximum
+_BLOCK_FLOATS = 1 << 22     # floats per block of an enumerated maximum
 
 
 def is_kron_tree_mechanism(mechanism: Mechanism) -> bool:
@@ -245,6 +264,8 @@ def quadtree_blue(mechanism: Mechanism, y) -> np.ndarray:
 
 
 KRON_TREE_WORKLOADS = ("prefix", "identity", "total", "all_range")
+# per-axis workloads of the per-query maxima: any interval workload
+GRID_TREE_MAX_WORKLOADS = KRON_TREE_WORKLOADS + ("ranges",)
 
 
 def is_grid_tree_mechanism(mechanism: Mechanism) -> bool:
@@ -364,35 +385,194 @@ def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
     return acc[0] if single else acc
 
 
+# ------------------------------------------------------------------ per-query maxima
+def grid_tree_axis_weights(tree, workload: Workload, order=None) -> np.ndarray:
+    """u(q, j) = ||D_j w_q||^2 for every query q of a 1-D workload on one axis tree (a
+    complete ``LevelUniformTree``), shape (q, h + 1): the query's energy on the tree's Haar
+    subspace j (module docstring). ``order``: the tree measures the axis cells order[0],
+    order[1], .. (a permutation; default the identity). Sum over the queries = the
+    workload's Haar weights (:func:`axis_workload_weights`). Interval queries in
+    the identity order: O(q h); with a permutation: dense blocks, O(q n h)."""
+    n = tree.n_bins
+    if workload.n_bins != n:
+        raise ValueError(f"the workload has {workload.n_bins} bins, the tree {n}")
+    lo, hi = workload.intervals()
+    widths = [int(w) for w in tree.level_widths]
+    if order is None:  # O(1) per query and level (at most two nodes are cut)
+        return axis_interval_weights(tree, lo, hi)
+    order = np.asarray(order)
+    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError("order must be a permutation of the axis cells")
+    e = np.empty((lo.size, len(widths)))
+    step = max(1, _BLOCK_FLOATS // max(n, 1))
+    for s in range(0, lo.size, step):  # dense blocks of the permuted query rows
+        rows = ((order[None, :] >= lo[s:s + step, None])
+                & (order[None, :] < hi[s:s + step, None])).astype(float)
+        for j, w in enumerate(widths):
+            sums = rows.reshape(rows.shape[0], n // w, w).sum(axis=2)
+            e[s:s + step, j] = np.einsum("qm,qm->q", sums, sums) / w
+    return np.maximum(np.diff(e, axis=1, prepend=0.0), 0.0)
+
+
+def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
+    """sum over the queries of u(q, j) (:func:`grid_tree_axis_weights`), shape (h + 1,):
+    intervals in the identity order summed directly (O(q h)); with a permutation from the
+    Gram, tr(E_l P G P') = sum over level-l nodes of 1'(P G P')1 / w_l (O(n^2 h))."""
+    if order is None:
+        return grid_tree_axis_weights(tree, workload).sum(axis=0)
+    n = tree.n_bins
+    g = workload.gram_dense()
+    order = np.asarray(order)
+    gp = g[np.ix_(order, order)]
+    e = []
+    for w in (int(x) for x in tree.level_widths):
+        m = n // w
+        blocks = gp.reshape(m, w, m, w).sum(axis=(1, 3))
+        e.append(float(np.trace(blocks)) / w)
+    return np.maximum(np.diff(np.array(e), prepend=0.0), 0.0)
+
+
+def _unique_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of u, the index of a row equal to each)."""
+    if u.shape[0] <= 1:
+        return u, np.arange(u.shape[0])
+    return np.unique(u, axis=0, return_index=True)
+
+
+def _max_multilinear(us, m: np.ndarray) -> tuple[float, tuple[int, ...]]:
+    """max over query tuples of sum_j prod_i u_i[q_i, j_i] m[j] (every u_i, m >= 0 or not)
+    and a tuple (q_1, .., q_d) attaining it: the other axes' distinct rows contracted into
+    T ((h_1 + 1) x R), then the first axis's distinct rows against T in blocks."""
+    distinct = [_unique_rows(u) for u in us]
+    us = [u for u, _ in distinct]
+    size = m.shape[0] * math.prod(u.shape[0] for u in us[1:])
+    if size > MAX_ENUMERATED:
+        raise TooManyQueries(f"the largest per-query error needs {size} > {MAX_ENUMERATED} "
+                             "entries")
+    t = m
+    for i in range(1, len(us)):  # contract axis i with u_i: t[.., j_i, ..] -> t[.., q_i, ..]
+        t = np.moveaxis(np.tensordot(t, us[i], axes=([i], [1])), -1, i)
+    t = t.reshape(t.shape[0], -1)  # (h_1 + 1, R)
+    u1 = us[0]
+    if u1.shape[0] * t.shape[1] > MAX_PAIRS:
+        raise TooManyQueries(f"the largest per-query error needs "
+                             f"{u1.shape[0] * t.shape[1]:.3g} > {MAX_PAIRS:.3g} query "
+                             "combinations")
+    best, first, col = -np.inf, 0, 0
+    step = max(1, _BLOCK_FLOATS // max(t.shape[1], 1))
+    for s in range(0, u1.shape[0], step):
+        scores = u1[s:s + step] @ t
+        k = int(np.argmax(scores))
+        if scores.flat[k] > best:
+            best, first, col = float(scores.flat[k]), s + k // t.shape[1], k % t.shape[1]
+    rest = np.unravel_index(col, tuple(u.shape[0] for u in us[1:]))
+    return best, (int(distinct[0][1][first]),) + tuple(
+        int(idx[r]) for (_, idx), r in zip(distinct[1:], rest))
+
+
+def _grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders,
+                       want_max: bool):
+    """(total, max or None, the maximising query tuple or None) of :func:`grid_tree_summary`."""
+    if not is_grid_tree_mechanism(mechanism):
+        raise ValueError("the grid-tree errors need a Kronecker product of complete trees or a "
+                         "quadtree with budgets per level (tuple)")
+    trees = grid_trees(mechanism.released)
+    if (not isinstance(workload, KroneckerWorkload) or len(workload.factors) != len(trees)
+            or workload.grid_shape != tuple(t.n_bins for t in trees)):
+        raise ValueError("the workload must be a Kronecker workload over the strategy's grid")
+    orders = [None] * len(trees) if orders is None else list(orders)
+    if want_max:
+        us = [grid_tree_axis_weights(t, w, o)
+              for t, w, o in zip(trees, workload.factors, orders)]
+        sums = [u.sum(axis=0) for u in us]
+    else:
+        sums = [_axis_total_weights(t, w, o) for t, w, o in zip(trees, workload.factors, orders)]
+    lam, public = level_tuple_lambdas(mechanism)
+    q = np.ones(lam.shape)
+    for i, u in enumerate(sums):
+        shape = [1] * len(sums)
+        shape[i] = lam.shape[i]
+        q = q * u.reshape(shape)
+    need = q > 1e-12 * max(float(q.max()), 1e-300)
+    if public:
+        need.flat[0] = False
+    if np.any(need & ~(lam > 0)):
+        raise ValueError("the strategy cannot identify the grid: some subspaces needed by the "
+                         "workload are unmeasured")
+    m = np.where(need, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
+    if public:
+        m.flat[0] = 0.0
+    total = float(np.sum(q * m))
+    if not want_max:
+        return total, None, None
+    return (total,) + _max_multilinear(us, m)
+
+
+def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=None,
+                      want_max: bool = True) -> tuple[float, float | None]:
+    """(total, max) of the BLUE's per-query variances (counts^2) for a Kronecker product of
+    complete trees or a quadtree on a Kronecker workload with any 1-D interval factors, each
+    axis optionally measured in a permuted cell ``order`` (``orders[i]``, None
+    for the identity): Var(q) = sum_j prod_i u_i(q_i, j_i) M_j with M_j = 1 / lambda_j
+    (:func:`level_tuple_lambdas`; the constant term dropped when N is
+    public). The total is sum_j prod_i (sum_q u_i(q, j_i)) M_j; the maximum enumerates the
+    distinct rows of u_1 against the contracted other axes (None when ``want_max`` is False).
+    ValueError when the workload needs an unmeasured subspace."""
+    return _grid_tree_summary(mechanism, workload, orders, want_max)[:2]
+
+
+def grid_tree_max(mechanism: Mechanism, workload: KroneckerWorkload) -> QueryMax:
+    """The largest per-query variance of the BLUE (counts^2) of a Kronecker product of
+    complete trees or a quadtree on a Kronecker workload of interval factors, and its query
+    (index in the workload's np.kron order): :func:`grid_tree_summary`'s maximum, without
+    listing the queries. ValueError as grid_tree_summary; TooManyQueries when the distinct
+    query rows are too many to score (MAX_ENUMERATED, MAX_PAIRS)."""
+    _, best, arg = _grid_tree_summary(mechanism, workload, None, True)
+    sizes = tuple(f.n_queries for f in workload.factors)
+    return QueryMax(float(best), int(np.ravel_multi_index(arg, sizes)))
+
+
 # ----------------------------------------------------------------------------- the engines
-def _grid_tree_refusal(mechanism, workload) -> str | None:
-    """Why kron_tree_error does not serve this grid workload, or None."""
+def _grid_tree_refusal(mechanism, workload, kinds=KRON_TREE_WORKLOADS) -> str | None:
+    """Why the grid-tree error (per-axis ``kinds``) does not serve this workload, or None."""
     if not isinstance(workload, KroneckerWorkload):
         return "a Kronecker product of 1-D workloads only"
-    if not all(f.kind in KRON_TREE_WORKLOADS for f in workload.factors):
-        return f"every axis workload must be one of {KRON_TREE_WORKLOADS}"
+    if not all(f.kind in kinds for f in workload.factors):
+        return f"every axis workload must be one of {kinds}"
     if workload.grid_shape != mechanism.released.grid_shape:
         return "the workload's grid differs from the strategy's"
     return None
 
 
 _GRID_ERROR = Capability("error", "blue", ("kron",), "O(prod_i (h_i + 1))")
+_GRID_MAX = Capability("max", "blue", ("kron",),
+                       f"O(sum_i q_i h_i + q_1 R h_1), R = prod_(i>1) q_i (distinct rows); "
+                       f"q_i <= {MAX_TREE_MAX_QUERIES}")
 
 
 class KronTreeEngine(Engine):
     """Kronecker products of complete level-uniform trees, budgets per level tuple: the BLUE
-    by per-axis Haar transforms, the exact error from the level-tuple information."""
+    by per-axis Haar transforms, the exact error from the level-tuple information, the
+    largest per-query error without listing the queries."""
 
     name = "kron_tree"
     structure = "Kronecker product of complete trees, budgets per level tuple"
     capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n h) per trial"),
-                    _GRID_ERROR)
+                    _GRID_ERROR, _GRID_MAX)
 
     def claims(self, mechanism) -> bool:
         return is_kron_tree_mechanism(mechanism)
 
     def refusal(self, task, mechanism, workload, estimator):
-        return None if task == "estimate" else _grid_tree_refusal(mechanism, workload)
+        if task == "estimate":
+            return None
+        if task != "max":
+            return _grid_tree_refusal(mechanism, workload)
+        why = _grid_tree_refusal(mechanism, workload, GRID_TREE_MAX_WORKLOADS)
+        if why is None and max(f.n_queries for f in workload.factors) > MAX_TREE_MAX_QUERIES:
+            why = (f"the largest per-query error scores at most {MAX_TREE_MAX_QUERIES} "
+                   "queries per axis")
+        return why
 
     def estimate(self, mechanism, y, workload, estimator):
         return kron_tree_blue(mechanism, y)
@@ -400,15 +580,21 @@ class KronTreeEngine(Engine):
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         return kron_tree_error(mechanism, workload)
 
+    def maximum(self, mechanism, workload, estimator, dense=False):
+        try:
+            return grid_tree_max(mechanism, workload)
+        except TooManyQueries as exc:
+            raise Declined(str(exc)) from None
+
 
 class QuadtreeEngine(KronTreeEngine):
     """Quadtrees (one tree over the grid's Morton order, budgets per level): Honaker's
-    recursions on the Morton tree, the exact error as for Kronecker trees."""
+    recursions on the Morton tree, the exact errors as for Kronecker trees."""
 
     name = "quadtree"
     structure = "quadtree, budgets per level"
     capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
-                    _GRID_ERROR)
+                    _GRID_ERROR, _GRID_MAX)
 
     def claims(self, mechanism) -> bool:
         return is_quadtree_mechanism(mechanism)

@@ -85,15 +85,16 @@ import math
 import numpy as np
 
 from .honaker import (
-    _ivw,
-    _left_cover_sums,
-    _level_stats,
-    _sum_var,
+    ivw,
+    left_cover_sums,
+    level_stats,
     refined_error,
     refined_recursion,
+    sum_variance,
 )
 from .honaker import tree_parameters
 from ..mechanism import Mechanism
+from ..validation import check_bool, check_choice
 from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, check_tree
 
 __all__ = ["refined_workload_error", "REFINED_WORKLOADS"]
@@ -120,10 +121,10 @@ class _Tree:
         self.widths = [K]
         for k in ks:
             self.widths.append(self.widths[-1] // k)
-        self.b = b = _level_stats(ks, v)[0]  # var(t^-) per level, all finite here
+        self.b = b = level_stats(ks, v)[0]  # var(t^-) per level, all finite here
         a = np.ones(h + 1)  # weight on the node's own measurement in t^-; leaves: t^- = t
         for lev in range(h):
-            a[lev] = _ivw(v[lev], _sum_var(ks[lev], b[lev + 1]))[0]
+            a[lev] = ivw(v[lev], sum_variance(ks[lev], b[lev + 1]))[0]
         self.a = a
         # P[p, q] = prod_{m=p}^{q-1} (1 - a_m) for p <= q (0 below the diagonal, unused)
         P = np.zeros((h + 1, h + 1))
@@ -151,11 +152,11 @@ class _Tree:
         K, ks, b = self.K, self.ks, self.b
         digits = [np.arange(k, dtype=np.float64) for k in ks]
         VL = np.empty(K + 1)
-        VL[:K] = _left_cover_sums(ks, [d * b[lev] for lev, d in enumerate(digits, 1)], ())
+        VL[:K] = left_cover_sums(ks, [d * b[lev] for lev, d in enumerate(digits, 1)], ())
         VL[K] = b[0]  # the "left covering" of [0, K) is the root (only used for t = K)
         alpha, beta, V = np.zeros(K + 1), np.zeros(K + 1), np.zeros(K + 1)
         if K > 1:
-            w_left, var = _ivw(VL[1:K], self.v[0] + VL[K - 1:0:-1])
+            w_left, var = ivw(VL[1:K], self.v[0] + VL[K - 1:0:-1])
             alpha[1:K], V[1:K] = w_left, var
             beta[1:K] = 1.0 - w_left
         alpha[K], V[K] = 1.0, b[0]
@@ -178,7 +179,7 @@ def _effective_tree(ks, v):
     bins; ``step == 1`` iff every prefix (hence every query) is identifiable. ``ks_eff`` is None
     when nothing is measured at all (no query identified).
     """
-    b = _level_stats(ks, v)[0]
+    b = level_stats(ks, v)[0]
     bad = np.flatnonzero(~np.isfinite(b))
     if bad.size == 0:
         return ks, v, 1
@@ -387,10 +388,8 @@ def refined_workload_error(branching, level_variances, workload, per_query=False
         ValueError naming the offending parameter.
     """
     ks, _, v = check_tree(branching, level_variances)
-    if workload not in REFINED_WORKLOADS:
-        raise ValueError(f"workload must be one of {REFINED_WORKLOADS}, got {workload!r}")
-    if not isinstance(per_query, (bool, np.bool_)):
-        raise ValueError(f"per_query must be a bool, got {per_query!r}")
+    check_choice(workload, "workload", REFINED_WORKLOADS)
+    per_query = check_bool(per_query, "per_query")
     K = math.prod(ks)
     if workload == "prefix":
         return refined_error(ks, v, per_query=bool(per_query))

@@ -2,7 +2,9 @@
 
 Engines are registered once, in order of specificity (``dptree_opt.engines`` registers every
 engine of the package, the generic dense GLS last). :func:`select` returns the first engine
-that claims the mechanism's structure, declares the request and does not refuse it;
+that claims the mechanism's structure, declares the request and does not refuse it
+(:meth:`Engine.why_not`: for "max", a structured maximum or the largest of the engine's
+listed per-query variances, whichever the engine declares);
 :func:`run` also moves on when an engine declines while computing (:class:`Declined`: e.g. a
 subtree that does not identify its own histogram, which only the computation reveals).
 :func:`capability_table` lists every declared (engine, task, estimator, workload kinds, cost):
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ESTIMATORS, TASKS, Engine
+from .base import ESTIMATORS, TASKS, Engine, QueryMax
 
-__all__ = ["Declined", "register", "registered", "engine_named", "select", "run",
+__all__ = ["Declined", "NotServed", "register", "registered", "engine_named", "claimed_by", "select", "run",
            "capability_table"]
 
 _ENGINES: list[Engine] = []
@@ -24,6 +26,15 @@ _ENGINES: list[Engine] = []
 class Declined(Exception):
     """Raised by an engine's task method when this instance turns out not to be its to
     serve; the registry asks the next engine (the message says why)."""
+
+
+class NotServed(ValueError):
+    """Raised by :func:`select` and :func:`run` when no engine serves a request; ``reasons``:
+    (engine name, why) for each engine that claims the structure but refused or declined."""
+
+    def __init__(self, message: str, reasons=()):
+        super().__init__(message)
+        self.reasons = tuple(reasons)
 
 
 def register(engine: Engine) -> Engine:
@@ -49,6 +60,12 @@ def engine_named(name: str) -> Engine:
     raise ValueError(f"no engine named {name!r}; engines: {[e.name for e in _ENGINES]}")
 
 
+def claimed_by(mechanism, names) -> Engine | None:
+    """The first of the engines called ``names`` (in that order) that claims ``mechanism``
+    (its structure), else None: how callers ask "is this a structure engine X serves"."""
+    return next((e for e in map(engine_named, names) if e.claims(mechanism)), None)
+
+
 def _kind(workload) -> str | None:
     return None if workload is None else workload.kind
 
@@ -66,12 +83,15 @@ def _candidates(task: str, mechanism, workload, estimator: str, generic_only: bo
             continue
         if e.capability(task, estimator, kind) is None or not e.claims(mechanism):
             continue
-        yield e, e.refusal(task, mechanism, workload, estimator)
+        yield e, e.why_not(task, mechanism, workload, estimator)
 
 
-def _nothing_serves(task, mechanism, workload, estimator, reasons) -> ValueError:
-    what = {"estimate": "estimate", "error": "exact error",
-            "per_query": "exact per-query errors"}[task] + f" of the {estimator} estimator"
+_WHAT = {"estimate": "estimate", "error": "exact error", "per_query": "exact per-query errors",
+         "covariance": "covariance", "max": "largest per-query error"}
+
+
+def _nothing_serves(task, mechanism, workload, estimator, reasons) -> NotServed:
+    what = _WHAT[task] + f" of the {estimator} estimator"
     if workload is not None:
         what += f" on the {workload.kind!r} workload"
     if reasons:
@@ -80,15 +100,15 @@ def _nothing_serves(task, mechanism, workload, estimator, reasons) -> ValueError
         served = [e.structure for e in _ENGINES
                   if e.capability(task, estimator, _kind(workload)) is not None]
         why = ("computed for: " + "; ".join(served)) if served else "computed for none"
-    return ValueError(f"no engine computes the {what} for the strategy "
-                      f"{mechanism.released.name!r} ({why})")
+    return NotServed(f"no engine computes the {what} for the strategy "
+                     f"{mechanism.released.name!r} ({why})", reasons)
 
 
 def select(task: str, mechanism, workload=None, estimator: str = "blue", *,
            generic_only: bool = False) -> Engine:
     """The engine that serves the request (most specific first; ``generic_only``: only the
-    generic engines, the oracles of the structured ones). ValueError naming every engine
-    that refused, and why, when none serves."""
+    generic engines, the oracles of the structured ones). :class:`NotServed` (a ValueError)
+    naming every engine that refused, and why, when none serves."""
     reasons = []
     for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
         if reason is None:
@@ -103,12 +123,17 @@ def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
     (:class:`Declined`). ``task`` "estimate" needs ``y=`` (and "covariance" the matrix U as
     ``y=``); "error" / "per_query" return
     the total / per-query variances (``dense``: the engines' dense twin of a structured
-    formula where they have one, e.g. the covering estimator's covariance). A stacked
-    workload's error is the sum (per query: the concatenation) over its parts."""
-    if task != "estimate" and workload is not None and workload.kind == "stacked":
+    formula where they have one, e.g. the covering estimator's covariance); "max" a
+    :class:`~dptree_opt.engines.base.QueryMax`. A stacked workload's error is the sum (per
+    query: the concatenation; max: the largest, its query counted from the first part's)
+    over its parts."""
+    if task not in ("estimate", "covariance") and workload is not None \
+            and workload.kind == "stacked":
         # W stacked vertically: the error is the sum over the parts, each served by its engine
         parts = [run(task, mechanism, part, estimator, generic_only=generic_only, dense=dense)
                  for part in workload.parts]
+        if task == "max":
+            return _stacked_max(parts, [part.n_queries for part in workload.parts])
         return np.concatenate(parts) if task == "per_query" else float(sum(parts))
     reasons = []
     for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
@@ -120,11 +145,20 @@ def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
                 return e.estimate(mechanism, y, workload, estimator)
             if task == "covariance":
                 return e.covariance(mechanism, y)
+            if task == "max":
+                return e.maximum(mechanism, workload, estimator, dense=dense)
             return e.error(mechanism, workload, estimator, per_query=task == "per_query",
                            dense=dense)
         except Declined as exc:
             reasons.append((e.name, str(exc)))
     raise _nothing_serves(task, mechanism, workload, estimator, reasons)
+
+
+def _stacked_max(parts: list[QueryMax], sizes: list[int]) -> QueryMax:
+    """The largest of the parts' maxima; its query index offset by the parts before it."""
+    best = max(range(len(parts)), key=lambda i: parts[i].variance)
+    q = parts[best].query
+    return QueryMax(parts[best].variance, None if q is None else q + sum(sizes[:best]))
 
 
 def capability_table() -> list[dict]:

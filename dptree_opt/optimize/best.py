@@ -18,7 +18,19 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   one bracket (l1 sensitivity 1), Laplace variance 2 (1 / 0.5)^2 = 8 per bracket, and the
   noisy brackets are their own BLUE.
 * ``tree_equal`` / ``tree_optimal``: the best level-uniform tree for the BLUE, equal or
-  optimal per-level budgets (``optimize.level_uniform``, ``optimal_blue_budgets``).
+  optimal per-level budgets (``optimize.level_uniform``, ``optimal_blue_budgets``). The
+  identity workload at any K: no level-uniform tree, with any per-level budgets, beats the
+  histogram. With level variances v_l the information matrix is G = sum_l P_l / v_l (P_l:
+  a block of ones per node), tr P_l = K, so tr G^-1 >= K^2 / tr G = K / sum_l (1 / v_l),
+  and sum_l 1 / v_l <= 1 / v_hist because the level budgets add up (Laplace:
+  sum eps_l^2 <= (sum eps_l)^2; Gaussian: sum rho_l = rho; same sensitivity per level); with
+  N public the same holds on 1-perp (tr Z'P_l Z = K - w_l <= K - 1). ``tree_optimal`` is
+  therefore the finest tree with every budget on the leaves. ``tree_equal`` searches only
+  the heights that can beat the flat tree (K): the K - K / k_h Haar vectors under the last
+  split are eigenvectors of G with eigenvalue 1 / v_h (every coarser level sums them to
+  0), so a tree of height h has error >= (K / 2) v_h, v_h its equal-budget leaf variance.
+  Custom ranges with more than ``MAX_WORKLOAD_SEARCH_TREES`` trees: the shortest trees up
+  to that count (not exhaustive; ``method`` says so).
 * ``node_budgets``: a budget per node on the finest tree of K (``optimal_node_budgets``;
   the CDF).
 * ``haar``, ``sqrt``, ``blt``: Privelet's Haar wavelet, the square-root factorisation and
@@ -28,9 +40,17 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   certified dual bound.
 * ``dense_optimum``: ``optimize.optimized_strategy`` (HDMM's p-Identity against the best
   tree for Laplace noise; the dense Gaussian optimum for workloads the implicit one does not
-  cover), small domains.
+  cover), up to 1024 bins, when its predicted time (``optimize.beyond_trees.
+  dense_optimum_seconds``, measured fits) fits in the time left.
 * ``grid_kron_trees``, ``grid_quadtree``: Kronecker products of trees and quadtrees with
-  optimal budgets per level tuple (``optimize.best_grid_hierarchy``, unpadded).
+  optimal budgets per level tuple (``optimize.best_grid_hierarchy``). Kronecker trees also
+  padded (each axis tree over n_i' in [n_i, 2 n_i)), truncated to the real cells
+  (``strategies.truncated_tree`` per axis: the padding known empty, so the BLUE error is at
+  most the padded search's), on grids of up to MAX_DENSE_BINS cells (scored by the dense
+  GLS). E.g. the 37 x 37 CDF, eps = 1, add/remove: 474.8 per query unpadded (37 is
+  prime: one level per axis), 284.7 padded and truncated. Larger grids keep the unpadded
+  designs (no structured error for truncated Kronecker trees); the padded search itself
+  gains 2115 -> 868.6 at 97 x 97 but nothing at 100 x 100 or 250 x 250 (899.1, 2020.5).
 * ``kron_p_identity``, ``kron_gaussian_optimum``: HDMM's Kronecker p-Identity and the
   product of the 1-D Gaussian optima (``strategies.kron_p_identity``,
   ``kron_gaussian_optimal``).
@@ -64,40 +84,45 @@ from numbers import Real
 import numpy as np
 
 from ..bounds import error_lower_bound, svd_bound
-from ..engines.kronecker import is_grid_tree_mechanism
+from ..engines import GRID_TREE_ENGINES, claimed_by
 from ..error import expected_error
 from ..limits import at_budget
 from ..mechanism import Mechanism
 from ..privacy import resolve_budget, resolve_public
-from ..strategies import (IntervalStrategy, Strategy, blt,
+from ..strategies import (Strategy, blt,
                           gaussian_optimal_implicit, haar, histogram, kron,
-                          kron_gaussian_optimal, kron_p_identity, sqrt_factorization)
+                          kron_gaussian_optimal, kron_p_identity, sqrt_factorization,
+                          truncated_tree)
 from ..strategies.scaled import secure_route
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload, prefix
-from .beyond_trees import optimized_strategy
+from .beyond_trees import (GAUSSIAN_DENSE_ITERATIONS, dense_optimum_seconds,
+                           optimized_strategy)
 from .blue_budgets import optimal_blue_budgets
 from .design import Design
+from .direct import MAX_DIRECT_ENTRIES, direct_rows
+from .factorisations import factorisations_by_height
 from .grid import GRID_WORKLOADS, best_grid_hierarchy
+from .levels import level_variances, noisy_levels
 from .node_budgets import optimal_node_budgets
-from .search import finest_refinement, level_uniform
+from .search import MAX_WORKLOAD_SEARCH_TREES, finest_refinement, level_uniform
 
 __all__ = ["Family", "FAMILIES", "best_mechanism"]
 
 # Sizes (checked before anything is built):
 MAX_DENSE_BINS = 2048         # a strategy without structure is scored by the dense GLS: n^2
 #                               floats, O(n^3) (about a second at 2048)
-MAX_DIRECT_ENTRIES = 1 << 22  # workload rows measured directly as a dense matrix: q x n floats
 MAX_OPTIMAL_SEARCH_BINS = 4096  # level_uniform(budgets="optimal"): ~3 s at 4096 (one core)
 MAX_P_IDENTITY_BINS = 1024    # HDMM's p-Identity (p = n / 16): dense, cubic in n
-P_IDENTITY_SECONDS = 10.0     # measured at 1024 bins, prefix, 2 starts, one core
-MAX_GAUSSIAN_DENSE_BINS = 256  # the dense Gaussian optimum for workloads without a
-#                                tridiagonal G^-1: a dense eigendecomposition per iteration
-GAUSSIAN_DENSE_SECONDS = 10.0  # at 256 bins, 500 iterations (upper estimate, one core)
+MAX_GAUSSIAN_DENSE_BINS = 1024  # the dense Gaussian optimum for workloads without a
+#                                 tridiagonal G^-1: a dense eigendecomposition per iteration
+# their time: optimize.beyond_trees.dense_optimum_seconds (measured fits)
+GAUSSIAN_DENSE_MAX_ITER = 500   # at most (the time left caps it further)
+GAUSSIAN_DENSE_SHARE = 0.5      # share of the time left the dense Gaussian optimum may use
 MAX_KRON_AXIS = 1024          # per-axis dense optimisers (p-Identity, Gaussian optimum)
 GAUSSIAN_AXIS_SECONDS = 5.0   # 1-D Gaussian optimum of a 1024-bin prefix axis (one core)
 MAX_BOUND_DENSE_BINS = 2048   # SVD bound from a dense eigendecomposition (O(n^3))
-MAX_STRUCTURED_DEPTH = 256    # nested ranges: the bridge decomposition's exact error loops
-#                               over depths (deeper ones need the dense GLS)
+TREE_SCORE_SECONDS = 1.5e-4    # custom ranges: scoring one tree (measured at K = 2^16) ...
+RANGE_SCORE_SECONDS = 1.2e-7   # ... plus this per range (one core)
 # shares of the remaining time given to the families that take a time limit
 NODE_BUDGETS_SHARE = 0.6
 IMPLICIT_SHARE = 0.5
@@ -200,7 +225,7 @@ def _release_route(p: _Problem, fam: Family, mech: Mechanism) -> tuple[bool, str
                 return False, ("a release and a counter publish every prefix (the CDF), which "
                                "this design does not estimate (make its queries the bins)")
         return True, f"{_SECURE} ({how})"
-    if p.kron and is_grid_tree_mechanism(mech):
+    if p.kron and claimed_by(mech, GRID_TREE_ENGINES) is not None:
         return True, f"{_SECURE} (a grid release; integer answers)"
     return False, _GRID_TREES
 
@@ -215,69 +240,6 @@ def _too_slow(seconds: float, p: _Problem) -> str | None:
 
 
 # --------------------------------------------------------------------------- 1-D helpers
-def _laminar_strategy(n: int, lo, hi, name: str) -> IntervalStrategy | None:
-    """The distinct half-open ranges [lo, hi) as an interval strategy (one budget level),
-    or None when two of them cross (not nested-or-disjoint). O(q log q + n) numpy.
-
-    In preorder (lo ascending, longer first) a range's depth is the number of ranges
-    covering its first bin, less itself and the shorter ones starting there; its parent is
-    the last earlier range one level up. The result is checked (every range inside its
-    parent, siblings disjoint), which holds exactly for laminar families. The smallest
-    range over each bin is the last open/close event at or before it (closes first at a
-    point, inner closes before outer ones, outer opens before inner ones)."""
-    pairs = np.unique(np.stack([np.asarray(lo, np.int64), np.asarray(hi, np.int64)], axis=1),
-                      axis=0)
-    order = np.lexsort((-pairs[:, 1], pairs[:, 0]))
-    lo, hi = pairs[order, 0], pairs[order, 1]
-    m = lo.size
-    idx = np.arange(m)
-    cover = np.cumsum(np.bincount(lo, minlength=n + 1) - np.bincount(hi, minlength=n + 1))
-    depth = cover[lo] - (np.searchsorted(lo, lo, side="right") - idx)
-    if np.any(depth < 0):
-        return None
-    key = depth * (m + 1) + idx
-    srt = np.argsort(key)
-    pos = np.searchsorted(key[srt], (depth - 1) * (m + 1) + idx) - 1
-    parent = np.where(depth > 0, srt[np.maximum(pos, 0)], -1)
-    up = np.maximum(parent, 0)
-    nested = (depth == 0) | ((pos >= 0) & (depth[up] == depth - 1) & (lo[up] <= lo)
-                             & (hi <= hi[up]))
-    sib = np.lexsort((idx, parent))
-    crossing = (parent[sib][1:] == parent[sib][:-1]) & (hi[sib][:-1] > lo[sib][1:])
-    if not nested.all() or crossing.any():
-        return None
-    at = np.concatenate([hi, lo])
-    ev = np.lexsort((np.concatenate([-idx, idx]), np.repeat([0, 1], m), at))
-    last = np.searchsorted(at[ev], np.arange(n), side="right") - 1
-    bin_row = np.where(last >= 0, np.concatenate([parent, idx])[ev[np.maximum(last, 0)]], -1)
-    rows = np.lexsort((idx, depth))              # level order, left to right
-    rank = np.empty(m, dtype=np.int64)
-    rank[rows] = idx
-    par = parent[rows]
-    return IntervalStrategy(lo[rows], hi[rows], np.where(par >= 0, rank[np.maximum(par, 0)], -1),
-                            np.ones(m, dtype=np.int32), n_bins=n, depth=depth[rows],
-                            bin_row=np.where(bin_row >= 0, rank[np.maximum(bin_row, 0)], -1),
-                            name=name)
-
-
-def _direct_rows(w: Workload, name: str) -> Strategy | str:
-    """The distinct rows of a 1-D workload as a strategy (a repeated query measured once):
-    laminar ranges structured, others dense."""
-    lo, hi = w.intervals()
-    strat = _laminar_strategy(w.n_bins, lo, hi, name)
-    if strat is not None:
-        if (w.n_bins > MAX_DENSE_BINS and np.any(strat.lo > 0)
-                and int(strat.depth.max()) >= MAX_STRUCTURED_DEPTH):
-            return (f"its ranges nest {int(strat.depth.max()) + 1} deep: the structured "
-                    f"error goes to depth {MAX_STRUCTURED_DEPTH} (prefix-like chains from "
-                    f"bin 0 at any depth), the dense one to {MAX_DENSE_BINS} bins")
-        return strat
-    if w.n_queries * w.n_bins > MAX_DIRECT_ENTRIES or w.n_bins > MAX_DENSE_BINS:
-        return (f"its ranges cross (not nested or disjoint) and the dense matrix is too large "
-                f"({w.n_queries} x {w.n_bins}; dense scoring up to {MAX_DENSE_BINS} bins)")
-    return Strategy(np.unique(w.dense(), axis=0), name=name)   # each distinct range once
-
-
 def _shape(w: Workload):
     """K for a 1-D workload, (n_1, .., n_d) for a grid (a stacked one: its parts')."""
     if isinstance(w, StackedWorkload):
@@ -355,9 +317,9 @@ def _direct_applies(p: _Problem) -> str | None:
 def _direct(p: _Problem):
     w = p.workload
     if p.one_d:
-        strat = _direct_rows(w, "workload rows")
+        strat = direct_rows(w, "workload rows", MAX_DENSE_BINS)
     elif p.kron:
-        parts = [_direct_rows(f, f"{f.kind} rows") for f in w.factors]
+        parts = [direct_rows(f, f"{f.kind} rows", MAX_DENSE_BINS) for f in w.factors]
         why = [x for x in parts if isinstance(x, str)]
         strat = why[0] if why else kron(*parts, name="workload rows")
     else:
@@ -368,15 +330,61 @@ def _direct(p: _Problem):
                        "(distinct rows, one noise scale)")]
 
 
+def _equal_leaf_variance(p: _Problem, h: int) -> float:
+    """The leaves' noise variance of a height-h tree (every factor >= 2: their level
+    sensitivities are those of (2, .., 2)) with the budget split equally over its noisy
+    levels (``optimize.levels``, Mechanism's calibration)."""
+    m = len(noisy_levels(h, p.neighbours))
+    return float(level_variances((2,) * h, (p.budget / m,) * m, noise=p.noise,
+                                 neighbours=p.neighbours)[-1])
+
+
+def _identity_heights(p: _Problem, flat_error: float) -> int:
+    """The tallest height an unpadded equal-budget tree can have and still beat the flat
+    tree (K) on the identity workload: the K - K / k_h leaf-level Haar vectors are
+    eigenvectors of the information matrix with eigenvalue 1 / v_h (module docstring), so a
+    height-h tree has error >= (K / 2) v_h; heights where that exceeds ``flat_error`` are
+    not searched."""
+    tallest = len(finest_refinement((p.n,)))
+    return max([1] + [h for h in range(2, tallest + 1)
+                      if p.n / 2 * _equal_leaf_variance(p, h) <= flat_error * (1 + 1e-9)])
+
+
 def _tree_equal(p: _Problem):
     w = p.workload
     common = dict(estimator="blue", neighbours=p.neighbours, budgets="equal", top=0,
                   **p.budget_kwargs)
     if w.kind in ("prefix", "all_range"):
         d = level_uniform(p.n, workload=w.kind, **common)
-    else:   # identity, total, custom ranges: every unpadded tree scored exactly
-        d = level_uniform(p.n, workload=w, allow_padding=False, **common)
-    return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
+        return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
+    # identity, total, custom ranges: unpadded trees scored exactly, one by one
+    common.update(workload=w, allow_padding=False)
+    if w.kind == "identity":
+        flat = level_uniform(p.n, height=1, **common)
+        h = _identity_heights(p, flat.error)
+        d = flat if h == 1 else level_uniform(p.n, max_height=h, **common)
+        return [_tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, "
+                                       f"every tree of height <= {h} (a taller one has "
+                                       f"error >= (K / 2) x its leaf variance, above the "
+                                       f"flat tree's)")]
+    by_height = factorisations_by_height(p.n)
+    total = sum(by_height.values())
+    if total <= MAX_WORKLOAD_SEARCH_TREES:
+        d = level_uniform(p.n, **common)
+        return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets, "
+                                       f"all {total} trees")]
+    h, count = 0, 0
+    while h + 1 in by_height and count + by_height[h + 1] <= MAX_WORKLOAD_SEARCH_TREES:
+        h += 1
+        count += by_height[h]
+    slow = _too_slow(count * (TREE_SCORE_SECONDS + w.n_queries * RANGE_SCORE_SECONDS), p)
+    if slow:
+        return slow
+    d = level_uniform(p.n, max_height=h, **common)
+    return [_tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, not "
+                                   f"exhaustive: the {count} trees of height <= {h} of "
+                                   f"{total} (scored one by one, up to "
+                                   f"{MAX_WORKLOAD_SEARCH_TREES})")]
 
 
 def _tree_optimal_applies(p: _Problem) -> str | None:
@@ -388,20 +396,26 @@ def _tree_optimal_applies(p: _Problem) -> str | None:
 
 def _tree_optimal(p: _Problem):
     w = p.workload
-    if w.kind != "identity" and p.n <= MAX_OPTIMAL_SEARCH_BINS:
+    if w.kind == "identity":
+        # no tree with any per-level budgets beats the histogram (module docstring), which
+        # is the finest tree with every budget on its leaves
+        d = optimal_blue_budgets(finest_refinement((p.n,)), p.budget, noise=p.noise,
+                                 neighbours=p.neighbours, workload="identity")
+        return [_tree_design_candidate(d, "optimize.optimal_blue_budgets on the finest tree "
+                                       "(identity: no level-uniform tree with any budgets "
+                                       "beats the histogram)")]
+    if p.n <= MAX_OPTIMAL_SEARCH_BINS:
         d = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="optimal",
                           workload=w.kind, top=0, **p.budget_kwargs)
         return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, optimal budgets")]
-    # larger K (and the identity): optimal budgets on the best equal-budget tree's finest
+    # larger K: optimal budgets on the best equal-budget tree's finest
     # refinement and on the finest tree of K (with optimal budgets a refinement never loses)
     eq = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="equal",
-                       top=0, allow_padding=w.kind != "identity",
-                       workload=w.kind if w.kind != "identity" else w, **p.budget_kwargs)
+                       top=0, workload=w.kind, **p.budget_kwargs)
     out = []
     for ks in sorted({finest_refinement((p.n,)), finest_refinement(eq.branching)}):
         d = optimal_blue_budgets(ks, p.budget, noise=p.noise, neighbours=p.neighbours,
-                                 workload=w.kind,
-                                 n_queries=None if w.kind == "identity" else p.n)
+                                 workload=w.kind, n_queries=p.n)
         out.append(_tree_design_candidate(d, "optimize.optimal_blue_budgets on a finest tree"))
     return out
 
@@ -482,13 +496,15 @@ def _dense_optimum_applies(p: _Problem) -> str | None:
 
 
 def _dense_optimum(p: _Problem):
-    if p.noise == "gaussian":
-        slow = _too_slow(GAUSSIAN_DENSE_SECONDS * (p.n / MAX_GAUSSIAN_DENSE_BINS) ** 3, p)
-    else:
-        slow = _too_slow(P_IDENTITY_SECONDS * (p.n / MAX_P_IDENTITY_BINS) ** 3, p)
+    slow = _too_slow(dense_optimum_seconds(p.noise, p.n), p)
     if slow:
         return slow
-    res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours)
+    kw = {}
+    if p.noise == "gaussian":   # as many iterations as its share of the time left allows
+        per = dense_optimum_seconds("gaussian", p.n, iterations=1)
+        kw["max_iter"] = int(min(GAUSSIAN_DENSE_MAX_ITER, max(
+            GAUSSIAN_DENSE_ITERATIONS, p.share(GAUSSIAN_DENSE_SHARE) // per)))
+    res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours, **kw)
     cand = {"mech": p.mechanism(res.strategy),
             "method": f"optimize.optimized_strategy: {res.method}"}
     if p.noise == "gaussian" and p.neighbours == "add_remove" and res.lower_bound:
@@ -497,26 +513,48 @@ def _dense_optimum(p: _Problem):
     return [_Candidate(**cand)]
 
 
-def _grid_hierarchy(p: _Problem, family: str):
+def _chains(branching) -> str:
+    return " x ".join("(" + ",".join(map(str, c)) + ")" for c in branching)
+
+
+def _grid_hierarchy(p: _Problem, family: str, padding: bool = False):
     res = best_grid_hierarchy(p.workload.grid_shape, p.workload, neighbours=p.neighbours,
-                              budgets="optimal", family=family, allow_padding=False, top=1,
+                              budgets="optimal", family=family, allow_padding=padding, top=1,
                               **p.budget_kwargs)
-    d = res.best
-    chains = " x ".join("(" + ",".join(map(str, c)) + ")" for c in d.branching)
-    return [_Candidate(d.mechanism(), f"optimize.best_grid_hierarchy(family='{family}', "
-                       f"budgets='optimal', unpadded): {chains}; {res.method}")]
+    return res.best, (f"optimize.best_grid_hierarchy(family='{family}', budgets='optimal', "
+                      f"{'padded' if padding else 'unpadded'}): "
+                      f"{_chains(res.best.branching)}; {res.method}")
 
 
 def _grid_kron_trees(p: _Problem):
-    return _grid_hierarchy(p, "kron")
+    d, how = _grid_hierarchy(p, "kron")
+    if p.n > MAX_DENSE_BINS:
+        return [_Candidate(d.mechanism(), f"{how}; padded designs are tried up to "
+                           f"{MAX_DENSE_BINS} cells (truncated Kronecker trees: dense GLS)")]
+    out = [_Candidate(d.mechanism(), how)]
+    # the best padded design, truncated to the real cells: the padding is known to be
+    # empty, which the padded search (padding as unknown empty cells) does not use, so its
+    # BLUE error is at most the padded design's; scored by the dense GLS (no structured
+    # engine for truncated Kronecker trees)
+    pd, how = _grid_hierarchy(p, "kron", padding=True)
+    if pd.padded_shape != pd.shape:
+        strat = kron(*[truncated_tree(n, c) for n, c in zip(pd.shape, pd.branching)],
+                     name=f"truncated Kronecker trees {_chains(pd.branching)}")
+        mech = Mechanism(strat, noise=p.noise, neighbours=p.neighbours,
+                         level_budgets=list(pd.budgets), **p.budget_kwargs)
+        out.append(_Candidate(mech, f"{how}; truncated to the real cells (the padding "
+                              "known empty)"))
+    return out
 
 
 def _grid_quadtree(p: _Problem):
-    return _grid_hierarchy(p, "quadtree")
+    d, how = _grid_hierarchy(p, "quadtree")
+    return [_Candidate(d.mechanism(), how)]
 
 
 def _kron_p_identity(p: _Problem):
-    slow = _too_slow(_axes_seconds(p, P_IDENTITY_SECONDS), p)
+    slow = _too_slow(sum(dense_optimum_seconds("laplace", n)
+                         for n in {f.n_bins for f in p.workload.factors}), p)
     if slow:
         return slow
     res = kron_p_identity(p.workload)

@@ -27,7 +27,17 @@ from ..strategies.optimized import (
 from ..workloads import Workload
 from .search import level_uniform
 
-__all__ = ["best_tree", "optimized_strategy", "clear_cache"]
+__all__ = ["best_tree", "optimized_strategy", "clear_cache", "dense_optimum_seconds",
+           "P_IDENTITY_FIT", "GAUSSIAN_ITERATION_FIT", "GAUSSIAN_DENSE_ITERATIONS"]
+
+# Time models of the dense optimisers (CPU seconds on one core): fits of a + b n^2 + c n^3 to
+# times measured on prefix and random-range workloads at n = 64, 256, 512, 1024
+# (``python benchmarks/bench_best_mechanism.py --dense-times`` prints both).
+# laplace_p_identity, 2 starts (L-BFGS-B stops after about 1000 evaluations from n = 256 on):
+P_IDENTITY_FIT = (0.0, 6.1e-6, 5.2e-9)
+# gaussian_optimal, per fixed-point iteration (a dense eigendecomposition):
+GAUSSIAN_ITERATION_FIT = (2e-4, 9.3e-8, 1.6e-10)
+GAUSSIAN_DENSE_ITERATIONS = 15  # iterations to the gap 1e-5 (measured: 1 to 15)
 
 
 def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add_remove",
@@ -60,6 +70,23 @@ def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add
         if err < best[0]:
             best = (err, strat)
     return best
+
+
+def _cubic(fit, n: int) -> float:
+    a, b, c = fit
+    return a + b * n * n + c * n ** 3
+
+
+def dense_optimum_seconds(noise: str, n_bins: int, iterations: int | None = None) -> float:
+    """Predicted CPU seconds (one core) of :func:`optimized_strategy` on ``n_bins`` bins:
+    HDMM's p-Identity with 2 starts (``noise="laplace"``; the tree comparison is
+    negligible), or ``iterations`` (default GAUSSIAN_DENSE_ITERATIONS) fixed-point
+    iterations of the dense Gaussian optimum. Fits of a + b n^2 + c n^3 to measured times
+    (P_IDENTITY_FIT, GAUSSIAN_ITERATION_FIT; within 0.6x-1.5x of them at 64..1024 bins)."""
+    if noise == "laplace":
+        return _cubic(P_IDENTITY_FIT, n_bins)
+    its = GAUSSIAN_DENSE_ITERATIONS if iterations is None else iterations
+    return its * _cubic(GAUSSIAN_ITERATION_FIT, n_bins)
 
 
 def _unit_error(workload, strategy, noise, neighbours, public_total):

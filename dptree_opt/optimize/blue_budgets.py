@@ -69,13 +69,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral
 
 import numpy as np
 
 from ..privacy import check_budget, check_noise, norm_of, split_budget
 from ..strategies.base import check_neighbours
 from ..strategies.interval import LevelUniformTree
+from ..validation import check_bool, check_choice, check_int
 from ..engines.tree_error import (
     WORKLOADS,
     check_branching,
@@ -226,10 +226,8 @@ def blue_budget_problem(branching, *, noise="laplace", neighbours="swap", public
     noise = check_noise(noise)
     neighbours = check_neighbours(neighbours)
     public = resolve_public(neighbours, public_total)
-    if not isinstance(measure_root, (bool, np.bool_)):
-        raise ValueError(f"measure_root must be a bool, got {measure_root!r}")
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
+    measure_root = check_bool(measure_root, "measure_root")
+    check_choice(workload, "workload", WORKLOADS)
     K = widths[0]
     q = haar_workload_weights(ks, workload, n_queries)
     if public:
@@ -634,8 +632,7 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     """
     noise = check_noise(noise)
     total = check_budget(total_budget, "epsilon" if noise == "laplace" else "rho")
-    if isinstance(starts, (bool, np.bool_)) or not isinstance(starts, Integral) or starts < 0:
-        raise ValueError(f"starts must be an integer >= 0, got {starts!r}")
+    starts = check_int(starts, "starts", 0)
     problem = blue_budget_problem(branching, noise=noise, neighbours=neighbours,
                                   public_total=public_total, workload=workload,
                                   n_queries=n_queries, measure_root=measure_root)

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize as so
 
+from .. import engines
 from ..error import expected_error
 from ..engines.kronecker import (KRON_TREE_WORKLOADS, axis_workload_weights, grid_trees,
-                                 is_grid_tree_mechanism, level_tuple_of)
+                                 level_tuple_of)
 from ..limits import at_budget
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget
@@ -65,12 +66,12 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     total = resolve_budget(noise, epsilon, rho)
     kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
     base = Mechanism(strategy, noise=noise, neighbours=neighbours, **kw)
-    if not is_grid_tree_mechanism(base):
+    engine = engines.claimed_by(base, engines.GRID_TREE_ENGINES)
+    if engine is None:
         raise ValueError("strategy must be a Kronecker product of complete level-uniform trees "
                          "or a quadtree")
     if (not isinstance(workload, KroneckerWorkload)
-            or workload.grid_shape != base.released.grid_shape
-            or any(f.kind not in KRON_TREE_WORKLOADS for f in workload.factors)):
+            or engine.why_not("error", base, workload, "blue") is not None):
         raise ValueError(f"workload must be a Kronecker workload over the grid "
                          f"{base.released.grid_shape} with per-axis kinds in "
                          f"{KRON_TREE_WORKLOADS}")

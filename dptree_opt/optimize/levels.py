@@ -27,6 +27,7 @@ import numpy as np
 from ..privacy import calibrate, check_noise, norm_of, resolve_public
 from ..strategies.base import check_neighbours
 from ..strategies.interval import tree_level_sensitivity
+from ..validation import check_int
 
 __all__ = ["level_variances", "noisy_levels", "resolve_public", "check_branching"]
 
@@ -35,10 +36,9 @@ def noisy_levels(height: int, neighbours: str = "swap", public_total=None) -> tu
     """The levels that take a budget, in increasing order: (1..h) when N is public, else
     (0..h). This is the order of ``TreeDesign.budgets`` and of ``Mechanism``'s
     ``level_budgets``."""
-    if isinstance(height, (bool, np.bool_)) or not isinstance(height, Integral) or height < 0:
-        raise ValueError(f"height must be an integer >= 0, got {height!r}")
+    height = check_int(height, "height", 0)
     public = resolve_public(neighbours, public_total)
-    return tuple(range(1 if public else 0, int(height) + 1))
+    return tuple(range(1 if public else 0, height + 1))
 
 
 def check_branching(branching) -> tuple[int, ...]:

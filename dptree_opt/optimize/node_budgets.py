@@ -43,10 +43,17 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import scipy.optimize as so
+from scipy.special import expit, logit
 
 from ..limits import at_budget, check_memory
+from ..mechanism import Mechanism
 from ..privacy import check_noise, infer_noise, resolve_budget
+from ..strategies import tree
 from ..strategies.base import check_neighbours
+from ..validation import check_int, check_positive, check_real
+from .blue_budgets import optimal_blue_budgets
+from .levels import check_branching
 
 __all__ = ["tree_cdf_error", "NodeBudgets", "optimal_node_budgets", "path_budgets"]
 
@@ -54,13 +61,9 @@ NODE_BUDGETS_BYTES_PER_BIN = 640  # memory estimate: ~500 bytes per bin measured
 
 
 def _check_branching(branching) -> tuple[int, ...]:
-    if isinstance(branching, (str, bytes)):
-        raise ValueError(f"branching must be a sequence of integers, got {branching!r}")
-    try:
-        ks = tuple(int(k) for k in branching)
-    except (TypeError, ValueError):
-        raise ValueError(f"branching must be a sequence of integers, got {branching!r}") from None
-    if not ks or any(k < 2 for k in ks) or any(k != float(b) for k, b in zip(ks, branching)):
+    """Branching factors k_1..k_h (``levels.check_branching``), at least one, each >= 2."""
+    ks = check_branching(branching)
+    if not ks or min(ks) < 2:
         raise ValueError(f"branching factors must be integers >= 2, got {branching!r}")
     return ks
 
@@ -187,9 +190,8 @@ def path_budgets(branching: Sequence[int], fractions, total: float) -> np.ndarra
     n_nodes = int(_level_starts(ks)[-1])
     if f.shape != (n_nodes,) or not np.all((f >= 0) & (f <= 1)):
         raise ValueError(f"fractions must be {n_nodes} numbers in [0, 1] (one per node)")
-    if not (isinstance(total, (int, float, np.floating)) and np.isfinite(total) and total > 0):
-        raise ValueError(f"total must be a finite number > 0, got {total!r}")
-    return _remaining(ks, f, float(total))[0]
+    total = check_positive(total, "total")
+    return _remaining(ks, f, total)[0]
 
 
 def _remaining(ks, fractions, total):
@@ -245,8 +247,6 @@ class NodeBudgets:
 
     def mechanism(self):
         """The Mechanism (``row_budgets``) on ``strategies.tree`` with these budgets."""
-        from ..mechanism import Mechanism
-        from ..strategies import tree
         n = int(np.prod(self.branching))
         kw = {"epsilon": self.total} if self.noise == "laplace" else {"rho": self.total}
         return Mechanism(tree(n, self.branching), noise=self.noise, neighbours=self.neighbours,
@@ -267,10 +267,6 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     is not convex); never worse than its per-level start. ``maxiter`` iterations at most;
     ``time_limit`` (seconds) stops after the iteration running then (the best point so far
     is returned)."""
-    import scipy.optimize as so
-    from scipy.special import expit, logit
-
-    from .blue_budgets import optimal_blue_budgets
     ks = _check_branching(branching)
     K = math.prod(ks)
     check_memory(NODE_BUDGETS_BYTES_PER_BIN * K, f"budgets per node on a tree over {K} bins",
@@ -280,13 +276,8 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     requested = resolve_budget(noise, epsilon, rho)
     total = 1.0  # solved at unit budget, restated at ``requested`` (exact: the errors
     # are homogeneous in the budget and the best split does not depend on it)
-    if isinstance(maxiter, bool) or not (isinstance(maxiter, (int, np.integer))
-                                         and maxiter >= 0):
-        raise ValueError(f"maxiter must be an integer >= 0, got {maxiter!r}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float))
-                                       and not isinstance(time_limit, bool) and time_limit > 0):
-        raise ValueError(f"time_limit must be None or a number of seconds > 0, got "
-                         f"{time_limit!r}")
+    maxiter = check_int(maxiter, "maxiter", 0)
+    time_limit = check_real(time_limit, "time_limit (seconds)", above=0, none=True)
     t0 = time.perf_counter()
     public = neighbours == "swap"
     path_total = total / 2.0 if public else total

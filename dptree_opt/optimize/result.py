@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..limits import TINY, at_budget, out_of_range
+from ..mechanism import Mechanism
+from ..strategies import tree, truncated_tree
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,6 @@ class TreeDesign:
         with the padding treated as ordinary empty bins). ``padded=True`` returns the
         level-uniform tree over all K' bins instead (the refined estimator, defined on
         level-uniform trees only, needs it; answer the first K prefixes)."""
-        from ..mechanism import Mechanism
-        from ..strategies import tree, truncated_tree
-
         if any(not float(k).is_integer() or k < 1 for k in self.branching):
             raise ValueError(f"a relaxed design (branching {self.branching}) has no mechanism: "
                              "its branching factors are not integers")

@@ -16,13 +16,13 @@ and ``normalised_error`` = error / (4K / eps^2) = eps^2 sum_l (k_l - 1) / eps_l^
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.optimize
 import scipy.special
 
 from ..privacy import check_budget
+from ..validation import check_bool, check_choice, check_int, check_real
 from .levels import check_branching, level_variances, unit_variances
 from .result import TreeDesign, at_total_budget, error_unit
 from .search import level_uniform
@@ -43,12 +43,6 @@ def _solve(problem) -> None:
         problem.solve(solver=cp.CLARABEL, **_SOLVER_OPTS)
     if problem.status not in ("optimal", "optimal_inaccurate"):
         raise RuntimeError(f"cvxpy/CLARABEL failed: status {problem.status}")
-
-
-def _check_bins(n_bins) -> int:
-    if isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, Integral) or n_bins < 1:
-        raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
-    return int(n_bins)
 
 
 def _covering_error(ks, eps_l) -> float:
@@ -155,7 +149,7 @@ def branching(n_bins, budgets) -> TreeDesign:
     value 4K sum_l (k_l - 1) / eps_l^2 (swap, Laplace, covering), ``method`` "cvxpy"."""
     import cvxpy as cp
 
-    K = _check_bins(n_bins)
+    K = check_int(n_bins, "n_bins", 1)
     e = _check_level_budgets(budgets)
     h = e.size
     if K == 1:
@@ -212,19 +206,15 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
     """
     import cvxpy as cp
 
-    K = _check_bins(n_bins)
+    K = check_int(n_bins, "n_bins", 1)
     total = check_budget(epsilon, "epsilon")
     eps = 1.0  # solved at unit budget, restated at the total (at_total_budget: exact)
-    if isinstance(height, (bool, np.bool_)) or not isinstance(height, Integral) or height < 1:
-        raise ValueError(f"height must be an integer >= 1, got {height!r}")
-    if (isinstance(min_branching, (bool, np.bool_)) or not isinstance(min_branching, Real)
-            or not math.isfinite(min_branching)):
-        raise ValueError(f"min_branching must be a number >= 3, got {min_branching!r}")
+    h = check_int(height, "height", 1)
+    check_real(min_branching, "min_branching")
     if min_branching < 3:
         raise ValueError(f"min_branching={min_branching!r} < 3: (e^x - 1)/y^2 is not jointly "
                          "convex below k = 3 and the optimum degenerates (see "
                          "degenerate_optimum); use min_branching >= 3")
-    h = int(height)
     if K < min_branching**h:
         raise ValueError(f"n_bins={K} is too small for height={h} with min_branching="
                          f"{min_branching}: need n_bins >= min_branching^height")
@@ -286,14 +276,12 @@ def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
     sum_l (k_l - 1) / eps_l^2 = 3 / eps^2 for (4, 1) vs 8 / eps^2 for (2, 2), i.e. errors
     48 / eps^2 vs 128 / eps^2 and normalised errors 3 vs 8 (docs/math.md section 4).
     """
-    K = _check_bins(n_bins)
+    K = check_int(n_bins, "n_bins", 1)
     total = check_budget(epsilon, "epsilon")
     eps = 1.0  # at unit budget, restated at the total (at_total_budget: exact)
-    if isinstance(height, (bool, np.bool_)) or not isinstance(height, Integral) or height < 2:
-        raise ValueError(f"height must be an integer >= 2, got {height!r}")
+    h = check_int(height, "height", 2)
     if K < 2:
         raise ValueError(f"n_bins must be >= 2, got {n_bins!r}")
-    h = int(height)
     unit = error_unit(K, eps, "laplace")
     ks = (K,) + (1,) * (h - 1)
     b = (eps,) + (0.0,) * (h - 1)
@@ -334,8 +322,7 @@ def optimal_branching_factor(integer: bool = False):
     (Lambert W, principal branch; the other branch gives the spurious root k = 1).
     integer=True: 17, the better of floor(k*) = 16 and ceil(k*) = 17 (psi(16) = 0.703777 >
     psi(17) = 0.703529); psi is unimodal, so no other integer can be better."""
-    if not isinstance(integer, (bool, np.bool_)):
-        raise ValueError(f"integer must be True or False, got {integer!r}")
+    check_bool(integer, "integer")
     k_star = float(-3.0 / scipy.special.lambertw(-3.0 * math.exp(-3.0), 0).real)
     if not integer:
         return k_star
@@ -363,16 +350,15 @@ def optimal_height(n_bins, epsilon: float = 1.0, *, method: str = "exact",
     (real equal branching factors K^(1/h), Lemma IV.3), i.e. the height nearest in error to
     ln K / ln k*.
     """
-    K = _check_bins(n_bins)
+    K = check_int(n_bins, "n_bins", 1)
     check_budget(epsilon, "epsilon")
+    check_choice(method, "method", ("exact", "relaxed"))
     if method == "relaxed":
         if K < 2:
             raise ValueError(f"n_bins must be >= 2, got {n_bins!r}")
         hs = np.arange(1, max(2, int(math.log2(K))) + 1)
         vals = hs**3 * (K ** (1.0 / hs) - 1.0)
         return int(hs[int(np.argmin(vals))])
-    if method != "exact":
-        raise ValueError(f"method must be 'exact' or 'relaxed', got {method!r}")
 
     search_kwargs.setdefault("top", 0)
     search_kwargs.setdefault("estimator", "covering")   # the paper's setting

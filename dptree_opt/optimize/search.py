@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from numbers import Integral, Real
 
 import numpy as np
 from scipy.optimize import minimize
@@ -52,6 +51,7 @@ from ..limits import (MAX_SEARCH_BINS, SEARCH_BYTES_PER_BIN, at_budget, check_co
 from ..privacy import check_budget, check_noise, infer_noise, resolve_budget
 from ..strategies import gaussian_optimal_implicit
 from ..strategies.base import check_neighbours
+from ..validation import check_bool, check_choice, check_int, check_real
 from ..workloads import Workload, all_range, identity, prefix
 from .blue_budgets import optimal_blue_budgets
 from .factorisations import (distinct_orders, factorisations_by_height, finest_refinement,
@@ -191,12 +191,6 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
 
 
 # --------------------------------------------------------------------------- public API
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _design(s: SearchSetting, ks: tuple, error: float, budgets: tuple, method: str) -> TreeDesign:
     return TreeDesign(n_bins=s.K, branching=tuple(int(k) for k in ks),
                       budgets=tuple(float(b) for b in budgets), error=float(error),
@@ -265,29 +259,24 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
     unit budget and is restated at the given one (``result.at_total_budget``: exact), so a
     budget is refused only when the errors are not doubles.
     """
-    K = _check_int(n_bins, "n_bins", 2)
+    K = check_int(n_bins, "n_bins", 2)
     noise = infer_noise(noise, epsilon, rho)
     budget = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
     public = resolve_public(neighbours, public_total)
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
-    if budgets is not None and budgets not in BUDGETS:
-        raise ValueError(f"budgets must be one of {BUDGETS}, got {budgets!r}")
-    if not isinstance(allow_padding, (bool, np.bool_)):
-        raise ValueError(f"allow_padding must be True or False, got {allow_padding!r}")
-    if (isinstance(max_padding, (bool, np.bool_)) or not isinstance(max_padding, Real)
-            or not math.isfinite(max_padding) or max_padding < 1):
-        raise ValueError(f"max_padding must be a finite number >= 1, got {max_padding!r}")
-    if max_height is not None:
-        max_height = _check_int(max_height, "max_height", 1)
+    check_choice(estimator, "estimator", ESTIMATORS)
+    if budgets is not None:
+        check_choice(budgets, "budgets", BUDGETS)
+    allow_padding = check_bool(allow_padding, "allow_padding")
+    max_padding = check_real(max_padding, "max_padding", at_least=1)
+    max_height = check_int(max_height, "max_height", 1, none=True)
+    height = check_int(height, "height", 1, none=True)
     if height is not None:
-        height = _check_int(height, "height", 1)
         if 2**height > (max_padding * K if allow_padding else K):
             raise ValueError(f"height={height} is impossible: a tree of that height has at "
                              f"least 2^{height} bins")
-    top = _check_int(top, "top", 0)
-    pool = _check_int(pool, "pool", 1)
+    top = check_int(top, "top", 0)
+    pool = check_int(pool, "pool", 1)
     check_count(K, MAX_SEARCH_BINS, f"n_bins = {K}",
                 "the search takes minutes beyond it; use fewer bins")
     check_memory(K * SEARCH_BYTES_PER_BIN, f"the tree search over {K} bins", "use fewer bins")
@@ -301,8 +290,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
     if workload == "all_range" and estimator != "blue":
         raise ValueError("workload='all_range' is searched for estimator='blue' only (the "
                          f"covering and refined searches are for the CDF), got {estimator!r}")
-    max_refined = _check_int(max_refined, "max_refined", 0)
-    refined_pool = _check_int(refined_pool, "refined_pool", 1)
+    max_refined = check_int(max_refined, "max_refined", 0)
+    refined_pool = check_int(refined_pool, "refined_pool", 1)
     if max_height is not None and height is not None and height > max_height:
         raise ValueError(f"height={height} exceeds max_height={max_height}")
 

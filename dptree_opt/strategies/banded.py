@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..limits import check_count, check_memory
+from ..validation import check_int
 from .base import Strategy
 
 __all__ = ["MAX_SWAP_WORK", "BandedStrategy", "BandedWithTotals", "banded", "banded_swap_loss"]
@@ -41,16 +42,6 @@ __all__ = ["MAX_SWAP_WORK", "BandedStrategy", "BandedWithTotals", "banded", "ban
 _BYTES_PER_ENTRY = 40
 # The exact swap sensitivity costs about n b^2 / 2 products: refused above this many.
 MAX_SWAP_WORK = 1 << 33
-
-
-def _check_int(value, name: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
 
 
 def _check_band_memory(n: int, bands: int) -> None:
@@ -220,8 +211,8 @@ def banded(coefs_or_matrix, bands, n=None, *, name: str | None = None) -> Banded
 def _from_coefficients(a: np.ndarray, bands, n, name) -> BandedStrategy:
     if a.size == 0:
         raise ValueError("coefs_or_matrix: the coefficient vector is empty")
-    n = a.size if n is None else _check_int(n, "n", 1)
-    bands = _check_int(bands, "bands", 1, n)
+    n = a.size if n is None else check_int(n, "n", 1)
+    bands = check_int(bands, "bands", 1, n)
     if bands > a.size:
         raise ValueError(f"bands = {bands} is more than the {a.size} coefficients given")
     a = a[:bands]
@@ -238,14 +229,14 @@ def _from_coefficients(a: np.ndarray, bands, n, name) -> BandedStrategy:
 def _check_square(shape, n) -> int:
     if len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
         raise ValueError(f"coefs_or_matrix must be a square (n, n) matrix, got shape {shape}")
-    if n is not None and _check_int(n, "n", 1) != shape[0]:
+    if n is not None and check_int(n, "n", 1) != shape[0]:
         raise ValueError(f"n = {n} does not match the matrix's {shape[0]} rows")
     return int(shape[0])
 
 
 def _from_dense(m: np.ndarray, bands, n, name) -> BandedStrategy:
     n = _check_square(m.shape, n)
-    bands = _check_int(bands, "bands", 1, n)
+    bands = check_int(bands, "bands", 1, n)
     bad = np.argwhere(~np.isfinite(m))
     if bad.size:
         i, j = (int(v) for v in bad[0])
@@ -264,7 +255,7 @@ def _from_dense(m: np.ndarray, bands, n, name) -> BandedStrategy:
 
 def _from_sparse(m, bands, n, name) -> BandedStrategy:
     n = _check_square(m.shape, n)
-    bands = _check_int(bands, "bands", 1, n)
+    bands = check_int(bands, "bands", 1, n)
     coo = sp.coo_matrix(m, dtype=float)
     coo.sum_duplicates()  # canonical: one entry per (row, col)
     bad = np.flatnonzero(~np.isfinite(coo.data))

@@ -32,9 +32,17 @@ def check_norm(norm) -> int:
     return int(norm)
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
+def readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` itself, marked read-only (``a.flags.writeable = False``): the arrays a strategy
+    exposes (levels, intervals, coefficients, ...) cannot be changed behind its cached
+    sensitivities."""
     a.flags.writeable = False
     return a
+
+
+def frozen_copy(a) -> np.ndarray:
+    """A read-only copy of ``a`` (``np.array(a)``), for arrays handed to users in results."""
+    return readonly(np.array(a, copy=True))
 
 
 class Strategy:
@@ -73,7 +81,7 @@ class Strategy:
     @staticmethod
     def _check_levels(levels, m: int) -> np.ndarray:
         if levels is None:
-            return _readonly(np.ones(m, dtype=np.int32))
+            return readonly(np.ones(m, dtype=np.int32))
         lv = np.asarray(levels)
         if lv.shape != (m,):
             raise ValueError(f"levels must have one entry per row ({m}), got shape {lv.shape}")
@@ -81,7 +89,7 @@ class Strategy:
             raise ValueError("levels must be integers")
         if lv.min() < 0:
             raise ValueError("levels must be >= 0")
-        return _readonly(lv.astype(np.int32))
+        return readonly(lv.astype(np.int32))
 
     def _check_level_zero(self) -> None:
         """Level 0 is the root/total level: its rows must be all-ones rows."""

@@ -59,9 +59,10 @@ from numbers import Integral
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.special import expit
 
 from ..limits import check_memory
-from .base import _readonly
+from .base import readonly
 from .toeplitz import ToeplitzStrategy
 
 __all__ = ["BLT_OBJECTIVES", "MAX_BLT_BINS", "MAX_BUFFERS", "BLTStrategy", "blt",
@@ -75,6 +76,9 @@ MAX_BUFFERS = 12
 # n beyond this is refused (the closed forms work in log n; 2^40 = stream.Counter's bound).
 MAX_BLT_BINS = 1 << 40
 DEFAULT_BUFFERS = 4
+# The smallest theta the optimiser returns (its optimum may sit at theta -> 0, where the
+# sigmoid underflows): theta^(i-1) <= 1e-300 for i >= 2, i.e. a one-step tap to rounding.
+THETA_MIN = 1e-300
 _COMPLEX_STEP = 1e-30
 
 
@@ -338,10 +342,25 @@ def _optimize_cached(n: int, d: int, objective: str, starts: int):
                        options={"maxiter": 3000, "ftol": 1e-15, "gtol": 1e-11})
         if best is None or res.fun < best.fun:
             best = res
-    delta, omega = _unpack(best.x)
-    order = np.argsort(delta)                      # theta decreasing
-    theta = np.minimum(1.0 - delta[order], np.nextafter(1.0, 0.0))  # stays < 1 in double
-    return tuple(theta.tolist()), tuple(omega[order].tolist())
+    return _valid_parameters(best.x)
+
+
+def _valid_parameters(x: np.ndarray) -> tuple[tuple, tuple]:
+    """(theta, omega) from the optimiser's x, theta decreasing, every theta_j in
+    [THETA_MIN, 1 - 2^-53]. theta = sigmoid(a) is computed directly (``1 - delta`` keeps no
+    relative precision when theta is small) and clipped: at small n the optimum can drive a
+    buffer to theta -> 0 (a one-step tap, c_1 += omega_j) and sigmoid underflows to 0,
+    outside the open interval the recurrences need (the streaming state uses log theta).
+    Clipping to THETA_MIN leaves c_0 and c_1 unchanged and moves c_i (i >= 2) by at most
+    omega_j 1e-300 in absolute terms; the reported loss is recomputed from the returned
+    parameters. A buffer whose omega underflows to 0 is inert
+    (no term in c, a state that feeds nothing in C^-1) and is kept, so ``buffers`` stays
+    what was asked."""
+    d = x.shape[-1] // 2
+    theta = np.clip(expit(x[:d]), THETA_MIN, np.nextafter(1.0, 0.0))
+    omega = np.exp(x[d:])
+    order = np.argsort(-theta, kind="stable")      # theta decreasing
+    return tuple(theta[order].tolist()), tuple(omega[order].tolist())
 
 
 def optimize_blt(n: int, buffers: int = DEFAULT_BUFFERS, objective: str = "mean", *,
@@ -375,8 +394,8 @@ class BLTStrategy(ToeplitzStrategy):
         th, om = check_blt_parameters(theta, omega)
         n = _check_n(n)
         super().__init__(blt_coefficients(th, om, n), n_totals=n_totals, name=name)
-        self._theta = _readonly(th)
-        self._omega = _readonly(om)
+        self._theta = readonly(th)
+        self._omega = readonly(om)
         self.objective = objective
 
     @property
@@ -401,7 +420,7 @@ class BLTStrategy(ToeplitzStrategy):
     def inverse_coefficients(self) -> np.ndarray:
         """First column of C^-1 by the buffer recurrence, cached. O(n d)."""
         if self._inverse is None:
-            self._inverse = _readonly(blt_inverse_coefficients(self._theta, self._omega,
+            self._inverse = readonly(blt_inverse_coefficients(self._theta, self._omega,
                                                                self._n_bins))
         return self._inverse
 

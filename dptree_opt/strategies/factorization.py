@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..limits import check_memory
+from ..validation import check_n
 from .base import check_neighbours
 from .toeplitz import ToeplitzStrategy, toeplitz_swap_sensitivity
 
@@ -41,15 +42,9 @@ __all__ = ["SqrtFactorization", "sqrt_coefficients", "sqrt_factorization",
            "sqrt_factorization_variances"]
 
 
-def _check_bins(n) -> int:
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n (number of bins) must be an integer >= 1, got {n!r}")
-    return int(n)
-
-
 def sqrt_coefficients(n: int) -> np.ndarray:
     """c_0..c_{n-1} with c_k = C(2k, k) / 4^k (recurrence c_k = c_{k-1} (2k - 1) / (2k)), O(n)."""
-    n = _check_bins(n)
+    n = check_n(n)
     check_memory(24 * n, f"the square-root factorisation over {n} bins (its coefficients)",
                  "use fewer bins")
     k = np.arange(1, n, dtype=float)

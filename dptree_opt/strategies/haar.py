@@ -40,17 +40,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..limits import check_memory
-from .base import Strategy, _readonly, check_neighbours, check_norm
+from ..validation import check_n
+from .base import Strategy, check_neighbours, check_norm, readonly
 
 __all__ = ["haar", "haar_matrix", "haar_sensitivity", "HaarStrategy", "MAX_MATRIX_BINS"]
 
 MAX_MATRIX_BINS = 1 << 16  # HaarStrategy.matrix: n log n nonzeros
-
-
-def _check_bins(n) -> int:
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n (number of bins) must be an integer >= 1, got {n!r}")
-    return int(n)
 
 
 def haar_matrix(n: int) -> sp.csr_matrix:
@@ -59,7 +54,7 @@ def haar_matrix(n: int) -> sp.csr_matrix:
     For n = 2^L it is square (n rows: the total, then the n - 1 tree nodes in level order);
     otherwise it is the matrix of 2^ceil(log2 n) bins restricted to the first n columns with
     all-zero rows removed. O(n log n) nonzeros."""
-    n = _check_bins(n)
+    n = check_n(n)
     levels = max(0, math.ceil(math.log2(n))) if n > 1 else 0
     m = 1 << levels  # padded size n'
     rows, cols, vals = [np.zeros(m, dtype=np.int64)], [np.arange(m)], [np.ones(m)]
@@ -91,13 +86,13 @@ class HaarStrategy(Strategy):
     sum(x[a:m]) - sum(x[m:b])."""
 
     def __init__(self, n: int, *, n_totals: int = 0, name: str = "haar"):
-        n = _check_bins(n)
+        n = check_n(n)
         if n & (n - 1):
             raise ValueError(f"the structured Haar strategy needs n a power of two, got {n} "
                              "(strategies.haar(n) builds the matrix for other n)")
         self._n_bins = n
         self._n_totals = int(n_totals)
-        self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
+        self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
         self._matrix = None
         self.name = name
@@ -196,7 +191,7 @@ def haar(n: int) -> Strategy:
     sensitivities, no matrix needed); otherwise a generic ``Strategy`` on the restricted
     matrix, whose exact sensitivities come from ``Strategy``. Under swap neighbours the
     noisy total row costs no budget and the public total is appended by ``Mechanism``."""
-    n = _check_bins(n)
+    n = check_n(n)
     if n & (n - 1) == 0:
         check_memory(32 * n, f"the Haar strategy over {n} bins", "use fewer bins")
         return HaarStrategy(n)
@@ -211,7 +206,7 @@ def haar_sensitivity(n: int, neighbours: str, norm: int) -> float:
     """Closed-form sensitivity of ``haar(n)`` with unit weights, n = 2^L (module docstring).
 
     add/remove: l1 = L + 1, l2 = sqrt(L + 1); swap: l1 = 2 L, l2 = sqrt(2 L + 2) (n >= 2)."""
-    n = _check_bins(n)
+    n = check_n(n)
     if n & (n - 1):
         raise ValueError(f"the Haar sensitivity's closed form needs n a power of two, got {n}")
     check_neighbours(neighbours)

@@ -39,8 +39,9 @@ import scipy.sparse as sp
 
 from .._progress import Progress
 from ..limits import check_memory
+from ..validation import check_int, check_positive
 from ..workloads import Workload
-from .base import Strategy, _readonly
+from .base import Strategy, readonly
 from .optimized import dual_start
 
 __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
@@ -230,15 +231,9 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     O(n) memory, O(n x ~250) time per iteration."""
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a dptree_opt Workload, got {type(workload).__name__}")
-    if isinstance(tol, bool) or not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if (isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer))
-            or max_iter < 1):
-        raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
-    if primal_every is not None and (
-            isinstance(primal_every, bool) or not isinstance(primal_every, (int, np.integer))
-            or primal_every < 1):
-        raise ValueError(f"primal_every must be None or an integer >= 1, got {primal_every!r}")
+    tol = check_positive(tol, "tol")
+    max_iter = check_int(max_iter, "max_iter", 1)
+    primal_every = check_int(primal_every, "primal_every", 1, none=True)
     check_memory(IMPLICIT_BYTES_PER_BIN * workload.n_bins,
                  f"the implicit Gaussian optimum over {workload.n_bins} bins", "use fewer bins")
     t0 = time.perf_counter()
@@ -450,7 +445,7 @@ class ImplicitFactorization(Strategy):
         self._x = ratio / self._c  # diag(A'A), max 1
         self._n_bins = n
         self._n_totals = int(n_totals)
-        self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
+        self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
         self._matrix = None
         self._corner = None

@@ -25,7 +25,8 @@ import scipy.sparse as sp
 
 from ..limits import (INTERVAL_BYTES_PER_BIN, INTERVAL_BYTES_PER_ROW, TREE_BYTES_PER_ROW,
                       check_memory)
-from .base import Strategy, _readonly, check_neighbours, check_norm
+from ..validation import check_int, check_n
+from .base import Strategy, check_neighbours, check_norm, readonly
 
 
 def interval_matrix(lo: np.ndarray, hi: np.ndarray, n_bins: int) -> sp.csr_matrix:
@@ -53,11 +54,11 @@ class IntervalStrategy(Strategy):
 
     def __init__(self, lo, hi, parent, levels, *, n_bins: int, depth, bin_row, name: str):
         self._n_bins = int(n_bins)
-        self._lo = _readonly(np.asarray(lo, dtype=np.int64))
-        self._hi = _readonly(np.asarray(hi, dtype=np.int64))
-        self._parent = _readonly(np.asarray(parent, dtype=np.int64))
-        self._depth = _readonly(np.asarray(depth, dtype=np.int64))
-        self._bin_row = _readonly(np.asarray(bin_row, dtype=np.int64))
+        self._lo = readonly(np.asarray(lo, dtype=np.int64))
+        self._hi = readonly(np.asarray(hi, dtype=np.int64))
+        self._parent = readonly(np.asarray(parent, dtype=np.int64))
+        self._depth = readonly(np.asarray(depth, dtype=np.int64))
+        self._bin_row = readonly(np.asarray(bin_row, dtype=np.int64))
         self._levels = self._check_levels(levels, self._lo.size)
         self.name = name
         self._check_level_zero()
@@ -204,7 +205,7 @@ class LevelUniformTree(IntervalStrategy):
         self.level_sizes = np.concatenate([[1], np.cumprod(self.branching, dtype=np.int64)])
         self.level_widths = self._n_bins // self.level_sizes
         self.level_offsets = np.concatenate([[0], np.cumsum(self.level_sizes)])
-        self._levels = _readonly(
+        self._levels = readonly(
             np.repeat(np.arange(self.height + 1, dtype=np.int32), self.level_sizes))
         self.name = name or "tree(" + ",".join(map(str, self.branching)) + ")"
 
@@ -226,12 +227,12 @@ class LevelUniformTree(IntervalStrategy):
     @cached_property
     def lo(self) -> np.ndarray:
         idx, width = self._node_index()
-        return _readonly(idx * width)
+        return readonly(idx * width)
 
     @cached_property
     def hi(self) -> np.ndarray:
         idx, width = self._node_index()
-        return _readonly((idx + 1) * width)
+        return readonly((idx + 1) * width)
 
     @cached_property
     def parent(self) -> np.ndarray:
@@ -239,7 +240,7 @@ class LevelUniformTree(IntervalStrategy):
         k = np.repeat(np.array((1,) + self.branching, dtype=np.int64), self.level_sizes)
         lvl = self.levels.astype(np.int64)
         off = self.level_offsets[np.maximum(lvl - 1, 0)]
-        return _readonly(np.where(lvl == 0, -1, off + idx // k))
+        return readonly(np.where(lvl == 0, -1, off + idx // k))
 
     @property
     def depth(self) -> np.ndarray:
@@ -247,7 +248,7 @@ class LevelUniformTree(IntervalStrategy):
 
     @cached_property
     def bin_row(self) -> np.ndarray:
-        return _readonly(np.arange(self.n_bins, dtype=np.int64) + self.level_offsets[-2])
+        return readonly(np.arange(self.n_bins, dtype=np.int64) + self.level_offsets[-2])
 
     def level_weights(self, weights: np.ndarray) -> np.ndarray | None:
         """Per-level weight if ``weights`` is constant on every level, else None."""
@@ -290,15 +291,6 @@ def _check_interval_size(rows: int, n: int, what: str) -> None:
                  f"{what} over {n} bins ({rows} rows)", "use fewer bins")
 
 
-def check_n(n) -> int:
-    """n as a number of bins (an integer >= 1; ValueError naming n otherwise)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise ValueError(f"n (number of bins) must be an integer, got {n!r}")
-    if n < 1:
-        raise ValueError(f"n (number of bins) must be >= 1, got {n}")
-    return int(n)
-
-
 def histogram(n) -> Strategy:
     """A = I over n bins: each bin measured once (all rows at level 1; no total row). The
     grid version (a shape (n_1, .., n_d)) is ``strategies.histogram`` (module kronecker)."""
@@ -326,8 +318,7 @@ def prefix_sums(n: int) -> PrefixSums:
 def padded_height(n: int, k: int) -> int:
     """Smallest h with k^h >= n: the height of a k-ary tree over n bins padded to k^h
     (exact integer arithmetic; 0 for n = 1)."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
-        raise ValueError(f"branching factor k must be an integer >= 2, got {k!r}")
+    k = check_int(k, "branching factor k", 2)
     h, size = 0, 1
     while size < n:
         size *= int(k)

@@ -42,8 +42,9 @@ import scipy.sparse as sp
 
 from ..workloads import along_axis as _along
 from ..limits import check_memory
-from .base import Strategy, _readonly, check_neighbours, check_norm
-from .interval import LevelUniformTree, check_n, histogram as _histogram_1d
+from ..validation import check_int, check_n
+from .base import Strategy, check_neighbours, check_norm, readonly
+from .interval import LevelUniformTree, histogram as _histogram_1d
 
 __all__ = ["KroneckerStrategy", "kron", "MAX_MATRIX_CELLS"]
 
@@ -78,9 +79,7 @@ class KroneckerStrategy(Strategy):
         for f in factors:
             if not isinstance(f, Strategy):
                 raise ValueError(f"kron factors must be Strategy objects, got {type(f).__name__}")
-        if (isinstance(n_totals, (bool, np.bool_)) or not isinstance(n_totals, (int, np.integer))
-                or n_totals < 0):
-            raise ValueError(f"n_totals must be an integer >= 0, got {n_totals!r}")
+        n_totals = check_int(n_totals, "n_totals", 0)
         self._factors = factors
         self._shape = tuple(f.n_bins for f in factors)
         self._row_shape = tuple(f.n_rows for f in factors)
@@ -111,7 +110,7 @@ class KroneckerStrategy(Strategy):
         code = np.zeros(1, dtype=np.int64)
         for f, r in zip(self._factors, self._radix):
             code = (code[:, None] * r + f.levels[None, :].astype(np.int64)).ravel()
-        return _readonly(np.concatenate(
+        return readonly(np.concatenate(
             [code.astype(np.int32), np.zeros(self._n_totals, dtype=np.int32)]))
 
     # ------------------------------------------------------------- basics

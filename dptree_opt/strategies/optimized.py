@@ -64,7 +64,8 @@ import scipy.optimize as sopt
 import scipy.sparse as sp
 
 from ..bounds import singular_values
-from ..workloads import Workload
+from ..validation import check_int
+from ..workloads import KroneckerWorkload, Workload
 from .base import Strategy
 from .kronecker import KroneckerStrategy
 
@@ -384,9 +385,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     ``start_error`` is the error of the best start (the result is never worse)."""
     w = check_workload(workload)
     n = w.n_bins
-    p = max(1, n // 16) if p is None else int(p)
-    if p < 1:
-        raise ValueError(f"p must be >= 1, got {p}")
+    p = max(1, n // 16) if p is None else check_int(p, "p", 1)
     t0 = time.perf_counter()
     obj = _PIdentityObjective(w, p)
     rng = np.random.default_rng(seed)
@@ -558,8 +557,6 @@ def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
     p-Identity it is built from (``strategies.optimized``), because it is a strategy
     constructor like ``laplace_p_identity``; ``optimize.optimized_strategy`` is the 1-D
     "best of p-Identity and trees" used by ``compare``."""
-    from ..workloads import KroneckerWorkload
-
     if not isinstance(workload, KroneckerWorkload):
         raise ValueError("kron_p_identity needs a Kronecker workload over a grid "
                          "(workloads.prefix((n1, n2)), workloads.all_range(shape), "
@@ -608,8 +605,6 @@ def kron_gaussian_optimal(workload, *, tol: float = 1e-6,
     the optimum of all strategies for these workloads). ``error`` = prod of the per-axis
     errors (per unit sigma^2, add/remove, N private), ``lower_bound`` = the product of the
     per-axis certified dual bounds (a lower bound for every Kronecker strategy)."""
-    from ..workloads import KroneckerWorkload
-
     if not isinstance(workload, KroneckerWorkload):
         raise ValueError("kron_gaussian_optimal needs a Kronecker workload over a grid; for "
                          "1-D use gaussian_optimal")

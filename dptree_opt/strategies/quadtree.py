@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..limits import check_memory
-from .base import Strategy, _readonly
+from .base import Strategy, readonly
 from .interval import LevelUniformTree
 
 __all__ = ["QuadtreeStrategy", "quadtree"]
@@ -68,7 +68,7 @@ class QuadtreeStrategy(Strategy):
                            zip(self._shape, self._axis_branchings))
         self._tree = LevelUniformTree(self._n_bins, ks)
         self._levels = self._tree.levels
-        self._morton = _readonly(_morton(self._shape, self._axis_branchings))
+        self._morton = readonly(_morton(self._shape, self._axis_branchings))
         self._matrix = None
         self.name = name or ("quadtree " + "x".join(map(str, self._shape)))
 

@@ -132,13 +132,14 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
     l2^2 = max ||m_a||^2 + ||m_b||^2 - 2 m_a'm_b from the integer Gram matrix (BLAS on
     exact integers below 2^53, checked), O(n^2 rows).
 
-    Parameters: ``matrix`` (integer entries, |M_ij| <= 2^40), ``scale_bits`` (s = 2^bits;
-    the strategy measured is A_s = M / s up to the normalisation 2^e), ``source`` (the name
-    of A), ``n_totals``."""
+    Parameters: ``matrix`` (integer entries, |M_ij| <= 2^40; copied), ``scale_bits`` (s =
+    2^bits; the strategy measured is A_s = M / s up to the normalisation 2^e), ``source``
+    (the name of A), ``n_totals``. Its arrays are read-only (the exact sensitivities are
+    computed once and cached: a changed matrix would not be calibrated)."""
 
     def __init__(self, matrix, *, scale_bits: int, source: str, n_totals: int = 0,
                  name: str | None = None):
-        core = sp.csr_matrix(matrix, dtype=float)
+        core = sp.csr_matrix(matrix, dtype=float, copy=True)
         core.sum_duplicates()
         core.eliminate_zeros()
         _check_integral(core.data, "the scaled strategy's entries")
@@ -147,6 +148,10 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
         levels = np.concatenate([np.ones(m, np.int32), np.zeros(int(n_totals), np.int32)])
         super().__init__(sp.vstack(rows, format="csr"), levels,
                          name=name or f"{source} (integer, s = 2^{scale_bits})")
+        for a in (core, self._matrix):  # read-only: the exact sensitivities are cached
+            a.sort_indices()
+            for arr in (a.data, a.indices, a.indptr):
+                arr.flags.writeable = False
         self._core = core
         self._n_core = m
         self._max_entry = float(np.max(np.abs(core.data), initial=0.0))
@@ -176,7 +181,7 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
             cols = (abs(ints) if p == 1 else ints.multiply(ints)).sum(axis=0)
             return int(np.asarray(cols).max())
         if p == 1:              # integer weights: every step of the generic search is exact
-            return int(round(Strategy(a)._swap_loss(np.ones(m), 1)))
+            return int(round(Strategy(a.copy())._swap_loss(np.ones(m), 1)))
         check_memory(16 * m * n, f"the exact swap sensitivity of a {m} x {n} integer strategy",
                      "use add_remove neighbours or fewer bins")
         dense = a.toarray()

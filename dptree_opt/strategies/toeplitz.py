@@ -49,7 +49,8 @@ import numpy as np
 import scipy.fft as sfft
 import scipy.sparse as sp
 
-from .base import Strategy, _readonly
+from ..validation import check_int
+from .base import Strategy, readonly
 
 __all__ = [
     "MAX_GENERAL_L1_SWAP_BINS",
@@ -84,7 +85,7 @@ def check_coefficients(coefficients) -> np.ndarray:
     if a[0] == 0.0:
         raise ValueError("coefficients[0] (the diagonal a_0) must be non-zero: "
                          "otherwise the Toeplitz strategy is singular")
-    return _readonly(a)
+    return readonly(a)
 
 
 def series_multiply(a: np.ndarray, x, n: int | None = None) -> np.ndarray:
@@ -193,15 +194,13 @@ class ToeplitzStrategy(Strategy):
 
     def __init__(self, coefficients, *, n_totals: int = 0, name: str = "toeplitz"):
         a = check_coefficients(coefficients)
-        if (isinstance(n_totals, (bool, np.bool_)) or not isinstance(n_totals, (int, np.integer))
-                or n_totals < 0):
-            raise ValueError(f"n_totals must be an integer >= 0, got {n_totals!r}")
+        n_totals = check_int(n_totals, "n_totals", 0)
         n = int(a.size)
         self._a = a
         self._n_bins = n
         self._n_core = n
         self._n_totals = int(n_totals)
-        self._levels = _readonly(np.concatenate([np.ones(n, dtype=np.int32),
+        self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
         self._matrix = None
         self._inverse = None
@@ -278,7 +277,7 @@ class ToeplitzStrategy(Strategy):
     def inverse_coefficients(self) -> np.ndarray:
         """First column of A^-1 (the power series 1 / a(z) mod z^n), cached. O(n log n)."""
         if self._inverse is None:
-            self._inverse = _readonly(series_inverse(self._a))
+            self._inverse = readonly(series_inverse(self._a))
         return self._inverse
 
     def solve(self, y) -> np.ndarray:
@@ -293,7 +292,7 @@ class ToeplitzStrategy(Strategy):
         """A copy (same class) with one more all-ones row at level 0 (the last row)."""
         new = copy.copy(self)
         new._n_totals = self._n_totals + 1
-        new._levels = _readonly(np.append(self._levels, np.int32(0)).astype(np.int32))
+        new._levels = readonly(np.append(self._levels, np.int32(0)).astype(np.int32))
         new._matrix = None
         return new
 
@@ -345,7 +344,7 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
             raise ValueError(f"row_scale must have shape ({self._n_bins},), got {d.shape}")
         if not np.all(np.isfinite(d)) or np.any(d <= 0):
             raise ValueError("row_scale must be finite and > 0")
-        self._d = _readonly(d)
+        self._d = readonly(d)
 
     @property
     def row_scale(self) -> np.ndarray:

@@ -16,12 +16,11 @@ Engines hold secure noise: they refuse copying and pickling (:mod:`~dptree_opt.s
 
 from __future__ import annotations
 
-from numbers import Integral
-
 import numpy as np
 import scipy.sparse as sp
 
 from ..privacy import EXACT_LIMIT
+from ..validation import check_int
 from .secret import SecretState
 
 __all__ = ["CounterEngine", "StrategyRows", "MAX_VARIANCE_BYTES", "VARIANCE_CHUNK",
@@ -71,9 +70,7 @@ class CounterEngine(SecretState):
         non-negative integer (not a bool), a step within the horizon (``MAX_UNBOUNDED_STEPS``
         when unbounded), and a running count below 2^53 (exact in double); ValueError
         otherwise. Every ``push`` calls it first."""
-        if isinstance(count, (bool, np.bool_)) or not isinstance(count, Integral) or count < 0:
-            raise ValueError(f"count must be a non-negative integer, got {count!r}")
-        count = int(count)
+        count = check_int(count, "count", 0)
         if self.horizon is not None and self.t >= self.horizon:
             raise ValueError(f"the horizon T = {self.horizon} is reached: no more steps")
         if self.horizon is None and self.t >= MAX_UNBOUNDED_STEPS:
@@ -103,12 +100,8 @@ class CounterEngine(SecretState):
             if self.horizon is None:
                 raise ValueError("steps: an unbounded counter needs steps= (how many steps)")
             steps = self.horizon
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or steps < 0 or (self.horizon is not None and steps > self.horizon):
-            where = (">= 0" if self.horizon is None
-                     else f"in [0, horizon = {self.horizon}]")
-            raise ValueError(f"steps must be an integer {where}, got {steps!r}")
-        steps = int(steps)
+        steps = check_int(steps, "steps", 0, self.horizon,
+                          why=None if self.horizon is None else "the horizon")
         need = steps * self.variance_bytes_per_step
         if need > MAX_VARIANCE_BYTES:
             most = MAX_VARIANCE_BYTES // self.variance_bytes_per_step
@@ -127,12 +120,9 @@ class CounterEngine(SecretState):
         ``MAX_STRATEGY_STEPS`` (it builds matrices over the steps); ValueError otherwise."""
         top = MAX_STRATEGY_STEPS if self.horizon is None else min(self.horizon,
                                                                   MAX_STRATEGY_STEPS)
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or not minimum <= steps <= top:
-            raise ValueError(f"steps must be an integer in [{minimum}, {top}] (the horizon, "
-                             f"and at most {MAX_STRATEGY_STEPS}: strategy() builds matrices "
-                             f"over the steps), got {steps!r}")
-        return int(steps)
+        return check_int(steps, "steps", minimum, top,
+                         why=f"the horizon, and at most {MAX_STRATEGY_STEPS}: strategy() "
+                             f"builds matrices over the steps")
 
     def account(self) -> dict:
         """The privacy account: mechanism, noise, total budget, unit (event level), the budget

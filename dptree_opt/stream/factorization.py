@@ -67,6 +67,7 @@ from ..strategies.blt import (
 )
 from ..strategies.factorization import sqrt_coefficients
 from ..strategies.toeplitz import series_multiply, toeplitz
+from ..validation import check_int
 from .base import MAX_STRATEGY_STEPS, CounterEngine, StrategyRows
 from .noise import check_rng, checked_float_gaussian, gaussian_vector
 from .secret import NoiseBuffer
@@ -195,11 +196,7 @@ class ToeplitzEngine(CounterEngine):
     # ------------------------------------------------------------- interface
     def _check_steps(self, steps, minimum: int = 1) -> int:
         """``steps`` for the coefficient functions: an integer in [minimum, horizon]."""
-        if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, Integral) \
-                or not minimum <= steps <= self.horizon:
-            raise ValueError(f"steps must be an integer in [{minimum}, horizon = "
-                             f"{self.horizon}], got {steps!r}")
-        return int(steps)
+        return check_int(steps, "steps", minimum, self.horizon, why="the horizon")
 
     def push(self, count) -> tuple[float, float]:
         """Add the next step's exact count; return (private running count, its exact variance

@@ -99,7 +99,9 @@ from numbers import Integral
 import numpy as np
 import scipy.sparse as sp
 
+from ..data_release.secure_noise import sampler_description
 from ..privacy import check_budget, check_noise, split_budget
+from ..validation import check_int
 from .base import VARIANCE_CHUNK, CounterEngine, StrategyRows
 from .noise import GroupNoise, check_rng, group_variances
 from .tree import digit_variances, from_below_variances, tree_levels
@@ -122,13 +124,6 @@ def check_odd_branching(branching) -> int:
     return int(branching)
 
 
-def _check_horizon(horizon) -> int:
-    if isinstance(horizon, (bool, np.bool_)) or not isinstance(horizon, Integral) \
-            or not 1 <= horizon <= _MAX_HORIZON:
-        raise ValueError(f"horizon must be an integer in [1, 2^40], got {horizon!r}")
-    return int(horizon)
-
-
 def balanced_levels(horizon: int, k: int) -> int:
     """H = min{H >= 1 : (k^H - 1) / 2 >= T}: every t <= T has an H-digit balanced expansion
     (exact integer arithmetic)."""
@@ -142,11 +137,8 @@ def _check_levels(levels, horizon: int, k: int) -> int:
     H = balanced_levels(horizon, k)
     if levels is None:
         return H
-    if isinstance(levels, (bool, np.bool_)) or not isinstance(levels, Integral) \
-            or not 1 <= levels <= H:
-        raise ValueError(f"levels must be None or an integer in [1, {H}] (more than {H} "
-                         f"would add a level no step uses), got {levels!r}")
-    return int(levels)
+    return check_int(levels, "levels", 1, H, none=True,
+                     why=f"more than {H} would add a level no step uses")
 
 
 def _tops(t, k: int, levels: int) -> list:
@@ -229,7 +221,7 @@ class NegativeDigitsEngine(CounterEngine):
 
     def __init__(self, horizon, *, noise: str = "laplace", budget, rng=None, branching=19,
                  level_budgets=None, levels=None):
-        self.horizon = _check_horizon(horizon)
+        self.horizon = check_int(horizon, "horizon", 1, _MAX_HORIZON)
         self.noise = check_noise(noise)
         name = "epsilon" if self.noise == "laplace" else "rho"
         self.budget = check_budget(budget, name)
@@ -312,7 +304,6 @@ class NegativeDigitsEngine(CounterEngine):
         return out
 
     def account(self) -> dict:
-        from ..data_release.secure_noise import sampler_description
         return {
             "mechanism": f"negative_digits: {self.branching}-ary tree with balanced digits "
                          f"(Andersson, Pagh, Steiner, Torkamani, FORC 2025)",
@@ -393,7 +384,7 @@ def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels=None,
     """The mean over t = 1..T of the exact variance of the running count (continuous Laplace,
     budget eps, equal split unless ``level_budgets``, root first): the mechanism's mean
     squared error."""
-    T, k = _check_horizon(T), check_odd_branching(k)
+    T, k = check_int(T, "horizon", 1, _MAX_HORIZON), check_odd_branching(k)
     eps = check_budget(eps, "epsilon")
     H, v = _level_variances(T, k, eps, levels, level_budgets)
     counts = level_node_counts(np.arange(1, T + 1, dtype=np.int64), k, H, T)
@@ -403,7 +394,7 @@ def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels=None,
 def best_levels(T: int, k: int = 19) -> int:
     """The number of levels H (equal split) of least :func:`mean_variance`; H below the
     default makes the top digit free (module docstring)."""
-    H = balanced_levels(_check_horizon(T), check_odd_branching(k))
+    H = balanced_levels(check_int(T, "horizon", 1, _MAX_HORIZON), check_odd_branching(k))
     return min(range(1, H + 1), key=lambda h: mean_variance(T, k, 1.0, levels=h))
 
 

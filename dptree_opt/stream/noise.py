@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+# the releases' samplers (OpenDP's checked integer measurements), looked up when called
+from ..data_release import secure_noise
 from ..mechanism import discrete_variance, discrete_variances
 from ..privacy import calibrate, check_noise_scales
 from .secret import SecretState
@@ -100,10 +102,9 @@ class GroupNoise(SecretState):
                            group_budgets=self.budgets, min_variance=min_variance)
         self.variances = group_variances(noise, self.budgets, self.secure, sens)
         if self.secure:
-            from ..data_release.secure_noise import _opendp_measurement
             self._measurements = [
                 None if not (math.isfinite(s) and s > 0) else
-                _opendp_measurement(noise=noise, scale=s, sensitivity=d, budget=b)
+                secure_noise.opendp_measurement(noise=noise, scale=s, sensitivity=d, budget=b)
                 for s, d, b in zip(self.scales, sens, self.budgets)]
         else:
             self._measurements = None
@@ -126,8 +127,7 @@ class GroupNoise(SecretState):
 def float_gaussian_measurement(sigma: float):
     """OpenDP's float Gaussian measurement of scale ``sigma`` on float vectors (l2 distance):
     an exact discrete Gaussian on a fine dyadic grid, rounded to double (OpenDP docs)."""
-    from ..data_release.secure_noise import _opendp
-    odp = _opendp()
+    odp = secure_noise.opendp_prelude()
     return odp.m.make_gaussian(odp.vector_domain(odp.atom_domain(T=float, nan=False)),
                                odp.l2_distance(T=float), scale=float(sigma))
 

@@ -49,6 +49,7 @@ import scipy.sparse as sp
 
 from ..engines.causal import from_below_variances as _from_below_root_first
 from ..privacy import split_budget
+from ..validation import check_choice
 from .base import VARIANCE_CHUNK, CounterEngine, StrategyRows
 from .noise import GroupNoise
 
@@ -138,8 +139,7 @@ class TreeEngine(CounterEngine):
     def __init__(self, horizon: int, *, noise: str, budget: float, rng=None,
                  mechanism: str = "binary", branching=None, level_budgets=None,
                  estimator: str = "covering"):
-        if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        check_choice(estimator, "estimator", ESTIMATORS)
         k = check_branching(branching, mechanism)
         self.name = mechanism
         self.noise, self.budget, self.horizon = noise, budget, int(horizon)

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..privacy import calibrate
+from ..validation import check_choice, check_real
 from .base import MAX_UNBOUNDED_STEPS, CounterEngine, StrategyRows
 from .noise import GroupNoise, check_group_scales, group_variances
 from .tree import (ESTIMATORS, MIN_VARIANCE, TreeEngine, check_branching, combine,
@@ -69,11 +70,8 @@ class HybridEngine(CounterEngine):
 
     def __init__(self, *, noise: str, budget: float, rng=None, mechanism: str = "binary",
                  branching=None, estimator: str = "covering", split: float = 0.5):
-        if isinstance(split, (bool, np.bool_)) or not isinstance(split, (int, float)) \
-                or not 0 < split < 1:
-            raise ValueError(f"split must be a number in (0, 1), got {split!r}")
-        if estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        split = check_real(split, "split", above=0, below=1)
+        check_choice(estimator, "estimator", ESTIMATORS)
         self.name = f"unbounded {mechanism}"
         self.noise, self.budget, self.horizon = noise, budget, None
         self.branching = check_branching(branching, mechanism)
