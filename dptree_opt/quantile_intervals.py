@@ -48,8 +48,10 @@ the dense covariance).
 
 Critical value: the exact distribution of Z_b, not the normal approximation. Z_b = sum_r a_r z_r
 is a linear combination of the independent row noises with weights a = R' (p_b - q p_{K-1}),
-computed exactly (no simulation): R' p = V^-1 A Cov p (BLUE: R = P Cov A' V^-1; Cov from the
-tree's covariance coefficients, docs/math.md section 3, or the generic GLS solver). Its
+computed exactly (no simulation): R' p = V^-1 A Cov p (BLUE: R = P Cov A' V^-1; Cov p from the
+engines' "covariance" task: the tree's covariance coefficients, docs/math.md section 3; for
+an interval strategy whose every bin is a noisy row, e.g. a tree with a budget per node, the
+BLUE of synthetic answers; otherwise the generic GLS solver). Its
 characteristic function is the product of the rows' characteristic functions:
 
 * discrete Laplace, P(z) ~ exp(-|z| / s):  phi(u) = 1 / (1 + 4 p sin^2(u/2) / (1 - p)^2),
@@ -104,7 +106,8 @@ The critical values and variances depend only on public parameters (mechanism, K
 :func:`calibrate_quantile_tests` computes them before the noise is drawn (cached by the
 mechanism's parameters); :func:`quantile_intervals` itself only does array arithmetic on the
 release and never raises. It costs O(K) per quantile; the calibration ~0.1-3 s (see
-``benchmarks/bench_coverage.py --timing``).
+``benchmarks/bench_coverage.py --timing``), ~10 s for a tree with a budget per node at
+K = 2^16 (225 prefixes; docs/releasing_designs.md section 4).
 
 Noise-only interval. The reported estimate is the quantile of a CDF linear inside bins
 (``queries.quantiles``). With Dhat(x), sd(x) interpolated linearly between the edges (sd
@@ -256,9 +259,10 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
     """Rows r_b of the raw-CDF estimator's noise map: e_b = r_b . z (shape (len(bs), rows)).
 
     r_b = V^-1 A Cov p_b on noisy rows, 0 on exact and unmeasured ones (BLUE: R = P Cov A' V^-1,
-    Cov symmetric, constrained when N is public); Cov p_b from the engine of the strategy
-    (trees: the Haar form, O(K' h) per prefix; otherwise the GLS
-    solver's Cov @ p. b = -1 gives zeros."""
+    Cov symmetric, constrained when N is public); Cov p_b from the registry's "covariance"
+    task (level-uniform trees: the Haar form, O(K' h) per prefix; interval strategies whose
+    every bin is a noisy row, e.g. budgets per node: one O(K') BLUE pass per prefix;
+    otherwise the generic GLS solver's Cov @ p). b = -1 gives zeros."""
     kp = mechanism.n_bins
     var = mechanism.variances
     inv = np.zeros(var.size)

@@ -961,3 +961,89 @@ def test_the_registry_max_is_the_largest_oracle_variance(name, seed, stacked):
         return
     floor = float(np.max(var[np.isfinite(var)], initial=1.0))
     _check_max(got, want, identified, f"{name} seed {seed} ({kind}, stacked {stacked})", floor)
+
+
+# =============================================================================================
+# The "covariance" task of interval strategies with a budget per row
+# =============================================================================================
+def _laminar_with_row_budgets(rng, shape, drop_leaf):
+    """A random small laminar strategy (a level-uniform tree, sometimes with k = 1 levels:
+    duplicated ranges; or a random hierarchy) with random budgets per row: inner rows
+    unmeasured with probability 1/4, every leaf noisy unless ``drop_leaf`` (then one leaf
+    range unmeasured, duplicates included); Laplace or Gaussian, N private or public (the root exact), discrete or
+    not. None when the Mechanism refuses the settings."""
+    if shape == "tree":
+        ks = _branching(rng, 27)
+        strat = S.tree(math.prod(ks), ks)
+    else:
+        strat = S.hierarchy(_random_hierarchy(rng))
+    leaf = (strat.hi - strat.lo) == 1
+    b = rng.uniform(0.3, 1.0, strat.n_rows) * np.where(leaf, 1.0, rng.random(strat.n_rows) > 0.25)
+    if drop_leaf:
+        b[leaf & (strat.lo == strat.lo[rng.choice(np.flatnonzero(leaf))])] = 0.0
+    noise = _pick(rng, ("laplace", "gaussian"))
+    public = _pick(rng, (None, True))
+    if public:
+        b[strat.levels == 0] = 0.0
+    try:  # the sum of all row budgets bounds the loss of every path
+        return Mechanism(strat, noise=noise, neighbours="add_remove", public_total=public,
+                         row_budgets=b, discrete=bool(rng.random() < 0.3),
+                         **_budget(noise, float(b.sum())))
+    except ValueError:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), shape=st.sampled_from(("tree", "hierarchy")),
+       drop_leaf=st.booleans())
+def test_interval_covariance_with_budgets_per_row_is_the_oracle(seed, shape, drop_leaf):
+    """Random small laminar strategies with random budgets per row (the mechanism as given,
+    not normalised: what the quantile calibration asks): when every bin is a noisy row of
+    its own the registry's "covariance" is served by the interval engine (the BLUE of
+    synthetic answers) and equals Cov @ U of the dense oracle (``oracles.constrained_gls``:
+    Cov = coef diag(var) coef'), for a matrix U and a vector u, to RTOL; with a leaf row
+    unmeasured the interval engine refuses it, saying why, and the registry's answer (the
+    generic GLS) still equals the oracle, or is refused when the oracle says the histogram
+    is not identified."""
+    rng = np.random.default_rng(seed)
+    mech = _laminar_with_row_budgets(rng, shape, drop_leaf)
+    if mech is None:
+        return
+    interval = engines.engine_named("interval")
+    why = interval.why_not("covariance", mech, None, "blue")
+    if drop_leaf:
+        assert why is not None and "noisy row of its own" in why, why
+    else:
+        assert why is None and engines.select("covariance", mech).name == "interval"
+    a, var = mech.released.matrix.toarray(), np.asarray(mech.variances, dtype=float)
+    coef, _, identified = constrained_gls(a, var, np.eye(mech.n_bins))
+    u = rng.standard_normal((mech.n_bins, 3))
+    for arg in (u, u[:, 0]):
+        try:
+            got = engines.run("covariance", mech, None, "blue", y=arg)
+        except ValueError:
+            assert drop_leaf and not identified.all()
+            return
+        assert identified.all()
+        want = (coef * np.where(np.isfinite(var), var, 0.0)) @ (coef.T @ arg)
+        scale = max(float(np.abs(want).max()),
+                    float(np.max(var[np.isfinite(var)])) * float(np.abs(arg).max()))
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * scale,
+                                   err_msg=f"seed {seed}, {shape}, drop_leaf {drop_leaf}")
+
+
+def test_interval_covariance_refuses_a_bin_identified_without_a_row_of_its_own():
+    """Tree [3, 3], budgets per row, the leaf row [1, 2) unmeasured: bin 1 is still
+    identified ([0, 3) minus its other children) but has no noisy row of its own, so the
+    interval engine refuses the covariance (the synthetic answers need one) and the generic
+    GLS serves it."""
+    strat = S.tree(9, [3, 3])
+    b = np.full(strat.n_rows, 0.5)
+    b[(strat.lo == 1) & (strat.hi == 2)] = 0.0
+    mech = Mechanism(strat, noise="laplace", neighbours="add_remove", row_budgets=b,
+                     epsilon=float(b.sum()))
+    a, var = strat.matrix.toarray(), np.asarray(mech.variances, dtype=float)
+    assert constrained_gls(a, var, np.eye(9))[2].all()
+    assert "noisy row of its own" in engines.engine_named("interval").why_not(
+        "covariance", mech, None, "blue")
+    assert engines.select("covariance", mech).name == "dense"

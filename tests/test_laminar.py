@@ -10,13 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dptree_opt import Mechanism, expected_error, strategies, workloads
+from dptree_opt import Mechanism, engines, expected_error, strategies, workloads
 from dptree_opt.anchors import opendp_default
-from dptree_opt.engines.interval import interval_blue_errors, laminar_errors
+from dptree_opt.engines.interval import IntervalEngine, interval_blue_errors, laminar_errors
 from dptree_opt.estimation.blue import blue, blue_covariance
 from dptree_opt.engines.haar import is_haar_mechanism
 from dptree_opt.engines.laminar import (SegmentPlan, is_laminar_mechanism, laminar_blue,
                                            laminar_model, point_moments, point_sum_variance)
+from dptree_opt.quantile_intervals import calibrate_quantile_tests
 from dptree_opt.strategies.interval import IntervalStrategy
 
 TOL = 1e-9
@@ -249,6 +250,8 @@ def test_segment_cumsum_matches_python(lengths, reverse):
         cs = np.cumsum(seg)
         want[a:b] = cs[::-1] if reverse else cs
     np.testing.assert_allclose(got, want)
+    two = SegmentPlan(ptr).cumsum(np.stack([vals, -2 * vals]), reverse=reverse)  # (trials, E)
+    np.testing.assert_allclose(two, np.stack([want, -2 * want]))
 
 
 def test_interval_blue_errors_uses_the_bridge_path_at_scale():
@@ -313,3 +316,30 @@ def test_laminar_model_of_any_per_row_variances_equals_dense_gls(branching, seed
     bad[-1] = 0.0
     with pytest.raises(ValueError, match="exact"):
         laminar_model_of(strat, bad)
+
+
+def test_quantile_calibration_of_budgets_per_node_uses_the_interval_covariance(monkeypatch):
+    """The quantile tests' calibration of a tree with a budget per node (discrete Laplace,
+    K = 64: every prefix checked) takes Cov p_b from the registry's "covariance" task, which
+    the interval engine serves (the BLUE of synthetic answers); its critical values equal
+    those computed with the generic GLS's covariance (the interval engine's refused)."""
+    strat = strategies.tree(64, [4, 4, 4])
+    b = np.random.default_rng(7).uniform(0.2, 1.0, strat.n_rows) / 4
+
+    def mech():  # a new object each time: the calibration cache is per mechanism here
+        return Mechanism(strat, noise="laplace", neighbours="add_remove", row_budgets=b,
+                         epsilon=float(b.sum()), discrete=True)
+
+    served = []
+    real = IntervalEngine.covariance
+    monkeypatch.setattr(IntervalEngine, "covariance",
+                        lambda self, m, u: served.append(u.shape) or real(self, m, u))
+    got = calibrate_quantile_tests(mech(), 64, (0.25, 0.5), 0.95)
+    assert served and got.prefixes_checked == 65
+    monkeypatch.setattr(IntervalEngine, "refusal", lambda self, task, *a: (
+        "refused by the test" if task == "covariance" else None))
+    generic = mech()
+    assert engines.select("covariance", generic).name == "dense"
+    want = calibrate_quantile_tests(generic, 64, (0.25, 0.5), 0.95)
+    np.testing.assert_array_equal(got.critical, want.critical)
+    assert np.all(got.critical > 1.96)  # Laplace noise is not normal (module docstring there)

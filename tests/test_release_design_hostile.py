@@ -247,12 +247,13 @@ def test_a_design_that_does_not_estimate_the_cdf_is_refused(opendp_calls):
 
 # --------------------------------------------------------------------- mutation
 def test_a_strategy_changed_after_its_mechanism_was_made_is_refused(opendp_calls):
-    """A hand-built integer strategy whose matrix is multiplied by 1000 (or one of whose
-    entries becomes 5) after the Mechanism was calibrated would have answers that move more
+    """A hand-built integer strategy whose matrix arrays are replaced (x 1000, or one entry
+    made 5; in-place edits are refused at the source: the arrays are read-only) after the
+    Mechanism was calibrated would have answers that move more
     than its noise was calibrated for: refused by the release and the counter (the
     calibration is recomputed from the matrix as it is)."""
-    for mutate in (lambda a: a.data.__imul__(1000.0),
-                   lambda a: a.data.__setitem__(0, 5.0)):
+    for mutate in (lambda a: setattr(a, "data", a.data * 1000.0),
+                   lambda a: setattr(a, "data", np.where(np.arange(a.nnz) == 0, 5.0, a.data))):
         s = strategies.Strategy(sp.vstack([sp.identity(K), np.tril(np.ones((K, K)))]).tocsr())
         m = Mechanism(s, epsilon=1.0)
         mutate(m.released.matrix)

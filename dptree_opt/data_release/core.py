@@ -362,7 +362,7 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
                          ) from None
     edges = spec.bin_edges
     check_quantile_intervals(mech, edges, qs, level, total_public=mech.public_total)
-    # the quantile tests' calibration (minutes for budgets per node at 2^16): only when a
+    # the quantile tests' calibration (about 10 s for budgets per node at 2^16): only when a
     # quantile is asked
     calibration = calibrate_quantile_tests(mech, spec.bins, qs, level) if qs else None
     return _Plan(spec=spec, noise=noise, budget_name=budget_name, budget=budget,
@@ -631,7 +631,7 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
     out_of_range : "error" (default; counts the offending rows) or "clip" (values below lower
         go to the first bin, values >= upper to the last).
     quantiles : probabilities in [0, 1] to report (may be empty: then the quantile tests'
-        calibration, minutes for budgets per node at 2^16 bins, is skipped).
+        calibration, about 10 s for budgets per node at 2^16 bins, is skipped).
     consistency : "l2" (default), "l1" or None (raw only; then no point quantiles).
     budgets : "optimal" (default: the per-level budgets minimising the BLUE's exact CDF error,
         ``optimize``) or "equal".

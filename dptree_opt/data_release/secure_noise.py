@@ -344,10 +344,6 @@ def check_unchanged(mechanism: Mechanism) -> None:
         raise ValueError("design: its strategy's matrix no longer matches the noise it was "
                          "calibrated for (was it changed after the mechanism was made?); "
                          "build the Mechanism again from the strategy as it is")
-    m = released.matrix
-    m.sort_indices()
-    for arr in (m.data, m.indices, m.indptr):
-        arr.flags.writeable = False
 
 
 def largest_answer(strategy, total: int) -> int:

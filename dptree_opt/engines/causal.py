@@ -125,8 +125,7 @@ def completion_steps(strategy) -> np.ndarray:
     if isinstance(strategy, ToeplitzStrategy):  # a_0 != 0 and row scales > 0 (validated)
         return np.concatenate([np.arange(1, n + 1, dtype=np.int64),
                                np.full(strategy.n_totals, n, dtype=np.int64)])
-    a = sp.csr_matrix(strategy.matrix)
-    a.eliminate_zeros()
+    a = strategy.matrix  # canonical, no stored zeros (strategies.base.frozen_csr)
     e = np.zeros(a.shape[0], dtype=np.int64)
     counts = np.diff(a.indptr)
     rows = np.flatnonzero(counts > 0)

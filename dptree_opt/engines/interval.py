@@ -13,7 +13,13 @@ cumulative counts, so the information matrix is a weighted graph Laplacian.
   (e.g. prefix sums: K nested ranges) a sparse LDL' elimination with Takahashi's selected
   inverse in pure Python (~1 s per 10^5 points).
 
-Both are checked against the dense GLS (tests/test_laminar.py, tests/test_compare.py).
+* :class:`IntervalEngine`'s "covariance" task (Cov @ U, what the quantile tests' calibration
+  asks for trees with a budget per node): when every bin is a noisy row of its own, the BLUE
+  of synthetic answers, one O(K) bridge pass per column
+  (:func:`~dptree_opt.engines.laminar.laminar_covariance`, derivation there).
+
+All are checked against the dense GLS (tests/test_laminar.py, tests/test_compare.py,
+tests/test_engine_conformance.py).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from .causal_error import laminar_causal_prefix_variances
 from .covering import (MAX_COVERING_DENSE_BINS, covering_cdf, covering_covariance,
                        covering_moments, covering_range_variances, covering_variances)
 from .haar import haar_blue, haar_model, is_haar_mechanism
-from .laminar import (MAX_DEPTH, is_laminar_mechanism, laminar_blue, laminar_model, point_moments,
-                                  point_sum_variance, range_variances, star_moments)
+from .laminar import (MAX_DEPTH, has_noisy_leaves, is_laminar_mechanism, laminar_blue,
+                      laminar_covariance, laminar_model, point_moments, point_sum_variance,
+                      range_variances, star_moments)
 from ..limits import rescaled
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
@@ -335,13 +342,16 @@ class IntervalEngine(Engine):
     """Interval (laminar) strategies: every row sums a range of bins and any two ranges are
     nested or disjoint (OpenDP's truncated tree, padded or ragged trees, hierarchies, prefix
     sums, the histogram, trees with budgets per row). The BLUE by the bridge recursion
-    (Honaker's passes on any hierarchy), exact errors from the bridge decomposition, the
-    [RTS] covering sums, and the causal prefixes."""
+    (Honaker's passes on any hierarchy), exact errors from the bridge decomposition, Cov @ U
+    when every bin is a noisy row of its own (the BLUE of synthetic answers), the [RTS]
+    covering sums, and the causal prefixes."""
 
     name = "interval"
     structure = "interval (laminar) strategy, any budgets"
     capabilities = _BRIDGE_CAPABILITIES + (
         Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n depth) per trial"),
+        Capability("covariance", "blue", (ANY_WORKLOAD,),
+                   "O(n) per column, every bin a noisy row of its own"),
         Capability("estimate", "covering", (ANY_WORKLOAD,), "O(rows) per trial"),
         Capability("error", "covering", (ANY_WORKLOAD,),
                    "prefix / identity / all_range O(rows); ranges O(nnz) each; else dense, "
@@ -358,6 +368,9 @@ class IntervalEngine(Engine):
     def refusal(self, task, mechanism, workload, estimator):
         if estimator == "blue" and not is_laminar_mechanism(mechanism):
             return ("the bridge recursion needs depth < 256 and no exact row but the total")
+        if task == "covariance" and not has_noisy_leaves(mechanism):
+            return ("the structured covariance needs depth < 256 and every bin measured by "
+                    "a noisy row of its own")
         if estimator == "covering" and task != "estimate":
             structured = (workload.kind in ("prefix", "identity", "ranges", "total")
                           or (workload.kind == "all_range" and task == "error"))
@@ -375,6 +388,10 @@ class IntervalEngine(Engine):
         if estimator == "covering":
             return np.diff(covering_cdf(mechanism, y), axis=-1, prepend=0.0)
         return laminar_blue(mechanism, y)
+
+    def covariance(self, mechanism, u):
+        # the BLUE of the synthetic answers V c, c = u on the leaf rows (laminar_covariance)
+        return laminar_covariance(mechanism, u)
 
     def error(self, mechanism, workload, estimator, per_query, dense=False):
         kind = workload.kind

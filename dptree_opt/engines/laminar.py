@@ -50,7 +50,8 @@ from ..strategies import IntervalStrategy
 
 __all__ = ["Laminar", "SegmentPlan", "laminar_model", "is_laminar_mechanism", "laminar_blue",
            "star_moments", "point_moments", "point_sum_variance", "range_variances",
-           "MAX_DEPTH"]
+           "has_noisy_leaves", "laminar_covariance", "MAX_DEPTH",
+           "COVARIANCE_BLOCK"]
 
 # The passes loop over depths in Python (each step vectorised over the depth's nodes); a
 # hierarchy deeper than this uses the generic paths, except prefix sums (every range starts
@@ -63,7 +64,9 @@ class SegmentPlan:
 
     Runs are grouped by length class (powers of two) into padded 2-D gathers (padding reads
     a zero appended at position E), so every sum is local to its run: no cancellation
-    against a global cumulative sum. O(E) per call."""
+    against a global cumulative sum. A gather is laid out (offset in the run, run), so the
+    cumulative sum runs over the short axis with the runs contiguous (numpy adds whole rows;
+    along a last axis of length 2-8 it is ~2x slower). O(E) per call."""
 
     def __init__(self, ptr: np.ndarray):
         ptr = np.asarray(ptr, dtype=np.int64)
@@ -79,11 +82,10 @@ class SegmentPlan:
             sel = cls == c
             st, ln = starts[sel], lengths[sel]
             offs = np.arange(1 << int(c))
-            valid = offs[None, :] < ln[:, None]
-            fwd = np.where(valid, st[:, None] + offs[None, :], self.size)
-            rev = np.where(valid, st[:, None] + ln[:, None] - 1 - offs[None, :], self.size)
-            keep_flat = np.flatnonzero(valid.ravel())
-            self.blocks.append((fwd, rev, keep_flat))
+            valid = offs[:, None] < ln[None, :]                      # (offset, run)
+            fwd = np.where(valid, st[None, :] + offs[:, None], self.size)
+            rev = np.where(valid, st[None, :] + ln[None, :] - 1 - offs[:, None], self.size)
+            self.blocks.append((fwd, rev, valid, fwd[valid], rev[valid]))
 
     def cumsum(self, values: np.ndarray, reverse: bool = False) -> np.ndarray:
         """Inclusive cumulative sums of ``values`` (shape (..., E)) within each run (from the
@@ -92,10 +94,10 @@ class SegmentPlan:
         lead = values.shape[:-1]
         ext = np.concatenate([values, np.zeros(lead + (1,))], axis=-1)
         out = np.zeros_like(values)
-        for fwd, rev, keep_flat in self.blocks:
-            idx = rev if reverse else fwd
-            cs = np.cumsum(ext[..., idx], axis=-1).reshape(lead + (-1,))
-            out[..., idx.ravel()[keep_flat]] = cs[..., keep_flat]
+        for fwd, rev, valid, fwd_at, rev_at in self.blocks:
+            g = ext[..., rev if reverse else fwd]                    # (..., offset, run)
+            np.cumsum(g, axis=-2, out=g)
+            out[..., rev_at if reverse else fwd_at] = g[..., valid]
         return out
 
 
@@ -500,12 +502,24 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
         raise ValueError("the strategy cannot identify the histogram (singular system): "
                          f"{int(np.sum(~np.isfinite(mom.bin_var)))} bins are not determined "
                          "by the measured ranges")
-    T = Y.shape[0]
-    mnodes = lam.n_nodes
     rows = np.flatnonzero((lam.row_node >= 0) & (lam.row_w > 0))
     agg = sp.csr_matrix((lam.row_w[rows], (lam.row_node[rows], rows)),
-                        shape=(mnodes, m_rows))              # w_v y_v = sum of w_r y_r
+                        shape=(lam.n_nodes, m_rows))         # w_v y_v = sum of w_r y_r
     wy = np.asarray((agg @ Y.T).T)
+    top = Y[:, np.flatnonzero(lam.exact_rows)[0]] if lam.root_exact else None
+    x = _bridge_solve(lam, wy, top)
+    out = np.diff(x, axis=1)
+    return out[0] if single else out
+
+
+def _bridge_solve(lam: Laminar, wy: np.ndarray, top: np.ndarray | None) -> np.ndarray:
+    """The BLUE's two passes from the nodes' weighted answers ``wy`` (shape (T, nodes): w_v y_v
+    = sum of y_r / v_r over the node's noisy rows) and ``top`` (shape (T,): the exact total,
+    when the root is exact; else None): the cumulative counts x_0..x_K', shape (T, K' + 1).
+    Bottom-up z_v = (w_v y_v + Z_v / R_v) / g_v, then top-down interpolation along every chain
+    (module docstring). O(K) numpy per row of wy."""
+    T = wy.shape[0]
+    mnodes = lam.n_nodes
     z = np.zeros((T, mnodes))
     E = lam.ent_pt.size
     sc = lam.seg_child
@@ -523,10 +537,7 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
         gv = lam.cond[ns]
         z[:, ns] = np.where(gv > 0, (wy[:, ns] + Z * inv_r) / np.where(gv > 0, gv, 1.0), 0.0)
     x = np.zeros((T, lam.n_points))
-    if lam.root_exact:
-        x[:, -1] = Y[:, np.flatnonzero(lam.exact_rows)[0]]
-    else:
-        x[:, -1] = z[:, 0]
+    x[:, -1] = z[:, 0] if top is None else top
     zseg = np.zeros((T, E))  # segment estimates z_c (0 on gaps and last entries)
     zseg[:, sc >= 0] = z[:, sc[sc >= 0]]
     shifted = np.zeros((T, E))
@@ -546,8 +557,75 @@ def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
         x[:, lam.ent_pt[e]] = np.where(
             bridge, xa + before[:, e] + t * (xb - xa - total[:, e]),
             np.where(a_side, xa + before[:, e], xb - after[:, e]))
-    out = np.diff(x, axis=1)
-    return out[0] if single else out
+    return x
+
+
+def _leaf_nodes(lam: Laminar) -> np.ndarray | None:
+    """The node of each bin's range [b, b + 1) (shape (K',)) when every bin is measured by a
+    noisy row of its own (a leaf node of positive weight), else None. O(nodes)."""
+    kp = lam.n_points - 1
+    leaf = (lam.hi - lam.lo == 1) & (lam.w > 0)
+    node = np.full(kp, -1, np.int64)
+    node[lam.lo[leaf]] = np.flatnonzero(leaf)
+    return node if np.all(node >= 0) else None
+
+
+def has_noisy_leaves(mechanism: Mechanism) -> bool:
+    """Whether :func:`laminar_covariance` applies: the bridge decomposition applies (depth
+    < MAX_DEPTH, only the total exact) and every bin is a noisy row of its own."""
+    if not is_laminar_mechanism(mechanism):
+        return False
+    strat = mechanism.released
+    if int(strat.depth.max(initial=0)) >= MAX_DEPTH:
+        return False
+    var = np.asarray(mechanism.variances)
+    single = (strat.hi - strat.lo == 1) & np.isfinite(var) & (var > 0)
+    return bool(np.all(np.bincount(strat.lo[single], minlength=strat.n_bins) > 0))
+
+
+# columns of U per bridge pass: at most this many (column, chain entry) pairs (8 MiB per
+# (columns, entries) array of the pass)
+COVARIANCE_BLOCK = 1 << 20
+
+
+def laminar_covariance(mechanism: Mechanism, u) -> np.ndarray:
+    """Cov @ u for the BLUE of an interval strategy in which every bin is a noisy row of its
+    own (:func:`has_noisy_leaves`), u of shape (K',) or (K', m): one BLUE pass per column,
+    O(K) numpy each, columns in blocks (no matrix is formed).
+
+    Derivation (docs/math.md section 2 for the BLUE). Let N be the noisy rows (V_N their
+    variances), E the exact rows (at most the total), M = A_N' V_N^-1 A_N. The BLUE from
+    answers y_N, y_E = e is x_hat = G A_N' V_N^-1 y_N + H e with
+    G = M^-1 - M^-1 E' S^-1 E M^-1, S = E M^-1 E', H = M^-1 E' S^-1 (G = M^-1 without exact
+    rows), and its covariance is G M G = G (E G = 0). Hence for any c with A_N' c = u, the
+    BLUE of the synthetic answers y_N = V_N c, e = 0 is G A_N' c = G u = Cov u. Such a c exists
+    for every u exactly when the noisy rows alone have rank K'; it is explicit when every bin
+    b is a noisy row [b, b + 1) of its own: c = u_b on that row (one per bin), 0 elsewhere,
+    so A_N' c = sum_b u_b e_b = u (and M >= diag(1 / v_b) is positive definite). That is the
+    condition here; nothing else is needed: the other rows may be nested or disjoint ranges
+    with any variances, unmeasured, or an exact total. In the bridge passes, which read the answers only through w_v y_v (the sum of
+    y_r / v_r over a node's rows), the synthetic answers are w_v y_v = u_b on the node
+    [b, b + 1) and 0 on every other node; the exact total is 0."""
+    lam = laminar_model(mechanism)
+    node = _leaf_nodes(lam)
+    if node is None:
+        raise ValueError("the laminar covariance needs every bin measured by a noisy row of "
+                         "its own")
+    kp = lam.n_points - 1
+    u = np.asarray(u, dtype=float)
+    if u.ndim not in (1, 2) or u.shape[0] != kp or not np.all(np.isfinite(u)):
+        raise ValueError(f"u must be finite with shape ({kp},) or ({kp}, m), got shape "
+                         f"{u.shape}")
+    cols = u.reshape(kp, -1)
+    out = np.empty_like(cols)
+    step = max(1, COVARIANCE_BLOCK // max(lam.ent_pt.size, lam.n_nodes, 1))
+    for j in range(0, cols.shape[1], step):   # a block of columns per pass, O(K) each
+        blk = cols[:, j:j + step].T                              # (T, K')
+        wy = np.zeros((blk.shape[0], lam.n_nodes))
+        wy[:, node] = blk                                        # w_v y_v = u_b on [b, b+1)
+        top = np.zeros(blk.shape[0]) if lam.root_exact else None
+        out[:, j:j + step] = np.diff(_bridge_solve(lam, wy, top), axis=1).T
+    return out.reshape(u.shape)
 
 
 def range_variances(lam: Laminar, lo, hi, chunk: int = 1 << 16) -> np.ndarray:

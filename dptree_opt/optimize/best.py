@@ -18,17 +18,12 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   one bracket (l1 sensitivity 1), Laplace variance 2 (1 / 0.5)^2 = 8 per bracket, and the
   noisy brackets are their own BLUE.
 * ``tree_equal`` / ``tree_optimal``: the best level-uniform tree for the BLUE, equal or
-  optimal per-level budgets (``optimize.level_uniform``, ``optimal_blue_budgets``). The
-  identity workload at any K: no level-uniform tree, with any per-level budgets, beats the
-  histogram. With level variances v_l the information matrix is G = sum_l P_l / v_l (P_l:
-  a block of ones per node), tr P_l = K, so tr G^-1 >= K^2 / tr G = K / sum_l (1 / v_l),
-  and sum_l 1 / v_l <= 1 / v_hist because the level budgets add up (Laplace:
-  sum eps_l^2 <= (sum eps_l)^2; Gaussian: sum rho_l = rho; same sensitivity per level); with
-  N public the same holds on 1-perp (tr Z'P_l Z = K - w_l <= K - 1). ``tree_optimal`` is
-  therefore the finest tree with every budget on the leaves. ``tree_equal`` searches only
-  the heights that can beat the flat tree (K): the K - K / k_h Haar vectors under the last
-  split are eigenvectors of G with eigenvalue 1 / v_h (every coarser level sums them to
-  0), so a tree of height h has error >= (K / 2) v_h, v_h its equal-budget leaf variance.
+  optimal per-level budgets (``optimize.level_uniform``, ``optimal_blue_budgets``). On the
+  identity workload (docs/math.md section 4, "the identity workload: two bounds on tree
+  errors"): no level-uniform tree, with any per-level budgets, beats the histogram, so
+  ``tree_optimal`` is the finest tree with every budget on its leaves; and a tree of height
+  h has error >= (K / 2) v_h (v_h its leaf variance), so ``tree_equal`` scores only the
+  heights where that bound, at equal budgets, does not exceed the flat tree's error.
   Custom ranges with more than ``MAX_WORKLOAD_SEARCH_TREES`` trees: the shortest trees up
   to that count (not exhaustive; ``method`` says so).
 * ``node_budgets``: a budget per node on the finest tree of K (``optimal_node_budgets``;
@@ -341,10 +336,9 @@ def _equal_leaf_variance(p: _Problem, h: int) -> float:
 
 def _identity_heights(p: _Problem, flat_error: float) -> int:
     """The tallest height an unpadded equal-budget tree can have and still beat the flat
-    tree (K) on the identity workload: the K - K / k_h leaf-level Haar vectors are
-    eigenvectors of the information matrix with eigenvalue 1 / v_h (module docstring), so a
-    height-h tree has error >= (K / 2) v_h; heights where that exceeds ``flat_error`` are
-    not searched."""
+    tree (K) on the identity workload: a height-h tree has error >= (K / 2) v_h, v_h its
+    leaf variance (docs/math.md section 4), so heights where that exceeds ``flat_error``
+    are not searched."""
     tallest = len(finest_refinement((p.n,)))
     return max([1] + [h for h in range(2, tallest + 1)
                       if p.n / 2 * _equal_leaf_variance(p, h) <= flat_error * (1 + 1e-9)])
@@ -397,8 +391,8 @@ def _tree_optimal_applies(p: _Problem) -> str | None:
 def _tree_optimal(p: _Problem):
     w = p.workload
     if w.kind == "identity":
-        # no tree with any per-level budgets beats the histogram (module docstring), which
-        # is the finest tree with every budget on its leaves
+        # no tree with any per-level budgets beats the histogram (docs/math.md section 4),
+        # which is the finest tree with every budget on its leaves
         d = optimal_blue_budgets(finest_refinement((p.n,)), p.budget, noise=p.noise,
                                  neighbours=p.neighbours, workload="identity")
         return [_tree_design_candidate(d, "optimize.optimal_blue_budgets on the finest tree "

@@ -45,13 +45,35 @@ def frozen_copy(a) -> np.ndarray:
     return readonly(np.array(a, copy=True))
 
 
+def frozen_csr(matrix, *, copy: bool = True) -> sp.csr_matrix:
+    """``matrix`` (array-like or scipy.sparse, shape (m, n)) as the CSR float64 matrix a
+    strategy exposes: canonical (indices sorted within rows, no duplicate entries, no stored
+    zeros) and read-only (``data``, ``indices`` and ``indptr`` not writeable), so it cannot
+    be edited behind the sensitivities and engine caches computed from it. Canonical form
+    also makes scipy's in-place ``sort_indices`` / ``sum_duplicates`` no-ops on it.
+    ``copy=False`` freezes the arrays of a CSR float64 matrix the caller has just built and
+    owns (no copy); the default copies a sparse input, so a caller's own matrix is neither
+    frozen nor shared. O(nnz)."""
+    a = sp.csr_matrix(matrix, dtype=float, copy=copy and sp.issparse(matrix))
+    arrays = (a.data, a.indices, a.indptr)
+    if not (a.has_canonical_format and np.all(a.data != 0)):
+        if not all(x.flags.writeable for x in arrays):
+            a = a.copy()
+        a.sum_duplicates()
+        a.eliminate_zeros()
+    for x in (a.data, a.indices, a.indptr):
+        x.flags.writeable = False
+    return a
+
+
 class Strategy:
     """A strategy matrix A (rows = measured queries, columns = bins) with budget levels.
 
     Parameters
     ----------
     matrix : array-like or scipy.sparse matrix, shape (m, n)
-        The measured linear queries. Stored as CSR float64.
+        The measured linear queries. Stored as a canonical, read-only CSR float64 copy
+        (:func:`frozen_csr`).
     levels : array-like of int, shape (m,), optional
         The budget group of each row. Level 0 is reserved for total rows (all ones): under
         swap neighbours they are released exactly. Default: every row at level 1.
@@ -64,9 +86,7 @@ class Strategy:
     max_matrix_bins: int | None = None
 
     def __init__(self, matrix, levels=None, *, name: str = "custom"):
-        a = sp.csr_matrix(matrix, dtype=float)
-        a.sum_duplicates()
-        a.eliminate_zeros()
+        a = frozen_csr(matrix)
         if a.shape[0] < 1 or a.shape[1] < 1:
             raise ValueError(f"matrix must have at least one row and one column, got {a.shape}")
         if not np.all(np.isfinite(a.data)):
@@ -102,7 +122,8 @@ class Strategy:
 
     @property
     def matrix(self) -> sp.csr_matrix:
-        """A as scipy.sparse CSR, shape (n_rows, n_bins)."""
+        """A as scipy.sparse CSR, shape (n_rows, n_bins): canonical and read-only
+        (:func:`frozen_csr`); copy it (``.copy()``) to edit, then build a new strategy."""
         return self._matrix
 
     @property

@@ -386,7 +386,7 @@ class BLTStrategy(ToeplitzStrategy):
     c_i = sum_j omega_j theta_j^(i-1) and whose inverse coefficients come from the O(n d)
     buffer recurrence instead of Newton's series inverse.
 
-    Attributes: ``theta``, ``omega`` (copies), ``buffers``, ``objective`` (what the parameters
+    Attributes: ``theta``, ``omega`` (read-only), ``buffers``, ``objective`` (what the parameters
     were optimised for, None when given), ``loss(objective)`` (per unit sigma^2)."""
 
     def __init__(self, theta, omega, n: int, *, objective: str | None = None,
@@ -400,13 +400,13 @@ class BLTStrategy(ToeplitzStrategy):
 
     @property
     def theta(self) -> np.ndarray:
-        """The buffer decays theta_j (a copy)."""
-        return self._theta.copy()
+        """The buffer decays theta_j (read-only)."""
+        return self._theta
 
     @property
     def omega(self) -> np.ndarray:
-        """The output scales omega_j (a copy)."""
-        return self._omega.copy()
+        """The output scales omega_j (read-only)."""
+        return self._omega
 
     @property
     def buffers(self) -> int:

@@ -41,7 +41,7 @@ import scipy.sparse as sp
 
 from ..limits import check_memory
 from ..validation import check_n
-from .base import Strategy, check_neighbours, check_norm, readonly
+from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
 
 __all__ = ["haar", "haar_matrix", "haar_sensitivity", "HaarStrategy", "MAX_MATRIX_BINS"]
 
@@ -114,7 +114,8 @@ class HaarStrategy(Strategy):
 
     @property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR (n log n + n nonzeros), built on first request; n <= MAX_MATRIX_BINS."""
+        """A as CSR (n log n + n nonzeros; canonical, read-only), built on first request;
+        n <= MAX_MATRIX_BINS."""
         if self._matrix is None:
             if self._n_bins > MAX_MATRIX_BINS:
                 raise ValueError(f"the Haar matrix has n log n nonzeros: refused for "
@@ -122,7 +123,7 @@ class HaarStrategy(Strategy):
                                  "the structured paths)")
             rows = [haar_matrix(self._n_bins)]
             rows += [sp.csr_matrix(np.ones((1, self._n_bins)))] * self._n_totals
-            self._matrix = sp.vstack(rows, format="csr")
+            self._matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
         return self._matrix
 
     def __repr__(self) -> str:

@@ -41,7 +41,7 @@ from .._progress import Progress
 from ..limits import check_memory
 from ..validation import check_int, check_positive
 from ..workloads import Workload
-from .base import Strategy, readonly
+from .base import Strategy, frozen_csr, readonly
 from .optimized import dual_start
 
 __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
@@ -413,7 +413,7 @@ class ImplicitFactorization(Strategy):
     def __init__(self, ga, gb, gdiag, d, *, normalise: bool = True, n_totals: int = 0,
                  workload_kind: str = "prefix", name: str = "implicit optimum", _diag_s=None,
                  _diag_error: float = 0.0, _moments=None, _weights=None):
-        d = np.asarray(d, dtype=float)
+        d = readonly(np.array(d, dtype=float))  # a copy: the caller's array stays its own
         n = d.size
         if d.ndim != 1 or n < 1 or not np.all(np.isfinite(d)) or np.any(d <= 0):
             raise ValueError("d must be a positive finite vector")
@@ -442,7 +442,7 @@ class ImplicitFactorization(Strategy):
         self._e = e
         ratio = s_diag / (e * e)
         self._c = float(ratio.max())
-        self._x = ratio / self._c  # diag(A'A), max 1
+        self._x = readonly(ratio / self._c)  # diag(A'A), max 1
         self._n_bins = n
         self._n_totals = int(n_totals)
         self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
@@ -457,8 +457,8 @@ class ImplicitFactorization(Strategy):
     # ------------------------------------------------------------- basics
     @property
     def dual_point(self) -> np.ndarray:
-        """The dual point d (a copy)."""
-        return self._d.copy()
+        """The dual point d (read-only)."""
+        return self._d
 
     @property
     def scale(self) -> float:
@@ -467,8 +467,8 @@ class ImplicitFactorization(Strategy):
 
     @property
     def column_norms_squared(self) -> np.ndarray:
-        """diag(A'A) (<= 1, max 1)."""
-        return self._x.copy()
+        """diag(A'A) (<= 1, max 1; read-only)."""
+        return self._x
 
     @property
     def n_totals(self) -> int:
@@ -533,12 +533,13 @@ class ImplicitFactorization(Strategy):
 
     @property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR (dense n x n), from n applications; n <= 2048 only."""
+        """A as CSR (dense n x n; canonical, read-only), from n applications; n <= 2048
+        only."""
         if self._matrix is None:
             if self._n_bins > MAX_MATRIX_BINS:
                 raise ValueError(f"the implicit optimum's explicit matrix is dense: refused for "
                                  f"{self._n_bins} > {MAX_MATRIX_BINS} bins")
-            self._matrix = sp.csr_matrix(self.apply(np.eye(self._n_bins)))
+            self._matrix = frozen_csr(self.apply(np.eye(self._n_bins)))
         return self._matrix
 
     def moments(self) -> dict:

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from ..limits import (INTERVAL_BYTES_PER_BIN, INTERVAL_BYTES_PER_ROW, TREE_BYTES_PER_ROW,
                       check_memory)
 from ..validation import check_int, check_n
-from .base import Strategy, check_neighbours, check_norm, readonly
+from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
 
 
 def interval_matrix(lo: np.ndarray, hi: np.ndarray, n_bins: int) -> sp.csr_matrix:
@@ -54,11 +54,12 @@ class IntervalStrategy(Strategy):
 
     def __init__(self, lo, hi, parent, levels, *, n_bins: int, depth, bin_row, name: str):
         self._n_bins = int(n_bins)
-        self._lo = readonly(np.asarray(lo, dtype=np.int64))
-        self._hi = readonly(np.asarray(hi, dtype=np.int64))
-        self._parent = readonly(np.asarray(parent, dtype=np.int64))
-        self._depth = readonly(np.asarray(depth, dtype=np.int64))
-        self._bin_row = readonly(np.asarray(bin_row, dtype=np.int64))
+        # copies: a caller's arrays are neither frozen nor shared
+        self._lo = readonly(np.array(lo, dtype=np.int64))
+        self._hi = readonly(np.array(hi, dtype=np.int64))
+        self._parent = readonly(np.array(parent, dtype=np.int64))
+        self._depth = readonly(np.array(depth, dtype=np.int64))
+        self._bin_row = readonly(np.array(bin_row, dtype=np.int64))
         self._levels = self._check_levels(levels, self._lo.size)
         self.name = name
         self._check_level_zero()
@@ -91,14 +92,15 @@ class IntervalStrategy(Strategy):
 
     @cached_property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR, built on first use from the ranges (size checked first: one nonzero
-        per bin of every row, e.g. n (n + 1) / 2 for the prefix sums)."""
+        """A as CSR (canonical, read-only), built on first use from the ranges (size
+        checked first: one nonzero per bin of every row, e.g. n (n + 1) / 2 for the prefix
+        sums)."""
         nnz = int(np.sum(self.hi - self.lo, dtype=np.int64))
         check_memory(16 * nnz + 8 * self.n_rows, f"the explicit matrix of {self.name!r} "
                      f"({self.n_rows} rows, {nnz} nonzeros)",
                      "use the structured paths (apply, sensitivity, the estimators), which "
                      "need no matrix, or fewer bins")
-        return interval_matrix(self.lo, self.hi, self.n_bins)
+        return frozen_csr(interval_matrix(self.lo, self.hi, self.n_bins), copy=False)
 
     def total_row_mask(self) -> np.ndarray:
         """Rows whose range is every bin (the total N)."""
@@ -202,9 +204,10 @@ class LevelUniformTree(IntervalStrategy):
             rows += size
         check_memory(rows * TREE_BYTES_PER_ROW, f"a level-uniform tree over {n_bins} bins "
                      f"({rows} rows)", "use fewer bins")
-        self.level_sizes = np.concatenate([[1], np.cumprod(self.branching, dtype=np.int64)])
-        self.level_widths = self._n_bins // self.level_sizes
-        self.level_offsets = np.concatenate([[0], np.cumsum(self.level_sizes)])
+        self.level_sizes = readonly(np.concatenate([[1], np.cumprod(self.branching,
+                                                                     dtype=np.int64)]))
+        self.level_widths = readonly(self._n_bins // self.level_sizes)
+        self.level_offsets = readonly(np.concatenate([[0], np.cumsum(self.level_sizes)]))
         self._levels = readonly(
             np.repeat(np.arange(self.height + 1, dtype=np.int32), self.level_sizes))
         self.name = name or "tree(" + ",".join(map(str, self.branching)) + ")"
@@ -244,7 +247,7 @@ class LevelUniformTree(IntervalStrategy):
 
     @property
     def depth(self) -> np.ndarray:
-        return self.levels.astype(np.int64)
+        return readonly(self.levels.astype(np.int64))
 
     @cached_property
     def bin_row(self) -> np.ndarray:

@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from ..workloads import along_axis as _along
 from ..limits import check_memory
 from ..validation import check_int, check_n
-from .base import Strategy, check_neighbours, check_norm, readonly
+from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
 from .interval import LevelUniformTree, histogram as _histogram_1d
 
 __all__ = ["KroneckerStrategy", "kron", "MAX_MATRIX_CELLS"]
@@ -139,7 +139,8 @@ class KroneckerStrategy(Strategy):
 
     @cached_property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR (``scipy.sparse.kron`` of the factors), up to 8192 cells only."""
+        """A as CSR (``scipy.sparse.kron`` of the factors; canonical, read-only), up to
+        8192 cells only."""
         if self._n_bins > MAX_MATRIX_CELLS:
             raise ValueError(f"the Kronecker strategy's explicit matrix is refused for "
                              f"{self._n_bins} > {MAX_MATRIX_CELLS} cells (use apply / rmatvec "
@@ -148,10 +149,7 @@ class KroneckerStrategy(Strategy):
         for f in self._factors[1:]:
             m = sp.kron(m, f.matrix, format="csr")
         rows = [m] + [sp.csr_matrix(np.ones((1, self._n_bins)))] * self._n_totals
-        out = sp.vstack(rows, format="csr")
-        out.sum_duplicates()
-        out.eliminate_zeros()
-        return out
+        return frozen_csr(sp.vstack(rows, format="csr"), copy=False)
 
     def __repr__(self) -> str:
         shape = " x ".join(map(str, self._shape))

@@ -225,7 +225,7 @@ class _GaussianProblem:
 
 def _dense_strategy(r: np.ndarray, name: str) -> Strategy:
     r = np.where(np.abs(r) > 1e-15 * np.abs(r).max(), r, 0.0)
-    return Strategy(sp.csr_matrix(r), name=name)
+    return Strategy(r, name=name)  # from the dense array: no second copy of its CSR
 
 
 def dual_start(workload: Workload, d0=None) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..limits import check_memory
-from .base import Strategy, readonly
+from .base import Strategy, frozen_csr, readonly
 from .interval import LevelUniformTree
 
 __all__ = ["QuadtreeStrategy", "quadtree"]
@@ -95,13 +95,13 @@ class QuadtreeStrategy(Strategy):
     @property
     def matrix(self) -> sp.csr_matrix:
         """A = the Morton tree's matrix with its columns in row-major cell order (up to
-        MAX_MATRIX_CELLS cells)."""
+        MAX_MATRIX_CELLS cells; canonical, read-only)."""
         if self._matrix is None:
             if self._n_bins > MAX_MATRIX_CELLS:
                 raise ValueError(f"the quadtree's explicit matrix is refused for "
                                  f"{self._n_bins} > {MAX_MATRIX_CELLS} cells (use apply / "
                                  "rmatvec and the structured paths)")
-            self._matrix = self._tree.matrix[:, self._morton].tocsr()
+            self._matrix = frozen_csr(self._tree.matrix[:, self._morton], copy=False)
         return self._matrix
 
     def total_row_mask(self) -> np.ndarray:

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from .. import workloads
 from ..limits import check_memory
-from .base import Strategy, check_neighbours, check_norm
+from .base import Strategy, check_neighbours, check_norm, frozen_csr
 from .haar import HaarStrategy
 from .implicit_optimum import ImplicitFactorization
 from .interval import IntervalStrategy
@@ -139,20 +139,14 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
 
     def __init__(self, matrix, *, scale_bits: int, source: str, n_totals: int = 0,
                  name: str | None = None):
-        core = sp.csr_matrix(matrix, dtype=float, copy=True)
-        core.sum_duplicates()
-        core.eliminate_zeros()
+        core = frozen_csr(matrix)  # a canonical, read-only copy
         _check_integral(core.data, "the scaled strategy's entries")
         m, n = core.shape
         rows = [core] + [sp.csr_matrix(np.ones((1, n)))] * int(n_totals)
         levels = np.concatenate([np.ones(m, np.int32), np.zeros(int(n_totals), np.int32)])
         super().__init__(sp.vstack(rows, format="csr"), levels,
                          name=name or f"{source} (integer, s = 2^{scale_bits})")
-        for a in (core, self._matrix):  # read-only: the exact sensitivities are cached
-            a.sort_indices()
-            for arr in (a.data, a.indices, a.indptr):
-                arr.flags.writeable = False
-        self._core = core
+        self._core = core  # read-only, as the matrix: the exact sensitivities are cached
         self._n_core = m
         self._max_entry = float(np.max(np.abs(core.data), initial=0.0))
         self.scale_bits = int(scale_bits)

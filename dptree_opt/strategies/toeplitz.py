@@ -50,7 +50,7 @@ import scipy.fft as sfft
 import scipy.sparse as sp
 
 from ..validation import check_int
-from .base import Strategy, readonly
+from .base import Strategy, frozen_csr, readonly
 
 __all__ = [
     "MAX_GENERAL_L1_SWAP_BINS",
@@ -209,8 +209,8 @@ class ToeplitzStrategy(Strategy):
     # ------------------------------------------------------------- basics
     @property
     def coefficients(self) -> np.ndarray:
-        """a_0..a_(n-1), the first column (a copy)."""
-        return self._a.copy()
+        """a_0..a_(n-1), the first column (read-only)."""
+        return self._a
 
     @property
     def n_totals(self) -> int:
@@ -219,7 +219,8 @@ class ToeplitzStrategy(Strategy):
 
     @property
     def matrix(self) -> sp.csr_matrix:
-        """A as CSR (n(n+1)/2 nonzeros at most), built on first request; n <= 8192 only."""
+        """A as CSR (n(n+1)/2 nonzeros at most; canonical, read-only), built on first
+        request; n <= 8192 only."""
         if self._matrix is None:
             n = self._n_bins
             if n > MAX_MATRIX_BINS:
@@ -231,9 +232,7 @@ class ToeplitzStrategy(Strategy):
             keep = vals != 0
             core = sp.csr_matrix((vals[keep], (i[keep], j[keep])), shape=(n, n))
             rows = [core] + [sp.csr_matrix(np.ones((1, n)))] * self._n_totals
-            m = sp.vstack(rows, format="csr")
-            m.sum_duplicates()
-            self._matrix = m
+            self._matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
         return self._matrix
 
     def __repr__(self) -> str:
@@ -348,15 +347,17 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
 
     @property
     def row_scale(self) -> np.ndarray:
-        """d_0..d_(n-1), the row scaling (a copy)."""
-        return self._d.copy()
+        """d_0..d_(n-1), the row scaling (read-only)."""
+        return self._d
 
     @property
     def matrix(self) -> sp.csr_matrix:
-        """D T(a) as CSR (with the totals), built on request; n <= MAX_MATRIX_BINS."""
+        """D T(a) as CSR (with the totals; canonical, read-only), built on request;
+        n <= MAX_MATRIX_BINS."""
         if self._matrix is None:
             plain = ToeplitzStrategy.matrix.fget(self)  # T(a) and the totals
-            self._matrix = sp.csr_matrix(sp.diags(self._scale_column(1)) @ plain)
+            self._matrix = frozen_csr(sp.csr_matrix(sp.diags(self._scale_column(1)) @ plain),
+                                      copy=False)
         return self._matrix
 
     def __repr__(self) -> str:
