@@ -1,10 +1,18 @@
 """Shared fixtures: spies on the secure samplers, traps on numpy noise."""
 
+import os
+
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from dptree_opt.data_release import secure_noise as sn
 from dptree_opt.stream import noise as stream_noise
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # the workers (one per core, `-n auto`) share the cores: one BLAS thread each
+    threadpool_limits(limits=1, user_api="blas")
 
 
 class OpenDPLog:
