@@ -181,7 +181,8 @@ def test_search_equals_brute_force_without_padding(estimator):
 def test_search_equals_brute_force_many_k(estimator):
     for K in range(2, 81):
         brute = brute_force(K, estimator)
-        found = table(level_uniform(K, 1.0, estimator=estimator, top=6))
+        found = table(level_uniform(K, 1.0, estimator=estimator, top=6, neighbours="swap",
+                                    budgets="equal"))  # brute_force's setting
         assert found[0][0] == pytest.approx(brute[0][0], rel=1e-9)
         assert_same_ranking(found, minimal_padding(brute, K))
 
