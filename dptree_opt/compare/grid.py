@@ -53,9 +53,9 @@ from ..limits import COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, check_count, che
 from ..mechanism import Mechanism
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import MAX_GRID_AXIS, bound_note, lower_bounds
-from .protocol import (best_row, ALL_FAMILIES, BudgetSetting, Candidate,
-                       NotAvailable, RowRegistry, WorkloadError, family_candidate, format_number, row_dict, run_rows,
-                       sort_key)
+from .protocol import (BudgetSetting, Candidate, NotAvailable, RowRegistry, WorkloadError,
+                       family_candidate, format_number, register_front_door_rows, row_dict,
+                       run_rows, sort_key)
 
 __all__ = ["GRID_WORKLOADS", "GRID_ROWS", "GridSetting", "GridComparison", "compare_grid",
            "parse_shape", "check_cells", "format_table", "GRID_FRONT_DOOR_FAMILIES",
@@ -268,15 +268,8 @@ _FAMILY_ROWS = (
      "optima (strategies.kron_gaussian_optimal), the best Kronecker strategy with one noise "
      "scale; Gaussian noise only", ("kron_gaussian_optimum",)),
 )
-for _key, _label, _what, _fams in _FAMILY_ROWS:
-    GRID_ROWS.register(_key, _label, _what, families=_fams)(_families_row(*_fams))
-
-
-for _wl in GRID_WORKLOADS:
-    GRID_ROWS.register(f"best_{_wl}", f"best for {_COLUMN[_wl]} (front door)",
-                       f"optimize.best_mechanism on the grid {_wl} workload: the best of every "
-                       "grid family that applies, on every column",
-                       families=ALL_FAMILIES)(best_row(_wl, _COLUMN[_wl]))
+register_front_door_rows(GRID_ROWS, _FAMILY_ROWS, _families_row, GRID_WORKLOADS, _COLUMN,
+                         "grid ")
 
 
 # ------------------------------------------------------------------ ektelo's plans

@@ -40,9 +40,9 @@ from .. import anchors, optimize, strategies
 from ..limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import bound_note, lower_bounds
-from .protocol import (best_row, ALL_FAMILIES, WORKLOADS, BudgetSetting, Candidate, NotAvailable,
-                       RowRegistry, family_candidate, row_dict,
-                       run_rows, sort_key)
+from .protocol import (WORKLOADS, BudgetSetting, Candidate, NotAvailable, RowRegistry,
+                       family_candidate, register_front_door_rows, row_dict, run_rows,
+                       sort_key)
 
 __all__ = ["Setting", "Comparison", "ROWS", "register_row", "compare", "check_bins",
            "FRONT_DOOR_FAMILIES", "MAX_DENSE_BINS", "MAX_OPTIMIZED_BINS",
@@ -342,15 +342,7 @@ _FAMILY_ROWS = (
      "front door family workload: the workload's own rows measured with one noise scale "
      "(distinct rows; more queries than bins: n/a)", ("workload",)),
 )
-for _key, _label, _what, _fams in _FAMILY_ROWS:
-    ROWS.register(_key, _label, _what, families=_fams)(_families_row(*_fams))
-
-
-for _wl in WORKLOADS:
-    ROWS.register(f"best_{_wl}", f"best for {_COLUMN[_wl]} (front door)",
-                  f"optimize.best_mechanism on the {_wl} workload: the best of every family "
-                  "that applies (ranked by the exact BLUE error), on every column",
-                  families=ALL_FAMILIES)(best_row(_wl, _COLUMN[_wl]))
+register_front_door_rows(ROWS, _FAMILY_ROWS, _families_row, WORKLOADS, _COLUMN, "")
 
 
 # ------------------------------------------------------------------ compare

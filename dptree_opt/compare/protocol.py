@@ -58,7 +58,7 @@ from ..privacy import resolve_public
 __all__ = ["best_row", "WORKLOADS", "format_number", "BudgetSetting", "WorkloadError", "Candidate",
            "NotAvailable", "RowSpec", "RowRegistry", "CompareRow", "row_errors",
            "run_rows", "sort_key", "row_dict", "front_door", "family_candidate",
-           "design_candidate", "short_name", "ALL_FAMILIES", "MAX_ALL_RANGE_MAX_BINS"]
+           "design_candidate", "register_front_door_rows", "short_name", "ALL_FAMILIES", "MAX_ALL_RANGE_MAX_BINS"]
 
 WORKLOADS = ("cdf", "identity", "all_range")
 # per-query all-range variances in 1-D (K (K + 1) / 2 of them)
@@ -375,6 +375,21 @@ def best_row(wl: str, column: str):
         cand = design_candidate(d, s, f"; searched {d.seconds:.3g} s")
         return replace(cand, label=f"best for {column}: {d.family}")
     return build
+
+
+def register_front_door_rows(registry, family_rows, families_row, workloads, columns: dict,
+                             domain: str) -> None:
+    """Register in ``registry`` one row per optimised family (``family_rows``: (key, label,
+    what, families) entries, built by ``families_row(*families)``) and one "best for <column>"
+    row per workload (:func:`best_row`); ``domain`` ("" or "grid ") names the setting in the
+    rows' descriptions. 1-D and grid comparisons register their front-door rows this way."""
+    for key, label, what, fams in family_rows:
+        registry.register(key, label, what, families=fams)(families_row(*fams))
+    for wl in workloads:
+        registry.register(f"best_{wl}", f"best for {columns[wl]} (front door)",
+                          f"optimize.best_mechanism on the {domain}{wl} workload: the best of "
+                          "every family that applies (ranked by the exact BLUE error), on every "
+                          "column", families=ALL_FAMILIES)(best_row(wl, columns[wl]))
 
 
 def family_candidate(setting, cache: dict, families: tuple, time_limit: float,
