@@ -54,7 +54,7 @@ from ..mechanism import Mechanism
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import MAX_GRID_AXIS, bound_note, lower_bounds
 from .protocol import (BudgetSetting, Candidate, NotAvailable, RowRegistry, WorkloadError,
-                       family_candidate, format_number, register_front_door_rows, row_dict,
+                       format_number, register_front_door_rows, row_dict,
                        run_rows, sort_key)
 
 __all__ = ["GRID_WORKLOADS", "GRID_ROWS", "GridSetting", "GridComparison", "compare_grid",
@@ -246,13 +246,6 @@ def _front_door_families(s: GridSetting) -> tuple[tuple, dict]:
     return GRID_FRONT_DOOR_FAMILIES, {}
 
 
-def _families_row(*wanted: str):
-    def build(s: GridSetting, cache: dict) -> Candidate:
-        excluded = _front_door_families(s)[1]
-        return family_candidate(s, cache, cache["families"], s.time_limit, wanted, excluded)
-    return build
-
-
 _FAMILY_ROWS = (
     ("best_hierarchy", "best grid hierarchy, optimal budgets",
      "front door families grid_kron_trees / grid_quadtree per workload: optimize."
@@ -268,8 +261,8 @@ _FAMILY_ROWS = (
      "optima (strategies.kron_gaussian_optimal), the best Kronecker strategy with one noise "
      "scale; Gaussian noise only", ("kron_gaussian_optimum",)),
 )
-register_front_door_rows(GRID_ROWS, _FAMILY_ROWS, _families_row, GRID_WORKLOADS, _COLUMN,
-                         "grid ")
+register_front_door_rows(GRID_ROWS, _FAMILY_ROWS, _front_door_families, GRID_WORKLOADS,
+                         _COLUMN, "grid ")
 
 
 # ------------------------------------------------------------------ ektelo's plans

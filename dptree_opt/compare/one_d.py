@@ -41,7 +41,7 @@ from ..limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import bound_note, lower_bounds
 from .protocol import (WORKLOADS, BudgetSetting, Candidate, NotAvailable, RowRegistry,
-                       family_candidate, register_front_door_rows, row_dict, run_rows,
+                       register_front_door_rows, row_dict, run_rows,
                        sort_key)
 
 __all__ = ["Setting", "Comparison", "ROWS", "register_row", "compare", "check_bins",
@@ -312,14 +312,6 @@ def _front_door_families(s: Setting) -> tuple[tuple, dict]:
     return FRONT_DOOR_FAMILIES, {}
 
 
-def _families_row(*wanted: str):
-    """A builder: the row of the front-door families ``wanted``, per workload column."""
-    def build(s: Setting, cache) -> Candidate:
-        excluded = _front_door_families(s)[1]
-        return family_candidate(s, cache, cache["families"], s.time_limit, wanted, excluded)
-    return build
-
-
 _FAMILY_ROWS = (
     ("best_blue_equal", "best tree, BLUE, equal budgets",
      "front door family tree_equal per workload: the exact search for the BLUE "
@@ -342,7 +334,8 @@ _FAMILY_ROWS = (
      "front door family workload: the workload's own rows measured with one noise scale "
      "(distinct rows; more queries than bins: n/a)", ("workload",)),
 )
-register_front_door_rows(ROWS, _FAMILY_ROWS, _families_row, WORKLOADS, _COLUMN, "")
+register_front_door_rows(ROWS, _FAMILY_ROWS, _front_door_families, WORKLOADS, _COLUMN,
+                         "")
 
 
 # ------------------------------------------------------------------ compare

@@ -377,14 +377,22 @@ def best_row(wl: str, column: str):
     return build
 
 
-def register_front_door_rows(registry, family_rows, families_row, workloads, columns: dict,
-                             domain: str) -> None:
+def register_front_door_rows(registry, family_rows, front_door_families, workloads,
+                             columns: dict, domain: str) -> None:
     """Register in ``registry`` one row per optimised family (``family_rows``: (key, label,
-    what, families) entries, built by ``families_row(*families)``) and one "best for <column>"
-    row per workload (:func:`best_row`); ``domain`` ("" or "grid ") names the setting in the
-    rows' descriptions. 1-D and grid comparisons register their front-door rows this way."""
+    what, families) entries; each row is :func:`family_candidate` of those families, without
+    the ones ``front_door_families(setting)[1]`` excludes for the setting) and one "best for
+    <column>" row per workload (:func:`best_row`); ``domain`` ("" or "grid ") names the
+    setting in the rows' descriptions. 1-D and grid comparisons register their front-door
+    rows this way."""
+    def families_row(wanted):
+        def build(s, cache) -> Candidate:
+            excluded = front_door_families(s)[1]
+            return family_candidate(s, cache, cache["families"], s.time_limit, wanted, excluded)
+        return build
+
     for key, label, what, fams in family_rows:
-        registry.register(key, label, what, families=fams)(families_row(*fams))
+        registry.register(key, label, what, families=fams)(families_row(fams))
     for wl in workloads:
         registry.register(f"best_{wl}", f"best for {columns[wl]} (front door)",
                           f"optimize.best_mechanism on the {domain}{wl} workload: the best of "
