@@ -5,7 +5,7 @@ Readers: ``io.read_csv_column`` (pyarrow's ``read_csv`` on blocks cut by us, at 
 sizes), pyarrow's streaming ``pyarrow.csv.open_csv`` (which reads ahead of a slower consumer:
 see its memory), and DuckDB's ``read_csv`` (embedded; fetched with ``to_arrow_reader`` and
 binned by the same numpy code, and, for reference, binned and counted inside DuckDB by the
-README's SQL recipe). Each reader runs in a fresh subprocess, so its peak RSS (``ru_maxrss``,
+SQL the duckdb adapter generates from the ``BinSpec``). Each reader runs in a fresh subprocess, so its peak RSS (``ru_maxrss``,
 minus the RSS after imports) is its own. Prints a markdown table.
 
 Usage: ``python benchmarks/bench_reader.py [--rows 10000000] [--repeat 3] [--quick]``.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -31,7 +30,7 @@ READERS = {
     "io-64MiB": "`io.read_csv_column`, 64 MiB blocks",
     "open_csv-16MiB": "pyarrow streaming `open_csv`, 16 MiB blocks",
     "duckdb": "DuckDB `read_csv`, Arrow reader (2^20 rows), binned in numpy",
-    "duckdb-sql": "DuckDB `read_csv`, binned and counted in SQL (README recipe)",
+    "duckdb-sql": "DuckDB `read_csv`, binned and counted in SQL (generated SQL)",
 }
 
 
@@ -50,16 +49,11 @@ def write_csv(path: str, rows: int) -> None:
                 "note": pa.array(np.where(rng.random(n) < 0.5, "a,b", "c"))}))
 
 
-def _readme_sql() -> str:
-    readme = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
-    with open(readme, encoding="utf-8") as f:
-        return re.search(r"```sql\n(.*?)```", f.read(), re.S).group(1)
-
-
 def child(reader: str, path: str) -> dict:
     """Run one reader once in this (fresh) process: seconds, rows, peak RSS increase (MB)."""
     from dptree_opt.data_release import BinSpec
     from dptree_opt.data_release.io import read_csv_column
+    from dptree_opt.data_release.sources.duckdb_source import tally_sql
     import duckdb  # noqa: F401  (imported before the baseline, like pyarrow)
     import pyarrow  # noqa: F401
     spec = BinSpec(LOWER, UPPER, BINS)
@@ -87,16 +81,11 @@ def child(reader: str, path: str) -> dict:
             values = batch.column(0).to_numpy()
             hist += np.bincount(spec.bin_index(values), minlength=BINS)
     else:
-        sql = _readme_sql()
-        sql = sql.replace("read_csv('incomes.csv')", f"read_csv('{path}', header = true)")
-        sql = sql.replace("income", "value").replace("'counts.csv'", "'/dev/null'")
-        sql = re.sub(r"CAST\('0' AS DOUBLE\) AS L, CAST\('500000' AS DOUBLE\) AS U, "
-                     r"CAST\('1000' AS DOUBLE\) AS K",
-                     f"CAST('{LOWER!r}' AS DOUBLE) AS L, CAST('{UPPER!r}' AS DOUBLE) AS U, "
-                     f"CAST('{BINS}' AS DOUBLE) AS K", sql)
-        sql = sql.replace("COPY (", "").rsplit(") TO", 1)[0]
-        counts = duckdb.connect().execute(sql).fetchnumpy()
-        hist[counts["bin"].astype(np.int64)] = counts["count"]
+        quoted = path.replace("'", "''")
+        sql = tally_sql(spec, ["value"], ["DOUBLE"], f"read_csv('{quoted}', header = true)")
+        c = duckdb.connect().execute(sql).fetchnumpy()
+        ok = c["p"] == 0
+        np.add.at(hist, c["cell"][ok].astype(np.int64), c["n"][ok])
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"seconds": seconds, "rows": int(hist.sum()), "rss_mb": (peak - base) / 1024,

@@ -25,10 +25,11 @@ from .estimation import (
 from .mechanism import Mechanism
 from .pipeline import PrivateCDF, cdf_from_measurements, private_cdf
 # the real-data release path lives in dptree_opt.data_release (binning, io, secure_noise)
-from .data_release import GridRelease, Release, release, release_file
+from .data_release import GridRelease, Release, load_release, release, release_file
 from . import engines, optimize
 from . import anchors, compare  # noqa: E402  (after Mechanism / error: they build on them)
 from . import stream  # noqa: E402
+from . import opendp  # noqa: E402  (OpenDP itself loads only when a measurement is built)
 
 __version__ = "0.1.0"
 
@@ -53,6 +54,8 @@ __all__ = [
     "covering_cdf",
     "covering_variances",
     "expected_error",
+    "load_release",
+    "opendp",
     "monte_carlo_error",
     "private_cdf",
     "queries",

@@ -44,9 +44,11 @@ given noise and budget, the units of ``expected_error(..., per_query=False)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
 from .limits import at_budget
 from .privacy import check_neighbours, check_noise, resolve_budget, resolve_public
@@ -77,7 +79,7 @@ def all_range_singular_values(n: int) -> np.ndarray:
     return math.sqrt(n + 1.0) / (2.0 * np.sin(j * np.pi / (2.0 * (n + 1))))
 
 
-def _as_workload(workload, n=None) -> Workload:
+def _as_workload(workload: Workload | str, n: int | None = None) -> Workload:
     if isinstance(workload, Workload):
         if n is not None and n != workload.n_bins:
             raise ValueError(f"n={n} does not match the workload's {workload.n_bins} bins")
@@ -152,7 +154,7 @@ def _projected_nuclear_quadrature(kind: str, n: int, nodes_per_efold: float = 3.
     ab[0, 1:], ab[1], ab[2, :-1] = off, d, off
     g = float(u @ solve_banded((1, 1), ab, u))  # u'Gu: G^-1 x = u
 
-    def ratio(t2):                               # t^2 B / A by one banded solve
+    def ratio(t2: float) -> float:               # t^2 B / A by one banded solve
         ab[0, 1:], ab[1], ab[2, :-1] = t2 * off, 1.0 + t2 * d, t2 * off
         w = solve_banded((1, 1), ab, z)
         return t2 * float(w @ w) / float(u @ w)
@@ -161,7 +163,8 @@ def _projected_nuclear_quadrature(kind: str, n: int, nodes_per_efold: float = 3.
         ratio, g, float(lam.min()), float(lam.max()), nodes_per_efold, margin)
 
 
-def projection_quadrature(ratio, g: float, lam_min: float, lam_max: float,
+def projection_quadrature(ratio: Callable[[float], float], g: float, lam_min: float,
+                          lam_max: float,
                           nodes_per_efold: float = 3.0, margin: float = 8.0) -> float:
     """(2 / pi) int_0^inf (t^2 B(t) / A(t) - 1) dt, the change of tr(G^1/2) when G is
     compressed to 1-perp (``_projected_nuclear_quadrature``'s identity), from ``ratio(t^2)``
@@ -198,7 +201,7 @@ def _sqrt_eigs(ev: np.ndarray) -> np.ndarray:
     return np.sqrt(np.where(ev > 1e-12 * top, ev, 0.0))
 
 
-def singular_values(workload, n=None) -> np.ndarray:
+def singular_values(workload: Workload | str, n: int | None = None) -> npt.NDArray[np.float64]:
     """Singular values of W (descending): closed forms for prefix / identity / total /
     all-range, else
     sqrt(eig(W'W)) from the dense Gram (n <= MAX_DENSE_BINS, O(n^3))."""
@@ -216,7 +219,8 @@ def singular_values(workload, n=None) -> np.ndarray:
     return _sqrt_eigs(np.linalg.eigvalsh(w.gram_dense())[::-1])
 
 
-def svd_bound(workload, n=None, *, neighbours: str = "add_remove", public_total=None) -> float:
+def svd_bound(workload: Workload | str, n: int | None = None, *,
+              neighbours: str = "add_remove", public_total: bool | None = None) -> float:
     """Lower bound on the total squared error of every Gaussian matrix mechanism with noise
     variance 1 per unit l2 sensitivity (sigma^2 = 1, i.e. rho = 1/2 zCDP).
 
@@ -241,8 +245,9 @@ def svd_bound(workload, n=None, *, neighbours: str = "add_remove", public_total=
     return nuc**2 / k if neighbours == "add_remove" else 2.0 * nuc**2 / (k - 1)
 
 
-def error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
-                      neighbours: str = "add_remove", public_total=None, n=None) -> float:
+def error_lower_bound(workload: Workload | str, *, noise: str, epsilon: float | None = None,
+                      rho: float | None = None, neighbours: str = "add_remove",
+                      public_total: bool | None = None, n: int | None = None) -> float:
     """``svd_bound`` in counts^2 for a noise and budget: the units of
     ``expected_error(workload, mechanism, per_query=False)`` (so error / bound >= 1).
 

@@ -13,6 +13,7 @@ import math
 from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .limits import TINY, at_budget
 
@@ -25,20 +26,20 @@ __all__ = [
 ]
 
 
-def _positive(value, name: str) -> float:
+def _positive(value: float, name: str) -> float:
     value = float(value)
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
     return value
 
 
-def _bins(n_bins) -> int:
+def _bins(n_bins: float) -> int:
     if int(n_bins) != n_bins or n_bins < 1:
         raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
     return int(n_bins)
 
 
-def _per_records(value: float, n_records) -> float:
+def _per_records(value: float, n_records: float) -> float:
     """value / N^2, ValueError when a positive value leaves the normal doubles."""
     n = _positive(n_records, "n_records")
     out = value / n / n
@@ -67,7 +68,7 @@ def lemma_iii_2(n_bins: int, epsilon: float, n_records: float = 1.0) -> float:
     return _per_records(at_budget(4.0 * k * (k - 1), "laplace", eps), n_records)
 
 
-def covering_error_from_variances(branching: Sequence[int], level_variances: Sequence[float],
+def covering_error_from_variances(branching: Sequence[int], level_variances: ArrayLike,
                                   n_records: float = 1.0) -> float:
     """Covering-estimator error of a level-uniform tree from per-node variances v_1..v_h.
 
@@ -83,26 +84,26 @@ def covering_error_from_variances(branching: Sequence[int], level_variances: Seq
     return _per_records(0.5 * k * float(np.sum((ks - 1) * v)), n_records)
 
 
-def theorem_iv_1(branching: Sequence[int], level_epsilons: Sequence[float],
+def theorem_iv_1(branching: Sequence[int], level_epsilons: ArrayLike,
                  n_records: float = 1.0) -> float:
     """Level-uniform tree, Laplace, covering estimator ([RTS] Theorem IV.1):
     error (4K / N^2) sum_l (k_l - 1) / eps_l^2 (node noise Lap(2/eps_l), variance 8/eps_l^2)."""
     eps = np.asarray(level_epsilons, dtype=float)
     if np.any(~np.isfinite(eps)) or np.any(eps <= 0):
-        raise ValueError(f"level_epsilons must be finite and > 0, got {list(level_epsilons)}")
+        raise ValueError(f"level_epsilons must be finite and > 0, got {eps.tolist()}")
     top = float(eps.max())  # at budgets eps / top (<= 1), restated at top
     unit = covering_error_from_variances(branching, 8.0 / (eps / top) ** 2)
     return _per_records(at_budget(unit, "laplace", top), n_records)
 
 
-def theorem_iv_1_gaussian(branching: Sequence[int], level_rhos: Sequence[float],
+def theorem_iv_1_gaussian(branching: Sequence[int], level_rhos: ArrayLike,
                           n_records: float = 1.0) -> float:
     """Gaussian analogue of Theorem IV.1 (docs/math.md section 1): swap l2 sensitivity of a level
     is sqrt(2), so sigma_l^2 = 2 / (2 rho_l) = 1 / rho_l and the error is
     (K / (2 N^2)) sum_l (k_l - 1) sigma_l^2."""
     rho = np.asarray(level_rhos, dtype=float)
     if np.any(~np.isfinite(rho)) or np.any(rho <= 0):
-        raise ValueError(f"level_rhos must be finite and > 0, got {list(level_rhos)}")
+        raise ValueError(f"level_rhos must be finite and > 0, got {rho.tolist()}")
     top = float(rho.max())  # at budgets rho / top (<= 1), restated at top
     unit = covering_error_from_variances(branching, 1.0 / (rho / top))
     return _per_records(at_budget(unit, "gaussian", top), n_records)

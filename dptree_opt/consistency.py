@@ -76,8 +76,15 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 from scipy.optimize import isotonic_regression
+
+if TYPE_CHECKING:
+    from .strategies import Strategy
 
 __all__ = [
     "METRICS",
@@ -95,9 +102,13 @@ METHODS = ("fast", "trellis")
 # The trellis stores one back-pointer per (stage, grid value): at most this many bytes.
 TRELLIS_MAX_BYTES = 256 * 2**20
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+#: projected counts: int64 with ``integer=True``, float64 otherwise
+_Counts: TypeAlias = "npt.NDArray[np.int64] | npt.NDArray[np.float64]"
+
 
 # ----------------------------------------------------------------------------- validation
-def _check_vector(x, name: str) -> np.ndarray:
+def _check_vector(x: ArrayLike, name: str) -> npt.NDArray[np.float64]:
     try:
         a = np.asarray(x)
     except Exception:  # noqa: BLE001 - any conversion failure is bad input
@@ -113,7 +124,7 @@ def _check_vector(x, name: str) -> np.ndarray:
     return a
 
 
-def _check_count(value, name: str) -> int | None:
+def _check_count(value: object, name: str) -> int | None:
     """A non-negative integer (int or integer-valued float) or None."""
     if value is None:
         return None
@@ -121,14 +132,15 @@ def _check_count(value, name: str) -> int | None:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     if not math.isfinite(float(value)) or float(value) != round(float(value)):
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if value < 0:
+    x = float(value)    # an integer (checked above): as exact as the comparisons need
+    if x < 0:
         raise ValueError(f"{name} must be non-negative, got {value!r}")
-    if value >= 2**53:
+    if x >= 2**53:
         raise ValueError(f"{name} must be below 2^53 (exact in float64), got {value!r}")
-    return int(value)
+    return int(x)
 
 
-def _check_weights(weights, k: int) -> np.ndarray | None:
+def _check_weights(weights: ArrayLike | None, k: int) -> npt.NDArray[np.float64] | None:
     if weights is None:
         return None
     w = _check_vector(weights, "weights")
@@ -139,7 +151,7 @@ def _check_weights(weights, k: int) -> np.ndarray | None:
     return w
 
 
-def _check_options(metric, integer, method=None) -> None:
+def _check_options(metric: str, integer: object, method: str | None = None) -> None:
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     if not isinstance(integer, (bool, np.bool_)):
@@ -148,11 +160,12 @@ def _check_options(metric, integer, method=None) -> None:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
 
-def _loss(metric: str, d: np.ndarray) -> np.ndarray:
+def _loss(metric: str, d: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return d * d if metric == "l2" else np.abs(d)
 
 
-def objective(c, cumulative_counts, metric: str = "l2", weights=None) -> float:
+def objective(c: ArrayLike, cumulative_counts: ArrayLike, metric: str = "l2",
+              weights: ArrayLike | None = None) -> float:
     """The (Oc) objective sum_t w_t g(c_t - C~_t) (g = d^2 for "l2", |d| for "l1")."""
     _check_options(metric, True)
     y = _check_vector(cumulative_counts, "cumulative_counts")
@@ -164,7 +177,8 @@ def objective(c, cumulative_counts, metric: str = "l2", weights=None) -> float:
     return float(np.sum(loss if w is None else w * loss))
 
 
-def is_consistent(c, total=None, integer: bool = True, atol: float = 0.0) -> bool:
+def is_consistent(c: ArrayLike, total: int | None = None, integer: bool = True,
+                  atol: float = 0.0) -> bool:
     """Whether c satisfies every constraint of (Oc): 0 <= c_1 <= ... <= c_K (<= total, and
     c_K == total when given), integer entries when ``integer``; ``atol`` loosens the
     inequalities for real vectors."""
@@ -180,14 +194,14 @@ def is_consistent(c, total=None, integer: bool = True, atol: float = 0.0) -> boo
 
 
 # ----------------------------------------------------------------------------- fast methods
-def _pava_l2(y, w, upper, integer):
+def _pava_l2(y: _F, w: _F | None, upper: float | None, integer: bool) -> _Counts:
     """Weighted isotonic regression, clipped to [0, upper], rounded for integers (exact)."""
     x = isotonic_regression(y, weights=w, increasing=True).x  # O(K) PAVA
     np.clip(x, 0.0, np.inf if upper is None else float(upper), out=x)
     return np.rint(x).astype(np.int64) if integer else x
 
 
-def _candidates(y, upper, integer):
+def _candidates(y: _F, upper: float | None, integer: bool) -> _F:
     """A sorted finite set that contains the values of an optimal solution (l1)."""
     hi = np.inf if upper is None else float(upper)
     if integer:
@@ -199,7 +213,7 @@ def _candidates(y, upper, integer):
     return np.unique(np.concatenate([np.clip(cand, 0.0, hi), extra]))
 
 
-def _unit_steps(metric, a, b, y_seg):
+def _unit_steps(metric: str, a: _F, b: _F, y_seg: _F) -> _F:
     """(g(b - y) - g(a - y)) / (b - a) for a < b, in closed form (no cancellation when b - a
     is tiny next to |y|): l2: a + b - 2 y; l1: clip((a + b - 2 y) / (b - a), -1, 1) (-1 for
     y >= b, +1 for y <= a). Dividing by b - a > 0 scales one segment's threshold problem (same
@@ -213,7 +227,7 @@ def _unit_steps(metric, a, b, y_seg):
     return g
 
 
-def _partition(y, w, cand, metric):
+def _partition(y: _F, w: _F | None, cand: _F, metric: str) -> _F:
     """Exact isotonic regression with values in ``cand`` (sorted, unique) by partitioning.
 
     State: a partition of 0..K-1 into segments [start, end), each with a candidate index range
@@ -260,9 +274,9 @@ def _partition(y, w, cand, metric):
     return np.repeat(cand[seg_lo], np.diff(np.append(starts, k)))
 
 
-def _fast(y, w, upper, metric, integer):
+def _fast(y: _F, w: _F | None, upper: float | None, metric: str, integer: bool) -> _Counts:
     if y.size == 0:
-        return np.zeros(0, dtype=np.int64 if integer else np.float64)
+        return np.zeros(0, dtype=np.int64) if integer else np.zeros(0)
     if metric == "l2":
         return _pava_l2(y, w, upper, integer)
     x = _partition(y, w, _candidates(y, upper, integer), "l1")
@@ -270,7 +284,8 @@ def _fast(y, w, upper, metric, integer):
 
 
 # ----------------------------------------------------------------------------- trellis
-def _trellis(y, w, grid_max: int, metric: str, max_bytes: int):
+def _trellis(y: _F, w: _F | None, grid_max: int, metric: str,
+             max_bytes: int) -> npt.NDArray[np.int64]:
     """[RTS] Sec. VI-2 trellis DP over the integer grid 0..grid_max (eqs. (8)-(10))."""
     n = y.size
     if n == 0:
@@ -302,9 +317,11 @@ def _trellis(y, w, grid_max: int, metric: str, max_bytes: int):
 
 
 # ----------------------------------------------------------------------------- public API
-def project_cdf(cumulative_counts, total=None, metric: str = "l2", integer: bool = True,
-                method: str = "fast", weights=None, *, upper=None,
-                trellis_max_bytes: int | None = None) -> np.ndarray:
+def project_cdf(cumulative_counts: ArrayLike, total: int | None = None,
+                metric: Literal["l2", "l1"] = "l2", integer: bool = True,
+                method: Literal["fast", "trellis"] = "fast", weights: ArrayLike | None = None,
+                *, upper: int | None = None,
+                trellis_max_bytes: int | None = None) -> _Counts:
     """Optimal consistent cumulative counts closest to a noisy estimate ([RTS] problem (Oc)).
 
     Parameters
@@ -357,6 +374,7 @@ def project_cdf(cumulative_counts, total=None, metric: str = "l2", integer: bool
           or not isinstance(trellis_max_bytes, Integral) or trellis_max_bytes <= 0):
         raise ValueError(f"trellis_max_bytes must be a positive integer, got {trellis_max_bytes!r}")
 
+    bound: int | None
     if total is not None:  # c_K = N is fixed; the rest is the bounded problem on [0, N]
         free_y, free_w, bound = y[:-1], (None if w is None else w[:-1]), total
     else:
@@ -368,10 +386,10 @@ def project_cdf(cumulative_counts, total=None, metric: str = "l2", integer: bool
         free = _trellis(free_y, free_w, grid_max, metric, int(trellis_max_bytes))
     if total is None:
         return free
-    return np.append(free, np.asarray(total, dtype=free.dtype))
+    return cast("_Counts", np.append(free, np.asarray(total, dtype=free.dtype)))  # free's dtype
 
 
-def _histogram_counts(y, w, lam, metric, cap):
+def _histogram_counts(y: _F, w: _F, lam: float, metric: str, cap: float) -> _F:
     """Integer l1/l2: per bin, the number of unit slots t >= 1 whose marginal cost
     w_i (g(t - y_i) - g(t - 1 - y_i)) is <= lam (capped at ``cap``)."""
     mu = lam / w
@@ -382,12 +400,13 @@ def _histogram_counts(y, w, lam, metric, cap):
     return np.clip(n, 0.0, cap)
 
 
-def _slot_cost(y, w, t, metric):
+def _slot_cost(y: _F, w: _F, t: _F | float, metric: str) -> _F:
     return w * (_loss(metric, t - y) - _loss(metric, t - 1.0 - y))
 
 
-def project_histogram(counts, total=None, metric: str = "l2", integer: bool = True,
-                      weights=None) -> np.ndarray:
+def project_histogram(counts: ArrayLike, total: int | None = None,
+                      metric: Literal["l2", "l1"] = "l2", integer: bool = True,
+                      weights: ArrayLike | None = None) -> _Counts:
     """Closest non-negative (integer) histogram, summing to ``total`` when it is given.
 
     minimise sum_i w_i g(h_i - y_i) subject to h_i >= 0 (integer when ``integer``) and
@@ -418,7 +437,7 @@ def project_histogram(counts, total=None, metric: str = "l2", integer: bool = Tr
         return (np.maximum(np.rint(y), 0.0).astype(np.int64) if integer
                 else np.maximum(y, 0.0))
     if total == 0:
-        return np.zeros(y.size, dtype=np.int64 if integer else np.float64)
+        return np.zeros(y.size, dtype=np.int64) if integer else np.zeros(y.size)
     n = float(total)
     if integer:
         lo = float(np.min(_slot_cost(y, ones, 1.0, metric))) - 1.0  # no slot <= lo
@@ -474,8 +493,9 @@ def project_histogram(counts, total=None, metric: str = "l2", integer: bool = Tr
     return out
 
 
-def project_tree(histogram_estimate, strategy, total=None, metric: str = "l2",
-                 integer: bool = True, weights=None) -> np.ndarray:
+def project_tree(histogram_estimate: ArrayLike, strategy: Strategy, total: int | None = None,
+                 metric: Literal["l2", "l1"] = "l2", integer: bool = True,
+                 weights: ArrayLike | None = None) -> _Counts:
     """Consistent node counts of a strategy: ``strategy.apply(project_histogram(...))``.
 
     Every consistent set of node counts (non-negative integers, children summing to their

@@ -27,14 +27,19 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO, TypeAlias
+
+#: what a path argument may be (anything else is refused with a ValueError)
+StrPath: TypeAlias = "str | os.PathLike[str]"
 
 __all__ = ["check_writable_path", "check_output_path", "write_atomic", "write_text_atomic",
            "path_lookup_errors"]
 
 
 @contextlib.contextmanager
-def path_lookup_errors(flag: str, path):
+def path_lookup_errors(flag: str, path: object) -> Iterator[None]:
     """An OSError while looking a path up (ENAMETOOLONG, ELOOP, EACCES) is bad input."""
     try:
         yield
@@ -42,7 +47,7 @@ def path_lookup_errors(flag: str, path):
         raise ValueError(f"{flag} {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def check_writable_path(path, *, flag: str = "path") -> Path:
+def check_writable_path(path: StrPath, *, flag: str = "path") -> Path:
     """``path`` as a Path, if a regular file could be created or replaced there (module
     docstring); ValueError naming ``flag`` otherwise. Nothing is written."""
     text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
@@ -68,8 +73,9 @@ def check_writable_path(path, *, flag: str = "path") -> Path:
     return out
 
 
-def check_output_path(path, *, inputs=(), force: bool = False, flag: str = "--out",
-                      suffixes: tuple = ()) -> Path:
+def check_output_path(path: StrPath, *, inputs: Sequence[StrPath | None] = (),
+                      force: bool = False, flag: str = "--out",
+                      suffixes: tuple[str, ...] = ()) -> Path:
     """The validated output path (module docstring): :func:`check_writable_path`, not one of
     ``inputs``, a name ending in one of ``suffixes`` (any case; when given), and not existing
     unless ``force``; ValueError naming ``flag``, checked in that order."""
@@ -102,7 +108,8 @@ def _create_temporary(parent: Path, name: str) -> tuple[int, Path]:
     raise FileExistsError(f"could not create a temporary file in {str(parent)!r}")
 
 
-def write_atomic(path, write, *, force: bool = False) -> Path:
+def write_atomic(path: StrPath, write: Callable[[BinaryIO], object], *,
+                 force: bool = False) -> Path:
     """Write a file atomically (module docstring): ``write(f)`` fills the binary file object
     ``f``. ValueError for a path that cannot be written (:func:`check_writable_path`),
     FileExistsError if ``path`` exists and not ``force``, OSError on I/O failure (the target
@@ -137,7 +144,7 @@ def write_atomic(path, write, *, force: bool = False) -> Path:
     return out
 
 
-def write_text_atomic(path, text: str, *, force: bool = False) -> Path:
+def write_text_atomic(path: StrPath, text: str, *, force: bool = False) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically: :func:`write_atomic`."""
     data = text.encode("utf-8")
     return write_atomic(path, lambda f: f.write(data), force=force)

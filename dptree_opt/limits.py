@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import math
 import os
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 __all__ = ["available_memory", "memory_limit", "format_bytes", "check_memory", "check_count",
            "at_budget", "rescaled", "out_of_range", "TINY",
@@ -161,7 +164,7 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} TiB" if n < 1e5 else f"{n:.2g} TiB"
 
 
-def check_memory(n_bytes, what: str, hint: str) -> None:
+def check_memory(n_bytes: float, what: str, hint: str) -> None:
     """ValueError when ``n_bytes`` (an estimate of what ``what`` allocates) exceeds
     :func:`memory_limit`; ``hint`` says what to do instead."""
     limit = memory_limit()
@@ -209,8 +212,8 @@ def out_of_range(noise: str, budget: float, quantity: str, log10_value: float,
         f"at {name} = 1 and divide by {name if power == 1 else name + '^2'}")
 
 
-def _check_range(before, after, noise: str, budget: float, log10_shift: float,
-                 quantity: str):
+def _check_range(before: ArrayLike, after: ArrayLike, noise: str, budget: float,
+                 log10_shift: float, quantity: str) -> float | npt.NDArray[np.float64]:
     """``after`` (= ``before`` rescaled) when every significant finite positive entry stays a
     finite normal double, else :func:`out_of_range` (``log10_shift``: log10 of the factor).
 
@@ -230,7 +233,17 @@ def _check_range(before, after, noise: str, budget: float, log10_shift: float,
     return float(a) if a.ndim == 0 else a
 
 
-def at_budget(value, noise: str, budget: float, quantity: str = "the expected error"):
+@overload
+def at_budget(value: float, noise: str, budget: float,
+              quantity: str = ...) -> float: ...
+@overload
+def at_budget(value: npt.NDArray[np.floating], noise: str, budget: float,
+              quantity: str = ...) -> npt.NDArray[np.float64]: ...
+@overload
+def at_budget(value: float | npt.NDArray[np.floating], noise: str, budget: float,
+              quantity: str = ...) -> float | npt.NDArray[np.float64]: ...
+def at_budget(value: float | npt.NDArray[np.floating], noise: str, budget: float,
+              quantity: str = "the expected error") -> float | npt.NDArray[np.float64]:
     """An error computed at unit total budget (epsilon = 1 or rho = 1), restated at
     ``budget``: divided by budget^2 (Laplace) or budget (Gaussian) (homogeneity: module
     docstring). ``value`` is a float or an array (same shape out); entries 0 and inf stay
@@ -245,8 +258,18 @@ def at_budget(value, noise: str, budget: float, quantity: str = "the expected er
     return _check_range(value, out, noise, budget, -power * math.log10(budget), quantity)
 
 
-def rescaled(value, factor: float, noise: str, budget: float,
-             quantity: str = "the expected error"):
+@overload
+def rescaled(value: float, factor: float, noise: str, budget: float,
+             quantity: str = ...) -> float: ...
+@overload
+def rescaled(value: npt.NDArray[np.floating], factor: float, noise: str, budget: float,
+             quantity: str = ...) -> npt.NDArray[np.float64]: ...
+@overload
+def rescaled(value: float | npt.NDArray[np.floating], factor: float, noise: str, budget: float,
+             quantity: str = ...) -> float | npt.NDArray[np.float64]: ...
+def rescaled(value: float | npt.NDArray[np.floating], factor: float, noise: str,
+             budget: float,
+             quantity: str = "the expected error") -> float | npt.NDArray[np.float64]:
     """``value * factor`` (a float or an array), with ``factor`` > 0 representable (e.g. the
     power of two of ``Mechanism.normalised``); ValueError (:func:`out_of_range` at the
     mechanism's ``budget``) when a significant finite positive entry leaves the normal

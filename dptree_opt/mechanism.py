@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 import weakref
 
+from typing import TypeAlias
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .privacy import (
     calibrate,
@@ -22,6 +26,9 @@ from .strategies import IntervalStrategy, Strategy
 from .strategies.base import check_neighbours
 from .validation import check_bool
 
+#: what an ``rng`` argument may be: a numpy Generator, an int seed, or None (fresh entropy)
+RNG: TypeAlias = "np.random.Generator | int | None"
+
 __all__ = ["Mechanism", "check_histogram", "as_generator", "discrete_variance",
            "discrete_variances", "row_sensitivities"]
 
@@ -35,7 +42,8 @@ _DGAUSS_ROUNDED_SIGMA = 2.0**30
 # Mechanism.normalised rescales when the largest noise variance is beyond 4^(+-32)
 _NORMAL_HALF_EXPONENT = 32
 # Mechanism.normalised, per mechanism (weak: dropped with the mechanism)
-_NORMALISED: "weakref.WeakKeyDictionary[Mechanism, tuple]" = weakref.WeakKeyDictionary()
+_NORMALISED: "weakref.WeakKeyDictionary[Mechanism, tuple[Mechanism, float] | None]" = \
+    weakref.WeakKeyDictionary()
 
 
 def discrete_variance(scale: float, noise: str) -> float:
@@ -69,7 +77,7 @@ def discrete_variance(scale: float, noise: str) -> float:
     return float(np.sum(z * z * w) / np.sum(w))
 
 
-def discrete_variances(scales, noise: str) -> np.ndarray:
+def discrete_variances(scales: ArrayLike, noise: str) -> npt.NDArray[np.float64]:
     """:func:`discrete_variance` for an array of scales (any shape), vectorised: Laplace in
     closed form, Gaussian by one exact sum per distinct scale below 4 (sigma^2 above)."""
     noise = check_noise(noise)
@@ -157,7 +165,8 @@ def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
     return hi - lo if strategy.n_bins > 1 else np.zeros(strategy.n_rows)
 
 
-def _discrete_laplace(rng: np.random.Generator, scale: np.ndarray, shape) -> np.ndarray:
+def _discrete_laplace(rng: np.random.Generator, scale: npt.NDArray[np.float64],
+                      shape: tuple[int, ...]) -> npt.NDArray[np.float64]:
     """Discrete Laplace draws (scale s per entry, s finite >= 0): G1 - G2 with G_i i.i.d.
     geometric(1 - exp(-1/s)) (failures before the first success); s = 0 gives 0. Simulation
     only (numpy Generator).
@@ -180,7 +189,8 @@ def _discrete_laplace(rng: np.random.Generator, scale: np.ndarray, shape) -> np.
     return g
 
 
-def _discrete_gaussian(rng: np.random.Generator, sigma: np.ndarray, shape) -> np.ndarray:
+def _discrete_gaussian(rng: np.random.Generator, sigma: npt.NDArray[np.float64],
+                       shape: tuple[int, ...]) -> npt.NDArray[np.float64]:
     """Discrete Gaussian draws by [CKS20] Algorithm 3 (rejection from a discrete Laplace of
     scale t = floor(sigma) + 1), vectorised over rejection rounds (acceptance >= ~0.5 per
     round). sigma = 0 gives 0. Simulation only (numpy Generator)."""
@@ -203,7 +213,7 @@ def _discrete_gaussian(rng: np.random.Generator, sigma: np.ndarray, shape) -> np
     return flat.reshape(shape)
 
 
-def as_generator(rng) -> np.random.Generator:
+def as_generator(rng: RNG) -> np.random.Generator:
     """A numpy Generator from a Generator, an int seed or None (fresh entropy)."""
     if isinstance(rng, np.random.Generator):
         return rng
@@ -212,7 +222,7 @@ def as_generator(rng) -> np.random.Generator:
     raise ValueError(f"rng must be a numpy Generator or an int seed, got {type(rng).__name__}")
 
 
-def check_histogram(histogram, n_bins: int) -> np.ndarray:
+def check_histogram(histogram: ArrayLike, n_bins: int) -> np.ndarray:
     """Validate a histogram: shape (n_bins,), finite, non-negative integer counts."""
     try:
         h = np.asarray(histogram)
@@ -297,9 +307,11 @@ class Mechanism:
     extreme budgets are computed on :meth:`normalised`.
     """
 
-    def __init__(self, strategy: Strategy, *, epsilon=None, rho=None, noise: str | None = None,
-                 neighbours: str = "add_remove", public_total=None, level_budgets=None,
-                 row_budgets=None, discrete: bool = False):
+    def __init__(self, strategy: Strategy, *, epsilon: float | None = None,
+                 rho: float | None = None, noise: str | None = None,
+                 neighbours: str = "add_remove",
+                 public_total: bool | None = None, level_budgets: ArrayLike | None = None,
+                 row_budgets: ArrayLike | None = None, discrete: bool = False) -> None:
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
         noise = infer_noise(noise, epsilon, rho)
@@ -366,9 +378,14 @@ class Mechanism:
                   {int(lv): float(b) for lv, b in zip(noisy_levels, budgets)}, level_scale,
                   level_variance, level_sens, scale, variance, exact, discrete, None, None)
 
-    def _set(self, strategy, released, noise, neighbours, public, budget_name, budget, actual,
-             level_budgets, level_scale, level_variance, level_sens, scale, variance, exact,
-             discrete, row_budgets, row_sens):
+    def _set(self, strategy: Strategy, released: Strategy, noise: str, neighbours: str,
+             public: bool, budget_name: str, budget: float, actual: float,
+             level_budgets: dict[int, float], level_scale: dict[int, float],
+             level_variance: dict[int, float], level_sens: dict[int, float],
+             scale: npt.NDArray[np.float64], variance: npt.NDArray[np.float64],
+             exact: npt.NDArray[np.bool_], discrete: bool,
+             row_budgets: npt.NDArray[np.float64] | None,
+             row_sens: npt.NDArray[np.float64] | None) -> None:
         self._strategy = strategy
         self._released = released
         self._noise = noise
@@ -389,8 +406,9 @@ class Mechanism:
         self._discrete = bool(discrete)
         self._frozen = True
 
-    def _init_rows(self, strategy, released, noise, neighbours, public, budget, budget_name,
-                   row_budgets, discrete):
+    def _init_rows(self, strategy: Strategy, released: Strategy, noise: str, neighbours: str,
+                   public: bool, budget: float, budget_name: str, row_budgets: ArrayLike,
+                   discrete: bool) -> None:
         """Per-row budgets: scales from each row's own sensitivity, loss recomputed."""
         m = strategy.n_rows
         try:
@@ -431,7 +449,7 @@ class Mechanism:
                   {}, dict(levels0), dict(levels0), dict(levels0), scale, variance, exact,
                   discrete, b, own)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if getattr(self, "_frozen", False):
             raise AttributeError("Mechanism is immutable")
         object.__setattr__(self, name, value)
@@ -570,8 +588,8 @@ class Mechanism:
         of two). The twin is an analysis device: scales divided by sqrt(c), budgets and
         guarantee unchanged. ValueError when a noisy row's variance is not a normal double
         (the budget is too large or too small for double precision). O(rows), cached."""
-        hit = _NORMALISED.get(self, False)
-        if hit is not False:
+        if self in _NORMALISED:
+            hit = _NORMALISED[self]
             return (self, 1.0) if hit is None else hit
         s, v = self._scales, self._variances
         noisy = np.isfinite(s) & (s > 0)
@@ -611,7 +629,7 @@ class Mechanism:
         return new
 
     # --------------------------------------------------------------- noise
-    def sample_noise(self, rng, size=()) -> np.ndarray:
+    def sample_noise(self, rng: RNG, size: int | tuple[int, ...] = ()) -> npt.NDArray[np.float64]:
         """Simulation noise of shape size + (rows,) (numpy Generator; NOT for releases).
 
         Exact rows get 0, unmeasured rows NaN. A ``discrete`` mechanism draws integer noise
@@ -631,7 +649,7 @@ class Mechanism:
             z = rng.standard_normal(size=shape + (s.size,)) * safe
         return np.where(finite, z, np.nan)
 
-    def measure(self, histogram, rng) -> np.ndarray:
+    def measure(self, histogram: ArrayLike, rng: RNG) -> npt.NDArray[np.float64]:
         """Noisy answers y = A h + z for the released rows: a SIMULATION (numpy noise from
         ``rng``, floating-point samplers) with no privacy guarantee; a real release draws z
         with ``dptree_opt.data_release.secure_noise.secure_measure``."""
@@ -663,8 +681,8 @@ class Mechanism:
                          f"{b.min() if b.size else 0:.6g} to {b.max() if b.size else 0:.6g}; "
                          f"{int(np.isinf(self._scales).sum())} unmeasured, "
                          f"{int(self._exact.sum())} exact")
-        for lvl, b in self._level_budgets.items():
-            lines.append(f"  level {lvl}: {unit}_l = {b:.6g}, sensitivity "
+        for lvl, level_budget in self._level_budgets.items():
+            lines.append(f"  level {lvl}: {unit}_l = {level_budget:.6g}, sensitivity "
                          f"{self._level_sensitivity[lvl]:.6g}, scale {self._level_scale[lvl]:.6g},"
                          f" variance {self._level_variance[lvl]:.6g}")
         return "\n".join(lines)

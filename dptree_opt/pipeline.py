@@ -26,14 +26,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from typing import TYPE_CHECKING, Literal
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from . import consistency as _consistency
 from . import queries as _queries
-from .mechanism import Mechanism
+from .mechanism import RNG, Mechanism
 from .plotting import plot_cdf
 from .quantile_intervals import check_quantile_intervals, quantile_intervals
 from .validation import check_bool, check_choice
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from .quantile_intervals import QuantileIntervals
 
 __all__ = ["PrivateCDF", "private_cdf", "cdf_from_measurements", "CONSISTENCY"]
 
@@ -94,21 +103,22 @@ class PrivateCDF:
         """The consistent CDF normalised to [0, 1] (F = consistent / total), shape (K,)."""
         return _queries.cdf(self.consistent, self.total)
 
-    def quantiles(self, bin_edges, qs) -> np.ndarray:
+    def quantiles(self, bin_edges: ArrayLike, qs: ArrayLike) -> npt.NDArray[np.float64]:
         """Quantiles of the consistent CDF (linear inside bins; rule in ``queries``)."""
         return _queries.quantiles(self.consistent, bin_edges, qs, self.total)
 
-    def range_count(self, a, b, raw: bool = False) -> np.ndarray:
+    def range_count(self, a: ArrayLike, b: ArrayLike,
+                    raw: bool = False) -> npt.NDArray[np.float64]:
         """Counts of the inclusive bin ranges [a, b] from the consistent (or ``raw``) CDF."""
         return _queries.range_count(self.raw if raw else self.consistent, a, b)
 
-    def range_standard_errors(self, a, b) -> np.ndarray:
+    def range_standard_errors(self, a: ArrayLike, b: ArrayLike) -> npt.NDArray[np.float64]:
         """Exact standard errors of the raw range estimates [a, b] (inclusive)."""
-        self._need_mechanism()
-        return _queries.range_standard_errors(self.mechanism, a, b, self.estimator)
+        return _queries.range_standard_errors(self._need_mechanism(), a, b, self.estimator)
 
     def band(self, level: float = 0.95, simultaneous: bool = False, method: str | None = None,
-             rng=None, draws: int = 2000, monotone: bool = False):
+             rng: RNG = None, draws: int = 2000, monotone: bool = False,
+             ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Confidence band (lower, upper) for the true cumulative counts around ``raw``.
 
         Pointwise: ``method`` "normal" (default; z quantile, exact for Gaussian noise) or
@@ -125,9 +135,8 @@ class PrivateCDF:
         if monotone and not simultaneous:
             raise ValueError("monotone=True is only valid for a simultaneous band")
         if method == "simulated":
-            self._need_mechanism()
             crit = _queries.simulated_critical_value(
-                self.mechanism, level, self.estimator, simultaneous, draws, rng,
+                self._need_mechanism(), level, self.estimator, simultaneous, draws, rng,
                 standard_errors=self.standard_errors)
             lo, up = _queries.confidence_band(self.raw, self.standard_errors, level,
                                               critical=crit)
@@ -139,8 +148,9 @@ class PrivateCDF:
                                                 integer=True)
         return lo, up
 
-    def quantile_bounds(self, bin_edges, qs, level: float = 0.95, method: str = "sidak",
-                        rng=None, draws: int = 2000):
+    def quantile_bounds(self, bin_edges: ArrayLike, qs: ArrayLike, level: float = 0.95,
+                        method: str = "sidak", rng: RNG = None, draws: int = 2000,
+                        ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Simultaneous confidence bounds (lower, upper) for the true quantiles (N public).
 
         From the monotone simultaneous band L <= C <= U: the quantile rule is non-increasing in
@@ -151,7 +161,9 @@ class PrivateCDF:
         return (_queries.quantiles(up, bin_edges, qs, self.total),
                 _queries.quantiles(lo, bin_edges, qs, self.total))
 
-    def quantile_intervals(self, bin_edges, qs, level: float = 0.95, estimates="auto"):
+    def quantile_intervals(self, bin_edges: ArrayLike, qs: ArrayLike, level: float = 0.95,
+                           estimates: Literal["auto"] | ArrayLike | None = "auto",
+                           ) -> QuantileIntervals:
         """Confidence intervals for the TRUE quantiles of the data (coverage >= ``level`` for
         every data set; exact test inversion per bin, critical values from the noise law:
         :mod:`dptree_opt.quantile_intervals`), and noise-only intervals of the estimates.
@@ -159,11 +171,11 @@ class PrivateCDF:
         bin_edges : (K + 1,); qs : probabilities; ``estimates`` : "auto" (the quantiles of the
         consistent CDF, when there is one and N > 0), None, or an array (len(qs),) that both
         intervals are widened to contain. BLUE only. Returns a ``QuantileIntervals``."""
-        self._need_mechanism()
+        mechanism = self._need_mechanism()
         if self.estimator != "blue":
             raise ValueError("quantile intervals are derived for the BLUE estimator, not "
                              f"{self.estimator!r}")
-        edges, q, level = check_quantile_intervals(self.mechanism, bin_edges, qs, level,
+        edges, q, level = check_quantile_intervals(mechanism, bin_edges, qs, level,
                                                    total_public=self.total_public)
         if edges.size != self.n_bins + 1:
             raise ValueError(f"bin_edges must have K + 1 = {self.n_bins + 1} entries, got "
@@ -174,12 +186,13 @@ class PrivateCDF:
                                  f"{estimates!r}")
             estimates = (self.quantiles(edges, q) if self.consistency is not None
                          and self.total else None)
-        return quantile_intervals(self.mechanism, self.raw, edges, q,
+        return quantile_intervals(mechanism, self.raw, edges, q,
                                   total_public=self.total_public, total=self.total,
                                   level=level, estimates=estimates)
 
-    def plot(self, bin_edges=None, ax=None, band: str | None = "pointwise",
-             level: float = 0.95, truth=None):
+    def plot(self, bin_edges: ArrayLike | None = None, ax: Axes | None = None,
+             band: Literal["pointwise", "simultaneous"] | None = "pointwise",
+             level: float = 0.95, truth: ArrayLike | None = None) -> Axes:
         """Plot the consistent CDF (step function over the bin edges, or bin index), the raw
         estimate faintly, a ``band`` ("pointwise", "simultaneous" or None) at ``level``
         shaded and, for simulations, the ``truth`` (true cumulative counts); the title names
@@ -187,9 +200,10 @@ class PrivateCDF:
         matplotlib is imported only when it draws)."""
         return plot_cdf(self, bin_edges=bin_edges, ax=ax, band=band, level=level, truth=truth)
 
-    def _need_mechanism(self) -> None:
+    def _need_mechanism(self) -> Mechanism:
         if self.mechanism is None:
             raise ValueError("this PrivateCDF carries no mechanism")
+        return self.mechanism
 
 
 def _public_total_from(mechanism: Mechanism, y: np.ndarray) -> int:
@@ -204,7 +218,8 @@ def _public_total_from(mechanism: Mechanism, y: np.ndarray) -> int:
     return int(round(value))
 
 
-def cdf_from_measurements(mechanism: Mechanism, y, consistency: str | None = "l2",
+def cdf_from_measurements(mechanism: Mechanism, y: ArrayLike,
+                          consistency: Literal["l2", "l1"] | None = "l2",
                           estimator: str = "blue", *, integer: bool = True,
                           weighted: bool = False) -> PrivateCDF:
     """Estimate, make consistent and qualify a CDF from the mechanism's answers y (rows,).
@@ -236,10 +251,12 @@ def cdf_from_measurements(mechanism: Mechanism, y, consistency: str | None = "l2
         raise ValueError("the estimate is not finite: y has NaN or infinite values on "
                          "measured rows")
     se = _queries.cdf_standard_errors(mechanism, estimator)
+    total: int | None
     if mechanism.public_total:
         total, public = _public_total_from(mechanism, y), True
     else:
         total, public = max(0, int(np.rint(raw[-1]))), False  # the estimator's own total
+    consistent: npt.NDArray[np.int64] | npt.NDArray[np.float64]
     if consistency is None:
         consistent = raw.copy()
         if not public:
@@ -261,8 +278,9 @@ def cdf_from_measurements(mechanism: Mechanism, y, consistency: str | None = "l2
                       mechanism=mechanism)
 
 
-def private_cdf(histogram, mechanism: Mechanism, rng, consistency: str | None = "l2",
-                estimator: str = "blue", **kwargs) -> PrivateCDF:
+def private_cdf(histogram: ArrayLike, mechanism: Mechanism, rng: RNG,
+                consistency: Literal["l2", "l1"] | None = "l2", estimator: str = "blue",
+                **kwargs: bool) -> PrivateCDF:
     """Measure the histogram with the mechanism (simulation noise from ``rng``; NOT a secure
     release), then :func:`cdf_from_measurements` (keywords ``integer``, ``weighted`` pass
     through). Returns a :class:`PrivateCDF`."""

@@ -19,19 +19,31 @@ numbers."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .files import write_atomic
 from .validation import check_choice
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .data_release import GridRelease, Release
+    from .mechanism import Mechanism
+    from .pipeline import PrivateCDF
 
 __all__ = ["plot_cdf", "plot_release", "plot_grid_release", "guarantee_label", "save_figure"]
 
 BANDS = ("pointwise", "simultaneous", None)
 
 
-def guarantee_label(mechanism) -> str:
+def guarantee_label(mechanism: Mechanism | None) -> str:
     """'discrete laplace noise, 1-DP (pure), add_remove neighbours' style one-liner."""
     if mechanism is None:
         return "mechanism unknown"
@@ -44,7 +56,7 @@ def guarantee_label(mechanism) -> str:
     return f"{kind} noise, {guarantee}, {mechanism.neighbours} neighbours, {who}"
 
 
-def _axes(ax):
+def _axes(ax: Axes | None) -> Axes:
     if ax is not None:
         return ax
     import matplotlib.pyplot as plt  # lazy: importing matplotlib costs ~0.3 s
@@ -53,7 +65,7 @@ def _axes(ax):
     return ax
 
 
-def _edges(cdf, bin_edges):
+def _edges(cdf: PrivateCDF, bin_edges: ArrayLike | None) -> tuple[npt.NDArray[np.float64], str]:
     k = cdf.n_bins
     if bin_edges is None:
         return np.arange(k + 1, dtype=float), "bin index"
@@ -63,8 +75,9 @@ def _edges(cdf, bin_edges):
     return e, "value"
 
 
-def plot_cdf(cdf, bin_edges=None, ax=None, band: str | None = "pointwise",
-             level: float = 0.95, truth=None):
+def plot_cdf(cdf: PrivateCDF, bin_edges: ArrayLike | None = None, ax: Axes | None = None,
+             band: Literal["pointwise", "simultaneous"] | None = "pointwise",
+             level: float = 0.95, truth: ArrayLike | None = None) -> Axes:
     """Plot a PrivateCDF (module docstring); returns the Axes.
 
     bin_edges : (K + 1,) value units (default: bin index 0..K).
@@ -112,7 +125,8 @@ def plot_cdf(cdf, bin_edges=None, ax=None, band: str | None = "pointwise",
     return ax
 
 
-def plot_release(release, ax=None, truth=None):
+def plot_release(release: Release, ax: Axes | None = None,
+                 truth: ArrayLike | None = None) -> Axes:
     """Plot a Release: its CDF (``plot_cdf``, pointwise band at the release's level, value
     axis) and each quantile at height q with its ``interval_level`` interval for the true
     quantile (thin bar with caps) and the noise-only interval (thick bar). Returns the Axes."""
@@ -144,7 +158,8 @@ def plot_release(release, ax=None, truth=None):
     return ax
 
 
-def plot_grid_release(release, ax=None, truth=None):
+def plot_grid_release(release: GridRelease, ax: Axes | Sequence[Axes] | None = None,
+                      truth: ArrayLike | None = None) -> Axes | list[Axes]:
     """Heat map of a GridRelease over its first two axes (further axes summed): the
     consistent cells (the raw BLUE without consistency), value units on both axes, a colour
     bar, the guarantee and the exact cell SE in the title. With ``truth`` (true cell counts,
@@ -162,11 +177,11 @@ def plot_grid_release(release, ax=None, truth=None):
             raise ValueError(f"truth must have shape {cells.shape}, got {t.shape}")
         panels.append(("truth", t))
     if ax is None:
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4),
-                                 squeeze=False)
-        axes = list(axes[0])
+        fig, grid_axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4),
+                                      squeeze=False)
+        axes: list[Axes] = list(grid_axes[0])
     else:
-        axes = list(ax) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+        axes = list(ax) if isinstance(ax, (list, tuple, np.ndarray)) else [cast("Axes", ax)]
         if len(axes) != len(panels):
             raise ValueError(f"ax: need {len(panels)} Axes, got {len(axes)}")
     extra = tuple(range(2, cells.ndim))
@@ -187,7 +202,8 @@ def plot_grid_release(release, ax=None, truth=None):
     return axes if truth is not None else axes[0]
 
 
-def save_figure(fig, path, *, force: bool = False, **savefig_kwargs) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike[str], *, force: bool = False,
+                **savefig_kwargs: Any) -> Path:
     """Write the matplotlib figure ``fig`` to ``path`` atomically (``files.write_atomic``: a
     reader never sees a half-written file, an existing file is replaced only with ``force``,
     else FileExistsError; permissions as ``open`` would give); returns the Path. The format is

@@ -14,8 +14,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence, Sized
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .validation import check_bool, check_choice, check_positive
 
@@ -44,7 +47,8 @@ def check_noise(noise: str) -> str:
     return check_choice(noise, "noise", NOISES)
 
 
-def infer_noise(noise, epsilon=None, rho=None) -> str:
+def infer_noise(noise: str | None, epsilon: float | None = None,
+                rho: float | None = None) -> str:
     """The noise to use: ``noise`` when given (validated); otherwise Gaussian when only
     ``rho`` is given (zCDP) and Laplace else : passing rho alone implies Gaussian noise."""
     if noise is None:
@@ -57,12 +61,12 @@ def norm_of(noise: str) -> int:
     return 1 if check_noise(noise) == "laplace" else 2
 
 
-def check_budget(value, name: str) -> float:
+def check_budget(value: object, name: str) -> float:
     """A total privacy budget ``name`` (epsilon or rho): a finite number > 0, as a float."""
     return check_positive(value, name)
 
 
-def resolve_budget(noise: str, epsilon=None, rho=None) -> float:
+def resolve_budget(noise: str, epsilon: float | None = None, rho: float | None = None) -> float:
     """The total budget for ``noise``: epsilon (Laplace, pure eps-DP) or rho (Gaussian,
     rho-zCDP), checked finite > 0; ValueError when the other one is given (or neither)."""
     if check_noise(noise) == "laplace":
@@ -74,7 +78,7 @@ def resolve_budget(noise: str, epsilon=None, rho=None) -> float:
     return check_budget(rho, "rho")
 
 
-def resolve_public(neighbours: str, public_total=None) -> bool:
+def resolve_public(neighbours: str, public_total: bool | None = None) -> bool:
     """Whether the total N is public: always under swap (N never changes; ``False`` is an
     error), under add/remove only when the caller declares it (``public_total=True``)."""
     check_neighbours(neighbours)
@@ -87,13 +91,15 @@ def resolve_public(neighbours: str, public_total=None) -> bool:
     return bool(public_total)
 
 
-def split_budget(total: float, n_levels: int, level_budgets=None, *, name: str = "epsilon"):
+def split_budget(total: float, n_levels: int, level_budgets: ArrayLike | None = None, *,
+                 name: str = "epsilon") -> npt.NDArray[np.float64]:
     """One budget per noisy level: the equal split by default, else validated user values.
 
     ``level_budgets`` are absolute (they must sum to ``total`` to 1e-9 relative); a level
     may get 0 (it is then not measured). With no noisy level (everything public, e.g. one
     bin under swap) nothing is spent."""
-    if n_levels == 0 and level_budgets is not None and len(level_budgets):
+    if n_levels == 0 and level_budgets is not None and (
+            not isinstance(level_budgets, Sized) or len(level_budgets)):
         raise ValueError("level_budgets: every row is released exactly; there is no noisy level")
     if level_budgets is None or n_levels == 0:
         return np.full(n_levels, total / max(n_levels, 1))
@@ -137,8 +143,9 @@ def loss_from_sensitivity(sensitivity: float, noise: str) -> float:
     return sensitivity if check_noise(noise) == "laplace" else 0.5 * sensitivity**2
 
 
-def check_noise_scales(scales, variances, *, budget_name: str, budget: float, groups,
-                       group_budgets=None, resolution: float = 0.0,
+def check_noise_scales(scales: ArrayLike, variances: ArrayLike, *, budget_name: str,
+                       budget: float, groups: Sequence[str],
+                       group_budgets: ArrayLike | None = None, resolution: float = 0.0,
                        min_variance: float = 0.0) -> None:
     """Refuse a budget whose noise is meaningless, before anything is drawn (ValueError naming
     the budget, the group and what to do). A group is measured when its budget is > 0 (with

@@ -133,13 +133,18 @@ import weakref
 from dataclasses import dataclass, field
 from numbers import Real
 
+from collections.abc import Hashable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
 from . import queries as _queries
 from . import engines
 from .mechanism import Mechanism
+from .strategies import LevelUniformTree
 
 __all__ = ["QuantileIntervals", "QuantileCalibration", "check_quantile_intervals",
            "calibrate_quantile_tests", "quantile_intervals", "NORMAL_SIGMA"]
@@ -218,15 +223,16 @@ class QuantileIntervals:
     notes: tuple = field(default=())
 
 
-def _ro(a) -> np.ndarray:
+def _ro(a: ArrayLike) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
     return a
 
 
 # ============================================================================ validation
-def check_quantile_intervals(mechanism, bin_edges, qs, level=0.95, *,
-                             total_public=None) -> tuple[np.ndarray, np.ndarray, float]:
+def check_quantile_intervals(mechanism: Mechanism, bin_edges: ArrayLike, qs: ArrayLike,
+                             level: float = 0.95, *, total_public: bool | None = None,
+                             ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
     """Validate the arguments of :func:`quantile_intervals` BEFORE the noise is drawn.
 
     mechanism : a Mechanism over K' >= K bins; bin_edges : K + 1 strictly increasing finite
@@ -321,7 +327,8 @@ def _dgauss_table(sigma: float) -> np.ndarray:
     return np.log(np.maximum(val, 1e-300))
 
 
-def _log_cf(u: np.ndarray, scale: float, noise: str, discrete: bool, table=None) -> np.ndarray:
+def _log_cf(u: np.ndarray, scale: float, noise: str, discrete: bool,
+            table: npt.NDArray[np.float64] | None = None) -> np.ndarray:
     """log of the characteristic function of one row's noise (scale > 0) at u."""
     if noise == "laplace":
         if discrete:
@@ -333,11 +340,14 @@ def _log_cf(u: np.ndarray, scale: float, noise: str, discrete: bool, table=None)
     pos = np.abs(np.remainder(u + np.pi, 2 * np.pi) - np.pi) * (_TABLE / np.pi)  # even, 2 pi
     i = np.minimum(pos.astype(np.intp), _TABLE - 1)                            # periodic
     frac = pos - i
+    if table is None:
+        raise ValueError("table: the discrete Gaussian needs its table below NORMAL_SIGMA")
     return table[i] + frac * (table[i + 1] - table[i])  # linear interpolation, uniform grid
 
 
 def _tail_critical(a: np.ndarray, scale: np.ndarray, row_var: np.ndarray, kurt: np.ndarray,
-                   noise: str, discrete: bool, alpha: float, tables=None) -> float:
+                   noise: str, discrete: bool, alpha: float,
+                   tables: dict[float, npt.NDArray[np.float64]] | None = None) -> float:
     """c <= (smallest such c) + _GRID with P(S > c) <= alpha / 2, S = sum_r a_r z_r / sd(S),
     z_r independent with scales ``scale`` and variances ``row_var``, by Gil-Pelaez inversion
     (module docstring)."""
@@ -368,7 +378,7 @@ def _tail_critical(a: np.ndarray, scale: np.ndarray, row_var: np.ndarray, kurt: 
                                       table).sum(axis=0)
     g = np.exp(logphi) / t
 
-    def tail(x):
+    def tail(x: ArrayLike) -> npt.NDArray[np.float64]:
         x = np.atleast_1d(np.asarray(x, dtype=float))
         integral = _STEP * (0.5 * x + np.sin(np.outer(x, t)) @ g)  # trapezoid, f(0) = x
         return 0.5 - integral / np.pi
@@ -387,20 +397,21 @@ def _tail_critical(a: np.ndarray, scale: np.ndarray, row_var: np.ndarray, kurt: 
     return float(c + shift)
 
 
-def _signed_digit_weight(widths, n: np.ndarray, root_free: bool) -> np.ndarray:
+def _signed_digit_weight(widths: ArrayLike, n: npt.NDArray[np.int64],
+                         root_free: bool) -> npt.NDArray[np.float64]:
     """Fewest tree nodes (with signs) summing to n: min sum |d_l| over n = sum_l d_l w_l,
     w_0 = K' the root (free when N is public). DP over the carry, leaves up; O(len(n) h)."""
-    widths = [int(w) for w in widths]
+    width_list = [int(w) for w in np.asarray(widths).ravel()]
     f0 = np.zeros(n.size)
     f1 = np.full(n.size, np.inf)
-    for lvl in range(len(widths) - 1, 0, -1):
-        w, k = widths[lvl], widths[lvl - 1] // widths[lvl]
+    for lvl in range(len(width_list) - 1, 0, -1):
+        w, k = width_list[lvl], width_list[lvl - 1] // width_list[lvl]
         digit = (n // w) % k
         x0, x1 = digit, digit + 1  # value at this level with carry in 0 / 1
         n0 = np.minimum(f0 + x0, f1 + x1)                 # digit x, no carry out
         n1 = np.minimum(f0 + (k - x0), f1 + (k - x1))     # digit x - k, carry out
         f0, f1 = n0, n1
-    top = n // widths[0]
+    top = n // width_list[0]
     root = (lambda v: 0.0 * v) if root_free else (lambda v: v.astype(float))
     return np.minimum(f0 + root(top), f1 + root(top + 1))
 
@@ -422,6 +433,7 @@ def _checked_prefixes(mechanism: Mechanism, k: int) -> np.ndarray:
         b = np.concatenate([np.linspace(0, k - 1, _MAX_HEAVY).round().astype(int), rand, ends])
         return np.unique(b[(b >= -1) & (b < k)])
     tree = mechanism.released
+    assert isinstance(tree, LevelUniformTree)  # what the tree engine serves (_tree_served)
     kp = mechanism.n_bins
     n = np.arange(1, k + 1)  # the prefix [0, b] holds n = b + 1 bins
     weight = np.minimum(
@@ -440,20 +452,23 @@ def _checked_prefixes(mechanism: Mechanism, k: int) -> np.ndarray:
 
 
 # ============================================================================ calibration
-_CAL_CACHE: dict = {}
-_CAL_WEAK: "weakref.WeakKeyDictionary[Mechanism, dict]" = weakref.WeakKeyDictionary()
+_CAL_CACHE: dict[Hashable, dict[Hashable, QuantileCalibration]] = {}
+_CAL_WEAK: "weakref.WeakKeyDictionary[Mechanism, dict[Hashable, QuantileCalibration]]" = \
+    weakref.WeakKeyDictionary()
 
 
-def _cache_key(mechanism: Mechanism):
+def _cache_key(mechanism: Mechanism) -> Hashable | None:
     """Parameters that determine the noise law and the estimator (trees), else None."""
-    if not _tree_served(mechanism):
+    tree = mechanism.released
+    if not _tree_served(mechanism) or not isinstance(tree, LevelUniformTree):
         return None
-    return (mechanism.released.branching, mechanism.noise, mechanism.discrete,
+    return (tree.branching, mechanism.noise, mechanism.discrete,
             mechanism.public_total,
             tuple(sorted((int(k), float(v)) for k, v in mechanism.level_scales.items())))
 
 
-def calibrate_quantile_tests(mechanism: Mechanism, n_bins: int, qs, level: float = 0.95,
+def calibrate_quantile_tests(mechanism: Mechanism, n_bins: int, qs: ArrayLike,
+                             level: float = 0.95,
                              ) -> QuantileCalibration:
     """Critical values and variances for :func:`quantile_intervals` (data-independent).
 
@@ -569,7 +584,7 @@ def _last_crossing(edges: np.ndarray, g: np.ndarray, tol: float) -> float:
     return float(edges[j] + frac * (edges[j + 1] - edges[j]))
 
 
-def _safe_array(x, name: str, notes: list):
+def _safe_array(x: object, name: str, notes: list[str]) -> npt.NDArray[np.float64] | None:
     try:
         a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
@@ -578,8 +593,9 @@ def _safe_array(x, name: str, notes: list):
     return a
 
 
-def quantile_intervals(mechanism: Mechanism, raw, bin_edges, qs, *, total_public: bool,
-                       total=None, level: float = 0.95, estimates=None,
+def quantile_intervals(mechanism: Mechanism, raw: ArrayLike, bin_edges: ArrayLike,
+                       qs: ArrayLike, *, total_public: bool, total: float | None = None,
+                       level: float = 0.95, estimates: ArrayLike | None = None,
                        calibration: QuantileCalibration | None = None) -> QuantileIntervals:
     """Confidence intervals for the true quantiles of the data (module docstring).
 
@@ -602,14 +618,16 @@ def quantile_intervals(mechanism: Mechanism, raw, bin_edges, qs, *, total_public
     :func:`check_quantile_intervals`; anything unusual after the noise gives NaN or a wider
     (still valid) interval and a line in ``notes``. O(K) per quantile.
     """
-    notes: list = []
+    notes: list[str] = []
     with np.errstate(all="ignore"):
         return _intervals(mechanism, raw, bin_edges, qs, total_public, total, level,
                           estimates, calibration, notes)
 
 
-def _intervals(mechanism, raw, bin_edges, qs, total_public, total, level, estimates,
-               calibration, notes) -> QuantileIntervals:
+def _intervals(mechanism: Mechanism, raw: ArrayLike, bin_edges: ArrayLike, qs: ArrayLike,
+               total_public: bool, total: float | None, level: float,
+               estimates: ArrayLike | None, calibration: QuantileCalibration | None,
+               notes: list[str]) -> QuantileIntervals:
     q = _safe_array(qs, "qs", notes)
     q = np.atleast_1d(q).ravel() if q is not None else np.zeros(0)
     nq = q.size
@@ -617,7 +635,8 @@ def _intervals(mechanism, raw, bin_edges, qs, total_public, total, level, estima
     false = np.zeros(nq, dtype=bool)
     lvl = float(level) if isinstance(level, Real) else math.nan
 
-    def give_up(msg, lo=nan, up=nan, crit=nan):
+    def give_up(msg: str, lo: ArrayLike = nan, up: ArrayLike = nan,
+                crit: ArrayLike = nan) -> QuantileIntervals:
         notes.append(msg)
         return QuantileIntervals(qs=_ro(q), level=lvl, lower=_ro(lo), upper=_ro(up),
                                  noise_lower=_ro(lo), noise_upper=_ro(up), critical=_ro(crit),
@@ -674,7 +693,7 @@ def _intervals(mechanism, raw, bin_edges, qs, total_public, total, level, estima
     if public:
         t = total
         if isinstance(t, Real) and not isinstance(t, (bool, np.bool_)) and math.isfinite(t) \
-                and t >= 0:
+                and float(t) >= 0:
             n_pub = float(t)
         else:
             n_pub = float(max(0.0, round(float(r[-1]))))

@@ -49,6 +49,8 @@ inversion per bin, critical values from the noise law): :mod:`dptree_opt.quantil
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 from scipy.special import ndtri  # standard normal quantile (scipy.stats costs 0.75 s to import)
 
 from . import workloads
@@ -56,7 +58,7 @@ from .error import ESTIMATORS, expected_error
 from .estimation.blue import blue
 from .engines.covering import covering_cdf
 from .engines.tree import refined_cdf
-from .mechanism import Mechanism, as_generator
+from .mechanism import RNG, Mechanism, as_generator
 from .validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -80,7 +82,7 @@ _SIM_CHUNK_FLOATS = 2**22
 
 
 # ----------------------------------------------------------------------------- validation
-def _vector(x, name: str) -> np.ndarray:
+def _vector(x: ArrayLike, name: str) -> npt.NDArray[np.float64]:
     try:
         a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
@@ -92,7 +94,7 @@ def _vector(x, name: str) -> np.ndarray:
     return a
 
 
-def _total(total, default: float) -> float:
+def _total(total: float | None, default: float) -> float:
     if total is None:
         n = float(default)
     else:
@@ -102,12 +104,12 @@ def _total(total, default: float) -> float:
     return n
 
 
-def check_level(level, name: str = "level") -> float:
+def check_level(level: float, name: str = "level") -> float:
     """A confidence level: a real number in (0, 1) (ValueError naming ``name``)."""
     return check_real(level, name, above=0, below=1)
 
 
-def check_probabilities(qs, name: str = "qs") -> np.ndarray:
+def check_probabilities(qs: ArrayLike, name: str = "qs") -> npt.NDArray[np.float64]:
     """Quantile levels: a 1-D float array of probabilities in [0, 1] (empty allowed; a
     string is refused rather than read as characters). ValueError naming ``name``."""
     if isinstance(qs, (str, bytes)):
@@ -121,14 +123,14 @@ def check_probabilities(qs, name: str = "qs") -> np.ndarray:
     return q
 
 
-def _check_mechanism(mechanism, estimator) -> None:
+def _check_mechanism(mechanism: object, estimator: str) -> None:
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     check_choice(estimator, "estimator", ESTIMATORS)
 
 
 # ----------------------------------------------------------------------------- answers
-def cdf(cumulative_counts, total=None) -> np.ndarray:
+def cdf(cumulative_counts: ArrayLike, total: float | None = None) -> npt.NDArray[np.float64]:
     """The CDF at the right bin edges, F = C / N, shape (K,).
 
     N = ``total`` (public N) or the last cumulative count. A consistent input (see
@@ -138,7 +140,7 @@ def cdf(cumulative_counts, total=None) -> np.ndarray:
     return c / _total(total, c[-1])
 
 
-def _check_edges(bin_edges, k: int) -> np.ndarray:
+def _check_edges(bin_edges: ArrayLike, k: int) -> npt.NDArray[np.float64]:
     e = _vector(bin_edges, "bin_edges")
     if e.size != k + 1:
         raise ValueError(f"bin_edges must have K + 1 = {k + 1} entries, got {e.size}")
@@ -147,7 +149,8 @@ def _check_edges(bin_edges, k: int) -> np.ndarray:
     return e
 
 
-def quantiles(cdf_counts, bin_edges, qs, total=None) -> np.ndarray:
+def quantiles(cdf_counts: ArrayLike, bin_edges: ArrayLike, qs: ArrayLike,
+              total: float | None = None) -> npt.NDArray[np.float64]:
     """Quantiles Q(q) of a consistent CDF with linear interpolation inside bins.
 
     Rule (module docstring): Q(0) = e_0; for q > 0, i = the first bin with C[i] >= q N and
@@ -186,7 +189,8 @@ def quantiles(cdf_counts, bin_edges, qs, total=None) -> np.ndarray:
     return out
 
 
-def range_count(cumulative_counts, a, b) -> np.ndarray:
+def range_count(cumulative_counts: ArrayLike, a: ArrayLike,
+                b: ArrayLike) -> npt.NDArray[np.float64]:
     """Counts of the bin ranges [a, b] (0-based bin indices, both inclusive, a <= b):
     C[b] - C[a - 1] (C[-1] := 0). ``a`` and ``b`` broadcast (scalars or arrays)."""
     c = _vector(cumulative_counts, "cumulative_counts")
@@ -195,7 +199,8 @@ def range_count(cumulative_counts, a, b) -> np.ndarray:
     return padded[b + 1] - padded[a]
 
 
-def _check_ranges(a, b, k: int):
+def _check_ranges(a: ArrayLike, b: ArrayLike,
+                  k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     try:
         a_arr, b_arr = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     except ValueError:
@@ -217,7 +222,8 @@ def _check_ranges(a, b, k: int):
 
 
 # ----------------------------------------------------------------------------- estimates
-def estimate_cdf(mechanism: Mechanism, y, estimator: str = "blue") -> np.ndarray:
+def estimate_cdf(mechanism: Mechanism, y: ArrayLike,
+                 estimator: str = "blue") -> npt.NDArray[np.float64]:
     """Raw cumulative-count estimate (K,) (or (trials, K)) from answers y: ``np.cumsum`` of the
     BLUE histogram, the [RTS] covering sums, or the [RTS] App. B refined estimate."""
     _check_mechanism(mechanism, estimator)
@@ -241,7 +247,8 @@ def cdf_standard_errors(mechanism: Mechanism, estimator: str = "blue") -> np.nda
     return np.sqrt(np.maximum(np.asarray(var, dtype=np.float64), 0.0))
 
 
-def range_standard_errors(mechanism: Mechanism, a, b, estimator: str = "blue") -> np.ndarray:
+def range_standard_errors(mechanism: Mechanism, a: ArrayLike, b: ArrayLike,
+                          estimator: str = "blue") -> npt.NDArray[np.float64]:
     """Exact standard errors of the raw estimates of the range counts [a, b] (inclusive,
     0-based; ``a``, ``b`` broadcast), as computed by :func:`range_count` on the raw estimate.
 
@@ -278,8 +285,9 @@ def critical_value(level: float = 0.95, method: str = "pointwise", n_queries: in
 
 
 def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimator: str = "blue",
-                             simultaneous: bool = True, draws: int = 2000, rng=None,
-                             standard_errors=None):
+                             simultaneous: bool = True, draws: int = 2000, rng: RNG = None,
+                             standard_errors: ArrayLike | None = None,
+                             ) -> float | npt.NDArray[np.float64]:
     """Monte Carlo critical value(s) from the mechanism's own noise distribution.
 
     Draws z from the mechanism (``mechanism.sample_noise``), applies the estimator (linear, so
@@ -308,7 +316,7 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
                          f"{MAX_SIMULATED_POINTWISE_FLOATS}; lower draws")
     rows = mechanism.released.n_rows
     chunk = max(1, min(int(draws), _SIM_CHUNK_FLOATS // max(rows + k_all, 1)))
-    stats = []
+    stats: list[npt.NDArray[np.float64]] = []
     done = 0
     while done < draws:
         size = min(chunk, int(draws) - done)
@@ -316,13 +324,14 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
         ratio = np.abs(estimate_cdf(mechanism, z, estimator)[:, :k]) * scale
         stats.append(ratio.max(axis=1) if simultaneous else ratio)
         done += size
-    stats = np.concatenate(stats, axis=0)
-    return (float(np.quantile(stats, level)) if simultaneous
-            else np.quantile(stats, level, axis=0))
+    all_stats = np.concatenate(stats, axis=0)
+    return (float(np.quantile(all_stats, level)) if simultaneous
+            else np.quantile(all_stats, level, axis=0))
 
 
-def confidence_band(estimate, standard_errors, level: float = 0.95, method: str = "pointwise",
-                    critical=None) -> tuple[np.ndarray, np.ndarray]:
+def confidence_band(estimate: ArrayLike, standard_errors: ArrayLike, level: float = 0.95,
+                    method: str = "pointwise", critical: ArrayLike | None = None,
+                    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """(lower, upper) = estimate -+ c * standard_errors.
 
     c = ``critical`` (a float or per-query array, e.g. from :func:`simulated_critical_value`)
@@ -334,6 +343,7 @@ def confidence_band(estimate, standard_errors, level: float = 0.95, method: str 
         raise ValueError(f"standard_errors has shape {se.shape}, estimate {est.shape}")
     if np.any(se < 0):
         raise ValueError("standard_errors must be non-negative")
+    c: float | npt.NDArray[np.float64]
     if critical is None:
         c = critical_value(level, method, max(int(np.sum(se > 0)), 1))
     else:
@@ -344,7 +354,9 @@ def confidence_band(estimate, standard_errors, level: float = 0.95, method: str 
     return est - c * se, est + c * se
 
 
-def monotone_envelope(lower, upper, total=None, integer: bool = True):
+def monotone_envelope(lower: ArrayLike, upper: ArrayLike, total: float | None = None,
+                      integer: bool = True,
+                      ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Tighten a *simultaneous* band of cumulative counts without losing coverage.
 
     If L_t <= C_t <= U_t for all t and C is non-decreasing, in [0, N] (integer), then

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 
 from threadpoolctl import threadpool_limits
 
@@ -22,7 +23,7 @@ __all__ = ["blas_threads", "limited_blas"]
 _USER_SETTINGS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def blas_threads(environ=os.environ) -> int | None:
+def blas_threads(environ: Mapping[str, str] = os.environ) -> int | None:
     """The BLAS thread count to impose: ``DPTREE_OPT_BLAS_THREADS`` when set (ValueError
     unless an integer >= 1), None when the user set the BLAS library's own variable, else 1."""
     value = environ.get("DPTREE_OPT_BLAS_THREADS")
@@ -39,7 +40,7 @@ def blas_threads(environ=os.environ) -> int | None:
     return 1
 
 
-def limited_blas(environ=os.environ):
+def limited_blas(environ: Mapping[str, str] = os.environ) -> contextlib.AbstractContextManager[object]:
     """A context in which BLAS uses :func:`blas_threads` threads (no change when None)."""
     n = blas_threads(environ)
     if n is None:

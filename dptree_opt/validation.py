@@ -25,28 +25,40 @@ argument is; ``limits`` checks whether the job it asks for fits.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from numbers import Integral, Real
+from typing import Literal, TypeGuard, TypeVar, overload
 
 import numpy as np
+
+_T = TypeVar("_T")
 
 __all__ = ["check_int", "check_n", "check_real", "check_positive", "check_bool",
            "check_choice"]
 
 
-def _number(m) -> str:
+def _number(m: float | None) -> str:
     """A bound for messages: powers of two from 2^20 up as 2^k (2^40 rather than 1099511627776)."""
-    if isinstance(m, Integral) and m >= 2**20 and m & (m - 1) == 0:
+    if isinstance(m, Integral) and int(m) >= 2**20 and int(m) & (int(m) - 1) == 0:
         return f"2^{int(m).bit_length() - 1}"
     return f"{m}"
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int | np.integer]:
     return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(value, name: str, minimum: int | None = None, maximum: int | None = None, *,
-              none: bool = False, why: str | None = None) -> int | None:
+@overload
+def check_int(value: object, name: str, minimum: int | None = None,
+              maximum: int | None = None, *, none: Literal[False] = False,
+              why: str | None = None) -> int: ...
+@overload
+def check_int(value: object, name: str, minimum: int | None = None,
+              maximum: int | None = None, *, none: bool,
+              why: str | None = None) -> int | None: ...
+def check_int(value: object, name: str, minimum: int | None = None,
+              maximum: int | None = None, *, none: bool = False,
+              why: str | None = None) -> int | None:
     """``value`` as a Python int: an integer (``int`` or a numpy integer, not a bool nor a float
     such as 2.0) in [minimum, maximum] (either bound may be None). ``none=True`` also accepts
     None (returned as is). ValueError naming ``name`` otherwise: "height must be an integer
@@ -56,7 +68,7 @@ def check_int(value, name: str, minimum: int | None = None, maximum: int | None 
     if value is None and none:
         return None
     is_int = _is_int(value)
-    if (is_int and (minimum is None or value >= minimum)
+    if (_is_int(value) and (minimum is None or value >= minimum)
             and (maximum is None or value <= maximum)):
         return int(value)
     if minimum is not None and maximum is not None:
@@ -75,17 +87,26 @@ def check_int(value, name: str, minimum: int | None = None, maximum: int | None 
         what = bound
     either = "None or " if none and not is_int else ""
     because = f" ({why})" if why else ""
-    got = int(value) if is_int else value
+    got = int(value) if _is_int(value) else value
     raise ValueError(f"{name} must be {either}{what}{because}, got {got!r}")
 
 
-def check_n(n, name: str = "n (number of bins)") -> int:
+def check_n(n: object, name: str = "n (number of bins)") -> int:
     """A number of bins: an integer >= 1 (:func:`check_int`), as a Python int."""
     return check_int(n, name, 1)
 
 
-def check_real(value, name: str, *, above=None, at_least=None, below=None, at_most=None,
-               none: bool = False) -> float | None:
+@overload
+def check_real(value: object, name: str, *, above: float | None = None,
+               at_least: float | None = None, below: float | None = None,
+               at_most: float | None = None, none: Literal[False] = False) -> float: ...
+@overload
+def check_real(value: object, name: str, *, above: float | None = None,
+               at_least: float | None = None, below: float | None = None,
+               at_most: float | None = None, none: bool) -> float | None: ...
+def check_real(value: object, name: str, *, above: float | None = None,
+               at_least: float | None = None, below: float | None = None,
+               at_most: float | None = None, none: bool = False) -> float | None:
     """``value`` as a float: a finite real number (int, float, numpy number, Fraction; never a
     bool nor a string) with value > ``above``, >= ``at_least``, < ``below`` and <= ``at_most``
     (each bound optional). ``none=True`` also accepts None (returned as is). ValueError
@@ -111,7 +132,7 @@ def check_real(value, name: str, *, above=None, at_least=None, below=None, at_mo
     try:
         x = float(value)
     except OverflowError:               # an int or Fraction beyond the doubles
-        x = math.inf if value > 0 else -math.inf
+        x = math.inf if value > 0 else -math.inf  # type: ignore[operator]  # a Real compares with 0
     if (not math.isfinite(x) or (above is not None and not x > above)
             or (at_least is not None and not x >= at_least)
             or (below is not None and not x < below)
@@ -123,12 +144,16 @@ def check_real(value, name: str, *, above=None, at_least=None, below=None, at_mo
     return x
 
 
-def check_positive(value, name: str) -> float:
+def check_positive(value: object, name: str) -> float:
     """A finite number > 0 as a float (:func:`check_real`): "{name} must be finite and > 0"."""
     return check_real(value, name, above=0)
 
 
-def check_bool(value, name: str, *, none: bool = False) -> bool | None:
+@overload
+def check_bool(value: object, name: str, *, none: Literal[False] = False) -> bool: ...
+@overload
+def check_bool(value: object, name: str, *, none: bool) -> bool | None: ...
+def check_bool(value: object, name: str, *, none: bool = False) -> bool | None:
     """``True`` or ``False`` (a numpy bool too), as a Python bool; ``none=True`` also accepts
     None (returned as is). ValueError naming ``name`` otherwise (0, 1, "yes" are refused: a
     flag is never guessed)."""
@@ -140,7 +165,7 @@ def check_bool(value, name: str, *, none: bool = False) -> bool | None:
     return bool(value)
 
 
-def check_choice(value, name: str, choices: tuple):
+def check_choice(value: object, name: str, choices: Sequence[_T]) -> _T:
     """``value`` when it is one of ``choices`` (compared with ==; an unhashable value such as a
     list or an array is refused); ValueError naming ``name`` and the choices otherwise."""
     try:
@@ -149,4 +174,4 @@ def check_choice(value, name: str, choices: tuple):
         ok = False
     if not ok:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-    return value
+    return value  # type: ignore[return-value]  # value == one of choices (checked above)

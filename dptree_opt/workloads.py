@@ -148,6 +148,12 @@ class Workload:
             matmat=self.matvec, rmatmat=self.rmatvec, dtype=float,
         )
 
+    def aslinearoperator(self) -> LinearOperator:
+        """W as a scipy LinearOperator (q x n), scipy's spelling of
+        :meth:`as_linear_operator` (matvec / rmatvec / matmat / rmatmat: the workload's own
+        O(n + q) products, per axis for Kronecker products; never a dense matrix)."""
+        return self.as_linear_operator()
+
     def dense(self) -> np.ndarray:
         """W as a dense (q, n) array: only for small workloads."""
         _check_dense(self.n_queries, self.n_bins, "the workload matrix")

@@ -22,6 +22,18 @@ EPSILON = 1.0
 NEIGHBOURS = "add_remove"
 NOISE = "laplace"
 WORKLOADS = ("cdf", "identity", "all_range")
+# --set NAME=VALUE on the command line (dptree-opt experiment compare_table --help)
+PARAMETERS = {
+    "K": {"type": "ints", "sets": ("BINS", "QUICK_BINS"), "min": 1, "help": "bins K"},
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6,
+                "help": "budget (eps; rho for Gaussian noise)"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+    "noise": {"type": "str", "sets": ("NOISE",), "choices": ("laplace", "gaussian"),
+              "help": "noise"},
+    "workloads": {"type": "strs", "sets": ("WORKLOADS",),
+                  "choices": ("cdf", "identity", "all_range"), "help": "workloads compared"},
+}
 
 
 def run(out_dir: Path, quick: bool = True) -> dict:

@@ -24,6 +24,12 @@ NEIGHBOURS = "swap"
 TREES = ((2,) * 12, (4,) * 6, (8,) * 4, (16,) * 3, (64, 64), (4, 8, 128))
 SPLITS = ("equal", "RTS-optimal", "BLUE-optimal")
 ESTIMATORS = ("covering", "blue")
+# --set NAME=VALUE on the command line (dptree-opt experiment eps_split --help)
+PARAMETERS = {
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6, "help": "Laplace budget"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+}
 
 
 def run(out_dir: Path, quick: bool = True) -> dict:

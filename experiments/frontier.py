@@ -38,6 +38,14 @@ BINS = tuple(2**m for m in range(4, 21, 2))
 QUICK_BINS = tuple(2**m for m in range(4, 13, 2))  # 2^4 .. 2^12: seconds
 NON_TREE = ("haar", "sqrt_factorization", "optimized")
 ROWS = ("best_blue_optimal", "best_node_budgets") + NON_TREE
+# --set NAME=VALUE on the command line (dptree-opt experiment frontier --help)
+PARAMETERS = {
+    "K": {"type": "ints", "sets": ("BINS", "QUICK_BINS"), "min": 2, "help": "bins K"},
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6, "help": "Laplace budget"},
+    "rho": {"type": "float", "sets": ("RHO",), "min": 1e-6, "help": "Gaussian budget (zCDP)"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+}
 # docs/math.md section 7 (mean per prefix; Gaussian per unit sigma^2)
 ANCHORS = {("gaussian", "optimized", 1024): 8.7348,
            ("gaussian", "sqrt_factorization", 1024): 9.6708,

@@ -1,4 +1,4 @@
-"""Grids (issue 15 item 7): exact error of every hierarchy family vs grid size, and the
+"""Grids: exact error of every hierarchy family vs grid size, and the
 dimension at which the flat grid wins (Qardaji-Yang-Li, VLDB 2013).
 
 Setting: Laplace, eps = 1, add/remove neighbours (N private: the root / the grand total is a
@@ -47,6 +47,14 @@ QUICK_SIDES = (16, 64, 256, 1024)
 LOG_CELLS = tuple(range(6, 25))                    # (b): total cells 2^6 .. 2^24 (full)
 QUICK_LOG_CELLS = tuple(range(6, 17))              # 2^6 .. 2^16
 DIMS = (1, 2, 3, 4)
+# --set NAME=VALUE on the command line (dptree-opt experiment grid_study --help)
+PARAMETERS = {
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6, "help": "Laplace budget"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+    "sides": {"type": "ints", "sets": ("SIDES", "QUICK_SIDES"), "min": 2,
+              "help": "cells per side of the square grids"},
+}
 POOL, QUICK_POOL = 12, 3                           # optimal budgets: pool of the search
 STARTS, QUICK_STARTS = 4, 1                        # Laplace budget restarts per design
 ONE_D_SEARCH_MAX = 2**16                           # d = 1 above this: optimize.level_uniform

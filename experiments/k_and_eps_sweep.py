@@ -21,6 +21,14 @@ QUICK_BINS = tuple(2**m for m in range(6, 13, 2))
 EPSILONS = (0.25, 0.5, 1.0, 2.0)
 NEIGHBOURS = "swap"
 ESTIMATORS = ("covering", "blue")
+# --set NAME=VALUE on the command line (dptree-opt experiment k_and_eps_sweep --help)
+PARAMETERS = {
+    "K": {"type": "ints", "sets": ("BINS", "QUICK_BINS"), "min": 2, "help": "bins K"},
+    "epsilon": {"type": "floats", "sets": ("EPSILONS",), "min": 1e-6,
+                "help": "Laplace budgets (a comma list)"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+}
 
 
 def run(out_dir: Path, quick: bool = True) -> dict:

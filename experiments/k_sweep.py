@@ -31,6 +31,16 @@ EPSILON = 1.0
 NEIGHBOURS = ("swap", "add_remove")
 ESTIMATORS = ("covering", "refined", "blue")
 COLORS = {"covering": "#d62728", "refined": "#ff7f0e", "blue": "#1f77b4"}
+# --set NAME=VALUE on the command line (dptree-opt experiment k_sweep --help)
+PARAMETERS = {
+    "K": {"type": "ints", "sets": ("BINS",), "min": 1, "help": "bins K (a comma list)"},
+    "k": {"type": "ints", "sets": ("KS", "QUICK_KS"), "min": 2,
+          "help": "branching factors k swept"},
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6,
+                "help": "Laplace budget (pure eps-DP)"},
+    "neighbours": {"type": "strs", "sets": ("NEIGHBOURS",), "choices": ("swap", "add_remove"),
+                   "help": "neighbour models (a comma list)"},
+}
 
 
 def branching(n_bins: int, k: int) -> tuple:
@@ -76,7 +86,8 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     C.write_csv(rows, out_dir, NAME)
 
     C.style()
-    fig, axes = C.plt.subplots(len(NEIGHBOURS), len(BINS), figsize=(12, 8.6))
+    fig, axes = C.plt.subplots(len(NEIGHBOURS), len(BINS), figsize=(12, 8.6),
+                                 squeeze=False)
     for ax, (nb, K) in zip(axes.ravel(), [(nb, K) for nb in NEIGHBOURS for K in BINS]):
         sub = [r for r in rows if r["n_bins"] == K and r["neighbours"] == nb]
         ks = [r["k"] for r in sub]

@@ -30,6 +30,16 @@ ESTIMATOR = "blue"
 BINS = tuple(2**m for m in range(4, 21, 2))
 QUICK_BINS = tuple(2**m for m in range(4, 15, 2))  # level_uniform above 2^14 takes seconds each
 TREES = ("binary", "16-ary", "best")
+# --set NAME=VALUE on the command line (dptree-opt experiment laplace_vs_gaussian --help)
+PARAMETERS = {
+    "K": {"type": "ints", "sets": ("BINS", "QUICK_BINS"), "min": 2, "help": "bins K"},
+    "epsilon": {"type": "float", "sets": ("EPSILON",), "min": 1e-6,
+                "help": "Laplace budget (set rho too to change the Gaussian one)"},
+    "rho": {"type": "float", "sets": ("RHO",), "min": 1e-6,
+            "help": "Gaussian budget (zCDP; default eps^2 / 2)"},
+    "neighbours": {"type": "str", "sets": ("NEIGHBOURS",), "choices": ("add_remove", "swap"),
+                   "help": "neighbour model"},
+}
 
 
 def _shape(tree: str, K: int, noise: str) -> tuple:

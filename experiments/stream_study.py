@@ -1,4 +1,4 @@
-"""Streams (issue 16 item 4): offline vs causal error of continual counting, per step and on
+"""Streams: offline vs causal error of continual counting, per step and on
 average, for every mechanism at T = 2^10 .. 2^20, and the published constants.
 
 Setting: the running count after t steps (the prefix workload over T steps), event level (one
@@ -46,6 +46,11 @@ NAME = "stream_study"
 EPSILON, RHO = 1.0, 0.5
 LOG_T = (10, 12, 14, 16, 18, 20)            # full
 QUICK_LOG_T = (10, 12, 14, 16)
+# --set NAME=VALUE on the command line (dptree-opt experiment stream_study --help)
+PARAMETERS = {
+    "log_T": {"type": "ints", "sets": ("LOG_T", "QUICK_LOG_T"), "min": 4,
+              "help": "log2 of the stream lengths T"},
+}
 KARY = tuple(range(3, 21))                  # k-ary causal BLUE: the best of these is shown
 AHEAD_K = (2, 3, 4, 8, 16, 32)              # offline BLUE streamed (noise ahead): best shown
 NEG_K = 19                                  # Andersson-Pagh et al.'s recommended k

@@ -3,7 +3,10 @@
 The package source (docstrings, comments and messages alike) cites the project's own math note
 as "docs/math.md section N" with N a section that exists, never ``MATH.md`` (a file outside the
 repository), never another document the repository does not hold, and never an internal issue
-number. The math note keeps its section numbers 0..11.
+number. The math note keeps its section numbers 0..11. The same holds for the documentation
+pages (docs/**/*.md, the README, paper_figures/README.md): their citations of docs/math.md
+sections exist, they never cite MATH.md or an internal issue number, and their relative links
+resolve. (The site built from them: tests/test_docs_site.py.)
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ CITATION = re.compile(
     re.IGNORECASE,
 )
 ISSUE = re.compile(r"\bissues?\s*#?\s*\d+", re.IGNORECASE)
+# generated at build time (git-ignored): not sources
+GENERATED = (DOCS / "_build", DOCS / "api" / "generated", DOCS / "papers" / "items")
 ANY_MATH_MD = re.compile(r"math\.md", re.IGNORECASE)
 MARKDOWN_FILE = re.compile(r"[\w./-]*\w\.md\b")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -111,10 +116,43 @@ def test_package_cites_only_documents_in_the_repository():
     assert not bad, "documents cited but not in the repository:\n" + "\n".join(bad)
 
 
+def _doc_pages() -> list[Path]:
+    """Every documentation page: docs/**/*.md (not the generated ones) and the READMEs."""
+    pages = [p for p in DOCS.rglob("*.md") if not any(g in p.parents for g in GENERATED)]
+    return sorted(pages) + [ROOT / "README.md", ROOT / "paper_figures" / "README.md"]
+
+
 def test_docs_links_resolve():
-    pages = sorted(DOCS.glob("*.md"))
-    assert MATH_NOTE in pages and DOCS / "README.md" in pages
-    bad = [f"{page.name}: {target}"
+    pages = _doc_pages()
+    assert MATH_NOTE in pages and DOCS / "README.md" in pages and DOCS / "index.md" in pages
+    bad = [f"{page.relative_to(ROOT)}: {target}"
            for page in pages for target in LINK.findall(page.read_text(encoding="utf-8"))
-           if "://" not in target and not (page.parent / target).exists()]
-    assert not bad, "broken relative links in docs/:\n" + "\n".join(bad)
+           if "://" not in target and not target.startswith("mailto:")
+           and not (page.parent / target).exists()]
+    assert not bad, "broken relative links in the documentation:\n" + "\n".join(bad)
+
+
+def test_docs_cite_existing_math_sections():
+    sections = {int(n) for n in HEADING.findall(MATH_NOTE.read_text(encoding="utf-8"))}
+    bad = []
+    for page in _doc_pages():
+        text = page.read_text(encoding="utf-8")
+        for m, cited in zip(CITATION.finditer(text), cited_sections(text)):
+            if not cited <= sections:
+                bad.append(f"{page.relative_to(ROOT)}:{_line(text, m.start())}: {m.group(0)!r}")
+    assert not bad, "docs cite sections docs/math.md does not have:\n" + "\n".join(bad)
+
+
+def test_docs_cite_no_math_md_and_no_internal_issue_numbers():
+    """No ``MATH.md`` (a file outside the repository) and no internal issue number; a line
+    linking to another project's tracker (a URL) may name its issues."""
+    bad = []
+    for page in _doc_pages():
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"MATH\.md", text):
+            bad.append(f"{page.relative_to(ROOT)}:{_line(text, m.start())}: MATH.md")
+        for m in ISSUE.finditer(text):
+            line = text.splitlines()[_line(text, m.start()) - 1]
+            if "://" not in line:
+                bad.append(f"{page.relative_to(ROOT)}:{_line(text, m.start())}: {m.group(0)!r}")
+    assert not bad, "the documentation cites MATH.md or internal issues:\n" + "\n".join(bad)

@@ -1,5 +1,7 @@
 """`dptree-opt release`: a differentially private CDF and quantiles of a real data column, or
-a d-D histogram of several columns with box counts (``--columns x,y``)."""
+a d-D histogram of several columns with box counts (``--columns x,y``); read by the built-in
+pyarrow block reader, or counted inside a data engine (``--engine duckdb|dask|spark|...``,
+``data_release.sources``: docs/data_engines.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,11 @@ import time
 
 from .. import optimize, workloads
 from ..data_release import DEFAULT_QUANTILES, default_cdf_error, release_file
+from ..data_release.binning import BinSpec
+from ..data_release.checks import budget_choice
+from ..data_release.core import release
 from ..data_release.grid import default_grid_error
+from ..data_release.sources import source_named, source_names
 from ..plotting import save_figure
 from ._common import FIGURE_SUFFIXES, output_file, stdout_closed
 
@@ -104,6 +110,27 @@ def _auto_design(args, bins, workload: str | None = None):
     return d, lines
 
 
+def _engine_table(args, columns, lower, upper, bins):
+    """--engine: the engine's object reading FILE (a path or glob) through its adapter's
+    ``open_files``; the flags and the bins are checked first (opening may start an engine)."""
+    if args.counts is not None or args.file is None:
+        raise ValueError("--engine reads a data FILE (a path or a glob such as "
+                         "'data/*.parquet'), not --counts")
+    if args.delimiter is not None:
+        raise ValueError("--delimiter is for the built-in reader; with --engine the engine "
+                         "detects the CSV format")
+    if len(lower) == len(upper) == len(bins):
+        for lo, up, k in zip(lower, upper, bins):  # over axes: ValueError before the engine
+            BinSpec(lo, up, k)
+    if args.design is None:  # (a design brings its own budget: checked by the release)
+        budget_choice(args.epsilon, args.rho)
+    try:
+        return source_named(args.engine).open_files(args.file, list(columns))
+    except ImportError as exc:  # the engine is an optional dependency
+        raise ValueError(f"--engine {args.engine}: {exc.name or exc} is not installed "
+                         "(pip install 'dptree-opt[engines]')") from None
+
+
 def _grid_run(args, out) -> int:
     """The grid release of ``--columns``: summary, JSON (``--out``), heat map (``--plot``)."""
     columns = _items(args.columns, "--columns")
@@ -121,18 +148,27 @@ def _grid_run(args, out) -> int:
     if args.consistency == "l1":
         raise ValueError("--consistency l1 is for a one-column release; a grid takes l2 or none")
     _check_design_flags(args)
+    table = _engine_table(args, columns, lower, upper, bins) if args.engine else None
     design, lines = (None, []) if args.design is None else _auto_design(
         args, bins, args.workload or "all_range")
-    result = release_file(
-        args.file, columns=columns, lower=lower, upper=upper, bins=bins,
-        epsilon=args.epsilon, rho=args.rho, tree=_tree(args.tree, grid=True),
-        neighbours=args.neighbours, out_of_range=args.out_of_range,
-        consistency=None if args.consistency == "none" else args.consistency,
-        budgets=args.budgets, workload=None if design is not None else args.workload,
-        delimiter=args.delimiter, design=design)
+    kw = dict(lower=lower, upper=upper, bins=bins, epsilon=args.epsilon, rho=args.rho,
+              tree=_tree(args.tree, grid=True), neighbours=args.neighbours,
+              out_of_range=args.out_of_range,
+              consistency=None if args.consistency == "none" else args.consistency,
+              budgets=args.budgets, workload=None if design is not None else args.workload,
+              design=design)
+    if table is not None:
+        result = release(table, columns=columns, **kw)
+    else:
+        result = release_file(args.file, columns=columns, delimiter=args.delimiter, **kw)
     header = (f"private {len(columns)}-D release of columns "
-              f"{', '.join(map(repr, columns))} of {args.file}")
+              f"{', '.join(map(repr, columns))} of {args.file}{_by(args)}")
     return _finish(args, out, result, "\n".join([header] + lines))
+
+
+def _by(args) -> str:
+    """The header's note on the engine that counted the data (--engine)."""
+    return f" (counted by {args.engine})" if args.engine else ""
 
 
 def _finish(args, out, result, header: str) -> int:
@@ -241,16 +277,20 @@ def run(args) -> int:
                          "column per axis)")
     _check_design_flags(args)
     quantiles = _floats(args.quantiles, "--quantiles") if args.quantiles.strip() else ()
+    table = (_engine_table(args, (args.column,), lower, upper, bins) if args.engine
+             else None)
     design, lines = (None, []) if args.design is None else _auto_design(args, bins[0])
-    result = release_file(
-        args.file, column=args.column, counts_file=args.counts, lower=lower[0],
-        upper=upper[0], bins=bins[0], epsilon=args.epsilon, rho=args.rho,
-        tree=_tree(args.tree), neighbours=args.neighbours, out_of_range=args.out_of_range,
-        quantiles=quantiles,
-        consistency=None if args.consistency == "none" else args.consistency,
-        budgets=args.budgets, interval_level=args.interval_level, delimiter=args.delimiter,
-        design=design)
-    source = (f"column {args.column!r} of {args.file}" if args.file is not None
+    kw = dict(lower=lower[0], upper=upper[0], bins=bins[0], epsilon=args.epsilon,
+              rho=args.rho, tree=_tree(args.tree), neighbours=args.neighbours,
+              out_of_range=args.out_of_range, quantiles=quantiles,
+              consistency=None if args.consistency == "none" else args.consistency,
+              budgets=args.budgets, interval_level=args.interval_level, design=design)
+    if table is not None:
+        result = release(table, column=args.column, **kw)
+    else:
+        result = release_file(args.file, column=args.column, counts_file=args.counts,
+                              delimiter=args.delimiter, **kw)
+    source = (f"column {args.column!r} of {args.file}{_by(args)}" if args.file is not None
               else f"counts file {args.counts}")
     return _finish(args, out, result, "\n".join([f"private release of {source}"] + lines))
 
@@ -269,8 +309,19 @@ def register(sub) -> None:
         epilog="examples: dptree-opt release incomes.csv --column income --lower 0 "
                "--upper 500000 --bins 1000 --epsilon 1 --out release.json; a 2-D histogram: "
                "dptree-opt release trips.csv --columns lon,lat --lower -74.3,40.5 --upper "
-               "-73.7,40.95 --bins 64,64 --epsilon 1 --out grid.json --plot grid.png")
-    p.add_argument("file", nargs="?", help="CSV/TSV with a header row, or .parquet")
+               "-73.7,40.95 --bins 64,64 --epsilon 1 --out grid.json --plot grid.png; "
+               "counted in DuckDB from many files: dptree-opt release --engine duckdb "
+               "'data/*.parquet' --column income --lower 0 --upper 500000 --bins 1000 "
+               "--epsilon 1")
+    p.add_argument("file", nargs="?", metavar="PATH_OR_GLOB",
+                   help="CSV/TSV with a header row, or .parquet; with --engine also a glob "
+                        "('data/*.parquet', quoted) of such files")
+    p.add_argument("--engine", choices=source_names(), default=None,
+                   help="count the data inside a data engine instead of the built-in pyarrow "
+                        "block reader: duckdb (SQL generated from the bins, run in DuckDB), "
+                        "dask, spark, pandas or polars (if installed). Same bins, same rules "
+                        "(NULL/NaN/inf: error; outside [lower, upper): --out-of-range; "
+                        "integers beyond 2^53: error); docs/data_engines.md")
     p.add_argument("--column", help="column of FILE to release")
     p.add_argument("--columns", metavar="X,Y",
                    help="a grid release: comma-separated columns of FILE, one per axis; then "

@@ -35,7 +35,7 @@ __all__ = ["WORKLOADS", "Setting", "Candidate", "RowSpec", "NotAvailable", "Work
            "compare_stream"]
 
 
-def as_dict(result) -> dict:
+def as_dict(result: Comparison | GridComparison | StreamComparison) -> dict[str, object]:
     """A JSON-ready dict of a :class:`Comparison`, :class:`GridComparison` or
     :class:`StreamComparison`."""
     if not isinstance(result, (Comparison, GridComparison, StreamComparison)):

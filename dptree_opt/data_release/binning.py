@@ -29,8 +29,8 @@ lower, e_K = upper are exact. So e_i <= x < e_(i+1) gives i - 1 < q < i + 2 as s
 h / w + 5.2 u K < 1; ``BinSpec`` refuses specs with h > (1 - 10^-6) w (K <= 2^26 keeps 5.2 u K
 < 10^-7), and specs whose edges are not strictly increasing. The implementation still
 re-checks the values the correction moved (a vectorised loop over those few; by the proof it
-ends after one pass). The README's DuckDB recipe evaluates the same guess and correction in
-SQL, on the same doubles; ``tests/test_binning.py`` runs it against this module.
+ends after one pass). ``sources.duckdb_source.bin_sql`` generates the same guess and one
+correction in SQL, on the same doubles; ``tests/test_binning.py`` runs it against this module.
 
 Every step is vectorised: per block, one pass of numpy ufuncs, two gathers from the edges and
 one ``np.bincount``: O(n) time, O(K + block) memory.

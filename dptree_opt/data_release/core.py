@@ -84,6 +84,7 @@ from .checks import (DEFAULT_QUANTILES, budget_choice, check_budgets, check_hist
 from .io import (check_chunk_bytes, check_columns, histogram_from_file, histogram_from_values,
                  read_counts)
 from .result import Release, incomplete_note
+from .sources import engine_counts, is_engine_input
 from .secure_noise import (SecureForm, check_private_total, design_budget, design_mechanism,
                            sampler_description, secure_form, secure_measure)
 from .grid import is_grid_bins, release_grid, release_grid_file
@@ -610,7 +611,8 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
             tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
             quantiles=DEFAULT_QUANTILES, consistency: str | None = "l2",
             budgets: str = "optimal", interval_level: float = 0.95,
-            workload: str | None = None, names=None, design=None):
+            workload: str | None = None, names=None, design=None, column: str | None = None,
+            columns=None):
     """Release a differentially private CDF and quantiles of real data (secure noise); with
     per-axis ``lower``, ``upper`` and ``bins`` (sequences), a d-D histogram of records
     (N, d) with box counts (:func:`~dptree_opt.data_release.grid.release_grid`, a
@@ -618,7 +620,11 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
 
     Parameters
     ----------
-    data : 1-D array-like of numbers (one value per record), or None with ``counts``.
+    data : 1-D array-like of numbers (one value per record), or None with ``counts``; or an
+        engine's table (a DuckDB relation, a pandas / Dask / Spark / Polars DataFrame or
+        Series: ``sources``, docs/data_engines.md), counted where it lives.
+    column, columns : for an engine's table with several columns, the column to count
+        (``columns``: one per axis for a grid). A ValueError for an in-memory array.
     lower, upper, bins : K = ``bins`` equal-width bins over [lower, upper) (public; choose
         them without looking at the data). Bin rule: ``binning`` module docstring.
     epsilon | rho : exactly one: eps for pure eps-DP (discrete Laplace noise) or rho for
@@ -658,26 +664,33 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
                             consistency=consistency, budgets=budgets,
                             interval_level=interval_level,
                             workload="all_range" if workload is None else workload,
-                            names=names, design=design)
+                            names=names, design=design, column=column, columns=columns)
     _check_one_axis(workload, names)
     timings: dict = {}
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (the values) or counts (the K bin counts)")
+    engine = is_engine_input(data, column, columns)
 
     def counts_ready():  # bins is validated here; the counts before the (slow) design
-        nonlocal counts
+        nonlocal counts  # (an engine's table is counted here, where it lives)
         if counts is not None:
             counts = _check_counts(counts, int(bins))
+            timings["read_and_bin"] = 0.0
+        elif engine:
+            t0 = time.perf_counter()
+            counts = engine_counts(data, BinSpec(lower, upper, int(bins)), column=column,
+                                   columns=columns, out_of_range=out_of_range)
+            timings["read_and_bin"] = time.perf_counter() - t0
 
     plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                  consistency, budgets, interval_level, before_design=counts_ready,
                  design=design)
-    t0 = time.perf_counter()
     if counts is not None:
-        hist = counts   # checked by counts_ready
+        hist = counts   # checked or counted by counts_ready
     else:
+        t0 = time.perf_counter()
         hist, _ = histogram_from_values(data, plan.spec, out_of_range=out_of_range, name="data")
-    timings["read_and_bin"] = time.perf_counter() - t0
+        timings["read_and_bin"] = time.perf_counter() - t0
     return _release_histogram(hist, plan, timings)
 
 

@@ -75,6 +75,8 @@ from .checks import (DEFAULT_QUANTILES, budget_choice, check_budgets, check_hist
                      check_mechanism_noise, check_tiny_budget)
 from .io import (check_chunk_bytes, check_column_names, check_columns, grid_histogram_from_file,
                  grid_histogram_from_values)
+from .sources import engine_counts, is_engine_input
+from .sources.base import pick
 from .secure_noise import (check_private_total, design_budget, design_mechanism,
                            sampler_description, secure_form, secure_measure)
 
@@ -657,7 +659,8 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
                  tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
                  quantiles=(), consistency: str | None = "l2", budgets: str = "optimal",
                  interval_level: float = 0.95, workload: str = "all_range",
-                 names=None, design=None) -> GridRelease:
+                 names=None, design=None, column: str | None = None,
+                 columns=None) -> GridRelease:
     """A differentially private d-D histogram of records (N, d), or of ``counts`` (shape
     ``bins``), with box counts and exact standard errors (module docstring). ``lower``,
     ``upper``, ``bins``: one entry per axis; ``tree``: "optimal" or one branching list per
@@ -665,28 +668,36 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
     d-D CDF); ``names``: axis names for the output; ``design``: a grid design to release
     instead of the search (module docstring; ``tree``, ``budgets`` and ``workload`` left out,
     the budget optional). ``quantiles`` and ``interval_level`` are 1-D options (refused
-    unless left at their defaults). Every argument and the data are
-    validated BEFORE the noise (ValueError); after it nothing raises."""
+    unless left at their defaults). ``data`` may be an engine's table (``sources``;
+    ``columns``: one column per axis, also the default axis names), counted where it lives
+    before the design. Every argument and the data are validated BEFORE the noise
+    (ValueError); after it nothing raises."""
     timings: dict = {}
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (records of shape (N, d)) or counts (the "
                          "cell counts)")
+    engine = is_engine_input(data, column, columns)
 
     def inputs_ready():  # bins is a validated sequence here; before the (slow) design
         nonlocal names, counts
-        names = _check_names(names, len(bins))
+        picked = pick(column, columns, len(bins)) if engine else None
+        names = _check_names(picked if names is None and picked is not None else names,
+                             len(bins))
         if counts is not None:
             counts = _check_grid_counts(counts, tuple(int(k) for k in bins))
+        elif engine:  # counted where it lives
+            t0 = time.perf_counter()
+            counts = engine_counts(data, _check_grid(lower, upper, bins), column=column,
+                                   columns=columns, out_of_range=out_of_range)
+            timings["read_and_bin"] = time.perf_counter() - t0
 
     plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                       quantiles, consistency, budgets, interval_level, workload,
                       before_design=inputs_ready, design=design)
     t0 = time.perf_counter()
-    if counts is not None:
-        hist = counts   # checked by inputs_ready
-    else:
-        hist, _ = grid_histogram_from_values(data, plan.specs, out_of_range=out_of_range)
-    timings["read_and_bin"] = time.perf_counter() - t0
+    hist = counts if counts is not None else grid_histogram_from_values(
+        data, plan.specs, out_of_range=out_of_range)[0]  # counts: checked by inputs_ready
+    timings.setdefault("read_and_bin", time.perf_counter() - t0)
     return _release_cells(hist, plan, timings, names)
 
 

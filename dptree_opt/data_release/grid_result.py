@@ -8,7 +8,6 @@ import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
 
 import numpy as np
 
@@ -16,22 +15,12 @@ from ..engines.kronecker import kron_box_variances
 from ..mechanism import Mechanism
 from .. import plotting
 from ..files import check_writable_path, write_text_atomic
-from .result import BIN_RULE, json_floats
+from .result import (BIN_RULE, BoxCount, PGMMeasurement, json_floats, mechanism_record,
+                     pgm_measurements, with_checksum)
 
 __all__ = ["GridRelease", "BoxCount", "GRID_FORMAT"]
 
 GRID_FORMAT = "dptree_opt.grid_release/1"
-
-
-class BoxCount(NamedTuple):
-    """Answers to boxes: ``estimate`` (the raw BLUE, unbiased), ``standard_error`` (its
-    exact SE under the discrete noise drawn), ``consistent`` (the same box over the
-    consistent cells; no exact SE, NaN without consistency). Arrays of shape (m,), or
-    floats for one box."""
-
-    estimate: np.ndarray
-    standard_error: np.ndarray
-    consistent: np.ndarray
 
 
 def _cumulative(cells: np.ndarray) -> np.ndarray:
@@ -183,7 +172,8 @@ class GridRelease:
     def to_dict(self, *, include_measurements: bool = False,
                 include_timings: bool = False) -> dict:
         """A JSON-ready dict (format ``GRID_FORMAT``); everything in it is DP output or
-        public. Cells are nested lists in row-major order (axis 0 outermost)."""
+        public. Cells are nested lists in row-major order (axis 0 outermost). It holds the
+        mechanism's record and a checksum for ``load_release`` (docs/saved_releases.md)."""
         out = {
             "format": GRID_FORMAT,
             "axes": [{"name": n, "lower": s.lower, "upper": s.upper, "K": s.bins,
@@ -207,7 +197,14 @@ class GridRelease:
             out["measurements"] = json_floats(self.measurements)
         if include_timings:
             out["timings_seconds"] = dict(self.timings)
-        return out
+        out["mechanism"] = mechanism_record(self.mechanism)
+        return with_checksum(out)
+
+    def measurements_for_pgm(self) -> list[PGMMeasurement]:
+        """The noisy measurements in the form private-pgm consumes (one
+        :class:`PGMMeasurement` per noise level: y, sparse Q over the padded grid's cells,
+        row-major, stddev; clique = the axis names); docs/interop.md."""
+        return pgm_measurements(self.mechanism, self.measurements, tuple(self.names))
 
     def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
                 **kwargs) -> str:

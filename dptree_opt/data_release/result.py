@@ -3,21 +3,29 @@ of the mechanism and its guarantee (frozen; everything in it is safe to publish)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..mechanism import Mechanism
 from ..pipeline import PrivateCDF
 from .. import plotting
+from ..strategies.records import strategy_record
 from .binning import BinSpec
 from ..files import check_writable_path, write_text_atomic
 
-__all__ = ["Release", "FORMAT", "json_floats"]
+__all__ = ["Release", "FORMAT", "MECHANISM_FORMAT", "BoxCount", "PGMMeasurement", "json_floats",
+           "mechanism_record", "document_checksum", "with_checksum", "pgm_measurements"]
 
 FORMAT = "dptree_opt.release/1"
+MECHANISM_FORMAT = "dptree_opt.mechanism/1"
+CHECKSUM_RULE = ("sha256 of json.dumps(the document without 'checksum', sort_keys=True, "
+                 "separators=(',', ':')) in UTF-8")
 BIN_RULE = ("edges[i] = lower + (upper - lower) * i / K (IEEE double, in this order) for "
             "i < K, edges[K] = upper; bin(x) = i iff edges[i] <= x < edges[i+1]")
 INTERVAL_GUARANTEE = (
@@ -48,6 +56,117 @@ def json_floats(a) -> list:
     if np.all(np.isfinite(arr)):
         return arr.tolist()
     return np.where(np.isfinite(arr), arr.astype(object), None).tolist()
+
+
+class BoxCount(NamedTuple):
+    """Answers to ranges (1-D) or boxes (grids): ``estimate`` (the raw BLUE, unbiased),
+    ``standard_error`` (its exact SE under the discrete noise drawn), ``consistent`` (the same
+    query over the consistent CDF / cells; no exact SE, NaN without consistency). Arrays of
+    shape (m,), or floats for one query."""
+
+    estimate: np.ndarray
+    standard_error: np.ndarray
+    consistent: np.ndarray
+
+
+@dataclass(frozen=True)
+class PGMMeasurement:
+    """One group of noisy linear measurements in the form private-pgm (``mbi``) consumes
+    (its ``LinearMeasurement``: ``noisy_measurement``, ``clique``, ``stddev``, ``query``),
+    without depending on it: y = Q x + noise, noise i.i.d. with standard deviation
+    ``stddev`` (0: released exactly), x the (padded) histogram over ``clique``'s domain
+    (row-major for several attributes). ``query`` is a scipy.sparse CSR matrix (rows, cells);
+    ``rows`` are the indices of these measurements in the release's ``measurements``."""
+
+    noisy_measurement: np.ndarray
+    query: sp.csr_matrix
+    stddev: float
+    clique: tuple
+    rows: np.ndarray
+
+    def to_mbi(self) -> Any:
+        """An ``mbi.LinearMeasurement`` (private-pgm >= 2; ImportError when it is not
+        installed) whose query applies Q, as a JAX sparse matrix, to the clique's data vector.
+        An exact group (stddev 0) is refused (ValueError): mbi weighs measurements by
+        1 / stddev; give an exact total as mbi's ``known_total`` instead."""
+        import mbi  # optional third-party packages (private-pgm and its JAX)
+        from jax.experimental import sparse as jsparse
+
+        if self.stddev <= 0:
+            raise ValueError("stddev: this group is released exactly (stddev 0), which mbi "
+                             "cannot weigh; pass an exact total as known_total instead")
+        return mbi.LinearMeasurement(self.noisy_measurement, self.clique, self.stddev,
+                                     _SparseQuery(jsparse.BCOO.from_scipy_sparse(self.query)))
+
+
+class _SparseQuery:
+    """Q @ factor.datavector() for mbi (hashable by identity, as its static query field
+    requires)."""
+
+    def __init__(self, matrix: Any) -> None:
+        self.matrix = matrix
+
+    def __call__(self, factor: Any) -> Any:
+        return self.matrix @ factor.datavector()
+
+
+def mechanism_record(mechanism: Mechanism) -> dict:
+    """JSON-able record (format ``MECHANISM_FORMAT``) from which ``load_release`` rebuilds the
+    released Mechanism exactly: the strategy (``strategies.records``), the noise, neighbour
+    model, budget and the budgets per level or per row it was calibrated with. Public: no
+    data, no noise."""
+    strat = mechanism.strategy
+    try:
+        record = strategy_record(strat)
+    except ValueError as exc:  # never fail to write a release: it is then not loadable
+        record = {"unavailable": f"the strategy has no record ({exc})"}
+    out = {"format": MECHANISM_FORMAT, "strategy": record,
+           "noise": mechanism.noise, "neighbours": mechanism.neighbours,
+           "budget": mechanism.requested_budget,
+           "public_total": bool(mechanism.public_total),
+           "discrete": bool(mechanism.discrete), "level_budgets": None, "row_budgets": None}
+    if mechanism.row_budgets is not None:
+        out["row_budgets"] = json_floats(mechanism.row_budgets[:strat.n_rows])
+    elif mechanism.level_budgets:
+        budgets = mechanism.level_budgets
+        out["level_budgets"] = [budgets[k] for k in sorted(budgets)]
+    return out
+
+
+def document_checksum(document: dict) -> str:
+    """The sha256 (hex) of a release document without its "checksum" entry (``CHECKSUM_RULE``):
+    written by ``to_dict`` and checked by ``load_release``, so any edit is detected."""
+    body = {k: v for k, v in document.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def with_checksum(document: dict) -> dict:
+    """``document`` with its "checksum" entry (``CHECKSUM_RULE``) added."""
+    document["checksum"] = {"sha256": document_checksum(document), "rule": CHECKSUM_RULE}
+    return document
+
+
+def pgm_measurements(mechanism: Mechanism, measurements: Any,
+                     clique: tuple) -> list[PGMMeasurement]:
+    """The noisy measurements y of ``mechanism`` as :class:`PGMMeasurement` records, one per
+    distinct noise standard deviation (sqrt of the discrete variances), rows unmeasured
+    (NaN / infinite scale) left out; the query Q is the released strategy's sparse rows."""
+    y = np.asarray(measurements, dtype=np.float64)
+    released = mechanism.released
+    if y.shape != (released.n_rows,):
+        raise ValueError(f"measurements: need the {released.n_rows} noisy answers of the "
+                         f"release, got shape {y.shape} (save the release with "
+                         "include_measurements=True to export them later)")
+    sd = np.sqrt(np.asarray(mechanism.variances, dtype=np.float64))
+    keep = np.isfinite(sd) & np.isfinite(y) & np.isfinite(mechanism.scales)
+    a = released.matrix
+    out = []
+    for value in np.unique(sd[keep]):
+        rows = np.flatnonzero(keep & (sd == value))
+        out.append(PGMMeasurement(noisy_measurement=y[rows], query=a[rows],
+                                  stddev=float(value), clique=tuple(clique), rows=rows))
+    return out
 
 
 def _design_lines(design: dict, mechanism: Mechanism, expected: dict) -> list[str]:
@@ -182,10 +301,120 @@ class Release:
             raise ValueError("range_count needs finite a <= b")
         return self.cumulative_count(b) - self.cumulative_count(a)
 
+    def _prefix_points(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(i, f): x (value units, (m,)) lies at bin position i + f, 0 <= i < K, f in [0, 1]
+        (clamped to [lower, upper]); C(x) = (1 - f) C_i + f C_(i+1) (C_0 = 0)."""
+        pos = np.interp(x, self.bin_edges, np.arange(self.spec.bins + 1.0))
+        i = np.minimum(np.floor(pos), self.spec.bins - 1).astype(np.int64)
+        return i, pos - i
+
+    def _combination_se(self, points: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        """Exact SE of sum_j coef[:, j] C_raw(points[:, j]) (prefix indices 0..K, (m, p)),
+        from range variances: Cov(C_s, C_t) = (V_s + V_t - Var(C_max - C_min)) / 2."""
+        m, p = points.shape
+        s, t = np.broadcast_to(points[:, :, None], (m, p, p)), \
+            np.broadcast_to(points[:, None, :], (m, p, p))
+        lo, hi = np.minimum(s, t), np.maximum(s, t)
+        var_range = np.zeros((m, p, p))
+        live = lo < hi
+        if live.any():
+            se = self.cdf.range_standard_errors(lo[live], hi[live] - 1)
+            var_range[live] = np.asarray(se, dtype=np.float64) ** 2
+        v = np.zeros((m, p))     # Var C_t = Var(range [0, t))
+        nz = points > 0
+        if nz.any():
+            v[nz] = np.asarray(self.cdf.range_standard_errors(
+                np.zeros(int(nz.sum()), dtype=np.int64), points[nz] - 1), dtype=np.float64) ** 2
+        cov = 0.5 * (v[:, :, None] + v[:, None, :] - var_range)
+        var = np.einsum("mj,mjk,mk->m", coef, cov, coef)
+        return np.sqrt(np.maximum(var, 0.0))
+
+    def _answer(self, points: np.ndarray, coef: np.ndarray, single: bool) -> BoxCount:
+        raw = np.concatenate([[0.0], np.asarray(self.cdf.raw, dtype=np.float64)])
+        cons = np.concatenate([[0.0], np.asarray(self.cdf.consistent, dtype=np.float64)])
+        est, con = np.sum(coef * raw[points], axis=1), np.sum(coef * cons[points], axis=1)
+        if self.cdf.consistency is None:
+            con = np.full(est.shape, np.nan)
+        se = self._combination_se(points, coef)
+        if single:
+            return BoxCount(float(est[0]), float(se[0]), float(con[0]))
+        return BoxCount(est, se, con)
+
+    @staticmethod
+    def _values(x: Any, name: str) -> np.ndarray:
+        try:
+            arr = np.asarray(x, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be numbers") from None
+        if arr.ndim > 1 or not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be a finite number or a 1-D array of them")
+        return np.atleast_1d(arr)
+
+    def cumulative_answer(self, x: Any) -> BoxCount:
+        """Count of values < x (value units; a number -> floats, (m,) -> arrays): the raw
+        BLUE estimate with its exact standard error and the consistent count, linear inside
+        bins (as :meth:`cumulative_count`; exact post-processing at bin edges). The SE of the
+        interpolation comes from range variances (``cdf.range_standard_errors``)."""
+        xs = self._values(x, "x")
+        i, f = self._prefix_points(xs)
+        return self._answer(np.stack([i, i + 1], axis=1), np.stack([1.0 - f, f], axis=1),
+                            np.ndim(x) == 0)
+
+    def range_answer(self, a: Any, b: Any) -> BoxCount:
+        """Count of values in [a, b) (value units, a <= b; numbers -> floats, (m,) arrays ->
+        arrays): the raw BLUE estimate, its exact standard error and the consistent count,
+        linear inside bins (:meth:`range_count` is the consistent count)."""
+        xa, xb = self._values(a, "a"), self._values(b, "b")
+        if xa.shape != xb.shape:
+            raise ValueError(f"a and b must have the same shape, got {xa.shape} and {xb.shape}")
+        if np.any(xa > xb):
+            raise ValueError("range_answer needs a <= b")
+        ia, fa = self._prefix_points(xa)
+        ib, fb = self._prefix_points(xb)
+        points = np.stack([ib, ib + 1, ia, ia + 1], axis=1)
+        coef = np.stack([1.0 - fb, fb, fa - 1.0, -fa], axis=1)
+        return self._answer(points, coef, np.ndim(a) == 0 and np.ndim(b) == 0)
+
+    def quantile_answers(self, qs: Any) -> dict:
+        """The quantiles at levels ``qs`` with their intervals (dict of (len(qs),) arrays:
+        q, value, lower, upper, noise_lower, noise_upper): the released ones as released,
+        other levels computed now from the release (post-processing:
+        ``PrivateCDF.quantile_intervals`` at ``interval_level``)."""
+        q = self._values(qs, "qs")
+        if np.any((q < 0) | (q > 1)):
+            raise ValueError("qs must be probabilities in [0, 1]")
+        known = {float(v): i for i, v in enumerate(self.quantile_levels)}
+        cols = ("value", "lower", "upper", "noise_lower", "noise_upper")
+        out = {c: np.full(q.size, np.nan) for c in cols}
+        stored = (self.quantiles, self.quantile_lower, self.quantile_upper,
+                  self.quantile_noise_lower, self.quantile_noise_upper)
+        new = [j for j, v in enumerate(q) if float(v) not in known]
+        for j, v in enumerate(q):
+            if float(v) in known:
+                for c, arr in zip(cols, stored):
+                    out[c][j] = arr[known[float(v)]]
+        if new and self.complete:
+            qi = self.cdf.quantile_intervals(self.bin_edges, q[new], level=self.interval_level)
+            est = (np.asarray(self.cdf.quantiles(self.bin_edges, q[new]), dtype=float)
+                   if self.cdf.consistency is not None and self.total
+                   else np.full(len(new), np.nan))
+            for c, arr in zip(cols, (est, qi.lower, qi.upper, qi.noise_lower, qi.noise_upper)):
+                out[c][new] = arr
+        return {"q": q, **out}
+
+    def measurements_for_pgm(self, attribute: str = "x") -> list[PGMMeasurement]:
+        """The release's noisy measurements in the form private-pgm consumes (one
+        :class:`PGMMeasurement` per noise level: y, sparse Q over the ``padded_bins`` cells of
+        the one-attribute domain ``attribute``, stddev); ``.to_mbi()`` converts one when mbi
+        is installed (docs/interop.md)."""
+        return pgm_measurements(self.mechanism, self.measurements, (str(attribute),))
+
     # ----------------------------------------------------------------- output
     def to_dict(self, *, include_measurements: bool = False,
                 include_timings: bool = False) -> dict:
-        """A JSON-ready dict (format ``FORMAT``); everything in it is DP output or public."""
+        """A JSON-ready dict (format ``FORMAT``); everything in it is DP output or public.
+        It holds the mechanism's record (``mechanism_record``) and a checksum, so that
+        ``load_release`` rebuilds the release (docs/saved_releases.md)."""
         c = self.cdf
         out = {
             "format": FORMAT,
@@ -216,7 +445,8 @@ class Release:
             out["measurements"] = json_floats(self.measurements)
         if include_timings:
             out["timings_seconds"] = dict(self.timings)
-        return out
+        out["mechanism"] = mechanism_record(self.mechanism)
+        return with_checksum(out)
 
     def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
                 **kwargs) -> str:

@@ -65,7 +65,7 @@ __all__ = ["secure_measure", "noise_ahead", "sampler_description", "exact_answer
            "largest_answer", "check_unchanged",
            "SecureForm", "secure_form", "design_mechanism", "design_budget",
            "check_private_total",
-           "ROUNDING_TOLERANCE"]
+           "ROUNDING_TOLERANCE", "l2_upper"]
 
 # the scaled integer form of a real-valued design: s = 2^16, x16 while the exact prefix
 # error grows by more than this (relative) through rounding (docs/releasing_designs.md)
@@ -111,7 +111,7 @@ def opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: 
     else:
         space = (odp.vector_domain(odp.atom_domain(T="i64")), odp.l2_distance(T="f64"))
         meas = odp.m.make_gaussian(*space, scale=float(scale))
-        loss = meas.map(float(sensitivity) if exact is None else _l2_upper(exact))
+        loss = meas.map(float(sensitivity) if exact is None else l2_upper(exact))
     if exact is None:
         if loss > budget * (1 + 1e-9):
             raise ValueError(f"calibration error: OpenDP's privacy map gives {loss!r} > level "
@@ -124,7 +124,7 @@ def opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: 
     return meas
 
 
-def _l2_upper(d2: int) -> float:
+def l2_upper(d2: int) -> float:
     """The least double >= sqrt(d2) for an integer d2 (checked in rational arithmetic)."""
     d = math.sqrt(d2)
     while Fraction(d) ** 2 < d2:

@@ -61,11 +61,16 @@ covariance to 1e-9 relative (tests/test_banded.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 from scipy.linalg import lapack, solve_triangular
 
 from ..limits import check_memory
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from ..strategies.banded import BandedStrategy
 from .base import ANY_WORKLOAD, Capability, Engine
 from .honaker import check_answers
@@ -145,7 +150,8 @@ def _difference_band(diagonals: np.ndarray) -> np.ndarray:
     return out[:, :n]  # (b = n: the extra band lies left of column 0)
 
 
-def _groups(diagonals: np.ndarray, v: np.ndarray):
+def _groups(diagonals: np.ndarray, v: np.ndarray,
+            ) -> Iterator[tuple[int, npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
     """The recursion's blocks (module docstring), a group of consecutive blocks at a time:
     yields (k0, F, G) with F = L_k^-1 M_k (g, s, t) (M_k: the last t = b - 1 columns of the
     sub-diagonal block; zero for the first block) and G = L_k^-1 V_k^(1/2) (g, s, s) for the
@@ -242,10 +248,12 @@ def _parameters(mechanism: Mechanism) -> tuple[np.ndarray, np.ndarray]:
     if not is_banded_mechanism(mechanism):
         raise ValueError("the banded paths need a mechanism releasing a BandedStrategy alone "
                          "(no total row), every row with a finite noise variance")
-    return mechanism.released.diagonals, np.asarray(mechanism.variances, dtype=float)
+    strat = mechanism.released
+    assert isinstance(strat, BandedStrategy)  # is_banded_mechanism checked it
+    return strat.diagonals, np.asarray(mechanism.variances, dtype=float)
 
 
-def is_banded_mechanism(mechanism) -> bool:
+def is_banded_mechanism(mechanism: object) -> bool:
     """Whether ``mechanism`` releases a BandedStrategy and nothing else (no appended total
     row) with every row measured (finite variance)."""
     if not isinstance(mechanism, Mechanism) or not isinstance(mechanism.released,
@@ -255,7 +263,7 @@ def is_banded_mechanism(mechanism) -> bool:
     return strat.n_rows == strat.n_bins and bool(np.all(np.isfinite(mechanism.variances)))
 
 
-def banded_blue(mechanism: Mechanism, y) -> np.ndarray:
+def banded_blue(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """The BLUE x = A^-1 y of the histogram, shape y.shape (y: (n,) or (trials, n)):
     forward substitution with the band, O(n b) per trial (module docstring)."""
     diagonals, _ = _parameters(mechanism)
@@ -267,7 +275,8 @@ def banded_blue(mechanism: Mechanism, y) -> np.ndarray:
     return _band_solve(diagonals, flat.T, transpose=False).T.reshape(y.shape)
 
 
-def banded_error(mechanism: Mechanism, kind: str, per_query: bool = False):
+def banded_error(mechanism: Mechanism, kind: str,
+                 per_query: bool = False) -> float | npt.NDArray[np.float64]:
     """Exact BLUE error on the workload ``kind`` (BANDED_WORKLOADS): the total sum_q Var_q
     (float) or the per-query variances (workload order), counts^2 (module docstring).
     O(n s^2); total O(n b); per-query all-range O(n^2 s)."""
@@ -277,8 +286,8 @@ def banded_error(mechanism: Mechanism, kind: str, per_query: bool = False):
     n = diagonals.shape[0]
     if kind == "total":  # ||V^(1/2) A^-T 1||^2
         z = _band_solve(diagonals, np.ones((n, 1)), transpose=True)[:, 0]
-        var = float(v @ (z * z))
-        return np.array([var]) if per_query else var
+        total = float(v @ (z * z))
+        return np.array([total]) if per_query else total
     if kind == "identity":
         var = _covariance_diagonal(diagonals, v)
         return var if per_query else float(var.sum())
@@ -310,13 +319,15 @@ class BandedEngine(Engine):
                    f"O(n s^2), s = max(b, {_MIN_BLOCK}); all_range O(n^2 s)"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_banded_mechanism(mechanism)
 
-    def refusal(self, task, mechanism, workload, estimator):
-        if task == "estimate":
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
+        if task == "estimate" or workload is None:
             return None
         strat = mechanism.released
+        assert isinstance(strat, BandedStrategy)  # claims(): is_banded_mechanism
         n, kind, per_query = strat.n_bins, workload.kind, task == "per_query"
         if kind == "all_range" and per_query and n * (n + 1) // 2 > _MAX_ALL_RANGE_QUERIES:
             return (f"all_range({n}) has {n * (n + 1) // 2} queries; per-query variances "
@@ -327,8 +338,10 @@ class BandedEngine(Engine):
                     f"{strat.bands} bands, above {MAX_BANDED_WORK:.2g}")
         return None
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return banded_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return banded_error(mechanism, workload.kind, per_query=per_query)

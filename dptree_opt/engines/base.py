@@ -33,8 +33,14 @@ Every estimator is linear and unbiased, so the errors are variances (counts^2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ..mechanism import Mechanism
+    from ..workloads import Workload
 
 __all__ = ["TASKS", "ESTIMATORS", "ANY_WORKLOAD", "MAX_LISTED_QUERIES", "Capability", "Engine",
            "QueryMax", "TooManyQueries"]
@@ -75,7 +81,7 @@ class Capability:
     cost: str
     listed: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.task not in TASKS or self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown task {self.task!r} or estimator {self.estimator!r}")
 
@@ -115,12 +121,12 @@ class Engine:
     structure = ""
     capabilities: tuple[Capability, ...] = ()
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "capabilities" in cls.__dict__:
             cls.capabilities = listed_maxima(tuple(c for c in cls.capabilities if not c.listed))
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         """Whether the mechanism's released strategy has this engine's structure."""
         raise NotImplementedError
 
@@ -131,11 +137,13 @@ class Engine:
                 return cap
         return None
 
-    def refusal(self, task: str, mechanism, workload, estimator: str) -> str | None:
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         """None when this instance of a declared request can be served, else why not."""
         return None
 
-    def why_not(self, task: str, mechanism, workload, estimator: str) -> str | None:
+    def why_not(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         """For a mechanism this engine claims: None when it serves the request for this
         instance, else why not (not declared for the workload, or :meth:`refusal`; for a
         listed "max", the refusal of its "per_query" task or more than MAX_LISTED_QUERIES
@@ -143,27 +151,31 @@ class Engine:
         cap = self.capability(task, estimator, None if workload is None else workload.kind)
         if cap is None:
             return f"{task!r} of the {estimator} estimator is not declared for this workload"
-        if cap.listed:
+        if cap.listed and workload is not None:
             if workload.n_queries > MAX_LISTED_QUERIES:
                 return (f"the largest per-query error is taken over at most "
                         f"{MAX_LISTED_QUERIES} listed queries, got {workload.n_queries}")
             task = "per_query"
         return self.refusal(task, mechanism, workload, estimator)
 
-    def estimate(self, mechanism, y: np.ndarray, workload, estimator: str) -> np.ndarray:
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         """The "estimate" task (module docstring); y is checked by the front door."""
         raise NotImplementedError
 
-    def covariance(self, mechanism, u: np.ndarray) -> np.ndarray:
+    def covariance(self, mechanism: Mechanism,
+                   u: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """The "covariance" task: Cov @ u for u of shape (n,) or (n, m)."""
         raise NotImplementedError
 
-    def error(self, mechanism, workload, estimator: str, per_query: bool, dense: bool = False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         """The "error" / "per_query" tasks on a normalised mechanism (variances near 1);
         ``dense``: use the dense twin of a structured formula where there is one."""
         raise NotImplementedError
 
-    def maximum(self, mechanism, workload, estimator: str, dense: bool = False) -> QueryMax:
+    def maximum(self, mechanism: Mechanism, workload: Workload, estimator: str,
+                dense: bool = False) -> QueryMax:
         """The "max" task on a normalised mechanism: here the listed maximum, the largest of
         :meth:`error`'s per-query variances and its first index (O(q) beyond the per-query
         cost); an engine with a structured maximum overrides it for the kinds it declares."""

@@ -66,7 +66,11 @@ at step n by the offline engine.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import workloads
 from . import registry
@@ -80,6 +84,7 @@ from .laminar import laminar_model
 from .honaker import tree_parameters
 from ..limits import check_memory
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from . import tree_error as tree
 
 __all__ = ["TriangularEngine", "tree_causal_error", "triangular_causal_error",
@@ -94,7 +99,8 @@ class _SubtreeNotIdentified(ValueError):
     available (the dense path decides query by query)."""
 
 
-def tree_causal_prefix_variances(branching, level_variances, per_query: bool = True):
+def tree_causal_prefix_variances(branching: Sequence[int], level_variances: ArrayLike,
+                                 per_query: bool = True) -> float | npt.NDArray[np.float64]:
     """Causal BLUE variance of every prefix C_t, t = 1..K (shape (K,)), or their sum, on a
     level-uniform tree: Var_t = sum_l d_l(t) F_l, F_l of [HON] eq. (10) (module docstring;
     docs/math.md section 9). O(K) per query, O(h) total; ValueError if some prefix is not
@@ -124,7 +130,7 @@ def tree_causal_prefix_variances(branching, level_variances, per_query: bool = T
     return out
 
 
-def _suffix_table(ks, v, lvl: int) -> np.ndarray:
+def _suffix_table(ks: Sequence[int], v: npt.NDArray[np.float64], lvl: int) -> npt.NDArray[np.float64]:
     """Var of the suffixes [r, w_l), r = 0..w_l - 1, of a level-l subtree alone: by the
     tree's mirror symmetry the offline prefixes of length w_l - r of that subtree
     (``error.tree`` per-query prefix, O(w_l))."""
@@ -134,7 +140,8 @@ def _suffix_table(ks, v, lvl: int) -> np.ndarray:
         raise _SubtreeNotIdentified(str(exc)) from None
 
 
-def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
+def tree_causal_range_variances(branching: Sequence[int], level_variances: ArrayLike,
+                                lo: ArrayLike, hi: ArrayLike) -> npt.NDArray[np.float64]:
     """Causal BLUE variance of the ranges [lo, hi) (answered at step hi) on a level-uniform
     tree: full maximal nodes (F_l, [HON] eq. (10)) plus the straddled node's suffix (offline
     subtree variance, :func:`dptree_opt.engines.tree_error.blue_error`; module docstring). O(K)
@@ -173,7 +180,7 @@ def tree_causal_range_variances(branching, level_variances, lo, hi) -> np.ndarra
     return out
 
 
-def tree_causal_all_range_total(branching, level_variances) -> float:
+def tree_causal_all_range_total(branching: Sequence[int], level_variances: ArrayLike) -> float:
     """Sum of the causal variances of all K (K + 1) / 2 ranges on a level-uniform tree, O(h^2)
     (closed form over the mixed-radix digits of t with F_l of [HON] eq. (10) and the offline
     subtree prefix totals of :func:`dptree_opt.engines.tree_error.blue_error`; module docstring)."""
@@ -182,7 +189,7 @@ def tree_causal_all_range_total(branching, level_variances) -> float:
     check_tree_prefixes_identified(ks, F)  # every level with digits > 0 must be identified
     K = w[0]
 
-    def s_level(lvl):  # sum over r = 1..w_l - 1 of the suffix variances of a level-l subtree
+    def s_level(lvl: int) -> float:  # sum over r = 1..w_l - 1 of the suffix variances of a level-l subtree
         if w[lvl] == 1:
             return 0.0
         try:
@@ -219,7 +226,7 @@ def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
         res = 1.0 / np.asarray(lam.cond, dtype=float)
     fin = np.isfinite(res)
 
-    def sweep(weights, mask):
+    def sweep(weights: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
         d = (np.bincount(hi_v[mask], weights[mask], minlength=K + 2)
              - np.bincount(h_par[mask], weights[mask], minlength=K + 2))
         return np.cumsum(d)[1:K + 1]
@@ -237,26 +244,32 @@ def laminar_causal_prefix_variances(mechanism: Mechanism) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------- dispatch
-def _offline(workload, mechanism, per_query, dense=False):
+def _offline(workload: Workload, mechanism: Mechanism, per_query: bool,
+             dense: bool = False) -> float | npt.NDArray[np.float64]:
     """The offline BLUE error, from the registry (``dense``: the generic engine only)."""
-    return registry.run("per_query" if per_query else "error", mechanism, workload, "blue",
-                        generic_only=dense)
+    if per_query:
+        return registry.run("per_query", mechanism, workload, "blue", generic_only=dense)
+    return registry.run("error", mechanism, workload, "blue", generic_only=dense)
 
 
-def _last_step_ranges(workload, lo=None, hi=None):
+def _last_step_ranges(workload: Workload, lo: npt.NDArray[np.int64] | None = None,
+                      hi: npt.NDArray[np.int64] | None = None) -> Workload | None:
     """The queries answered at step n (hi == n) as a ranges workload, in workload order, or
     None if there are none (all_range: the n ranges [a, n), not listed)."""
     n = workload.n_bins
     if workload.kind == "all_range":
         a = np.arange(n)
         return workloads.ranges(n, np.column_stack([a, np.full(n, n - 1)]))
+    if lo is None or hi is None:
+        raise ValueError("lo, hi: the query ranges are needed for this workload")
     last = hi == n
     if not last.any():
         return None
     return workloads.ranges(n, np.column_stack([lo[last], hi[last] - 1]))
 
 
-def triangular_causal_error(workload, mechanism, core, per_query, dense=False):
+def triangular_causal_error(workload: Workload, mechanism: Mechanism, core: Mechanism,
+                            per_query: bool, dense: bool = False) -> float | npt.NDArray[np.float64]:
     """Causal error from a lower-triangular core (``causal.triangular_restriction``): the
     offline error of the core before n, of the mechanism at n."""
     if core is mechanism:
@@ -277,7 +290,8 @@ def triangular_causal_error(workload, mechanism, core, per_query, dense=False):
     return float(total)
 
 
-def dense_causal_error(workload, mechanism, per_query, dense=False):
+def dense_causal_error(workload: Workload, mechanism: Mechanism, per_query: bool,
+                       dense: bool = False) -> float | npt.NDArray[np.float64]:
     """Causal error by the dense filter (n <= MAX_CAUSAL_DENSE_BINS); the queries answered
     at n from the offline BLUE."""
     lo, hi = query_intervals(workload)
@@ -288,7 +302,8 @@ def dense_causal_error(workload, mechanism, per_query, dense=False):
     return var if per_query else float(var.sum())
 
 
-def tree_causal_error(workload, mechanism, per_query):
+def tree_causal_error(workload: Workload, mechanism: Mechanism,
+                      per_query: bool) -> float | npt.NDArray[np.float64]:
     """Causal error on a level-uniform tree: prefix O(K), ranges O(h) each, the all-range
     total O(h^2). Declined (the dense filter decides) when a subtree does not identify its
     own histogram and n is small enough; ValueError when it is not."""
@@ -303,7 +318,7 @@ def tree_causal_error(workload, mechanism, per_query):
         raise Declined(str(exc)) from None
 
 
-def _tree_error(workload, mechanism, per_query):
+def _tree_error(workload: Workload, mechanism: Mechanism, per_query: bool) -> float | npt.NDArray[np.float64]:
     ks, v = tree_parameters(mechanism)
     kind = workload.kind
     if kind == "prefix":
@@ -333,13 +348,18 @@ class TriangularEngine(Engine):
         Capability("per_query", "causal", INTERVAL_WORKLOADS, "the core's offline error"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return triangular_restriction(mechanism) is not None
 
-    def estimate(self, mechanism, y, workload, estimator):
-        return triangular_causal_answers(mechanism, triangular_restriction(mechanism), y,
-                                         workload)
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
+        core = triangular_restriction(mechanism)
+        if workload is None or core is None:
+            raise ValueError("workload: the causal estimate answers a workload")
+        return triangular_causal_answers(mechanism, core, y, workload)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
-        return triangular_causal_error(workload, mechanism, triangular_restriction(mechanism),
-                                       per_query, dense)
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
+        core = triangular_restriction(mechanism)
+        assert core is not None  # claims(): a triangular core
+        return triangular_causal_error(workload, mechanism, core, per_query, dense)

@@ -21,6 +21,8 @@ bins is sum_r v_r n_r (K + 1 - n_r), n_r = |I_r & [0, K]| (:func:`covering_momen
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 import scipy.sparse as sp
 
 from ..mechanism import Mechanism
@@ -65,7 +67,7 @@ def covering_operator(mechanism: Mechanism) -> sp.csr_matrix:
     return d
 
 
-def covering_cdf(mechanism: Mechanism, y) -> np.ndarray:
+def covering_cdf(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """[RTS] covering estimates of the K cumulative counts from answers y.
 
     y: shape (rows,) or (trials, rows) -> returns (K,) or (trials, K)."""
@@ -88,7 +90,8 @@ def covering_variances(mechanism: Mechanism) -> np.ndarray:
     return np.cumsum(d @ v)[1:]
 
 
-def _prefix_ranges(mechanism: Mechanism):
+def _prefix_ranges(mechanism: Mechanism) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                                 npt.NDArray[np.float64]]:
     """(start, stop, variance) of every row the covering uses: row r is in the covering of
     C_t exactly for t in [start_r, stop_r) (the +1 and -1 of its column of D)."""
     d = covering_operator(mechanism).tocsc()
@@ -132,7 +135,8 @@ def covering_covariance(mechanism: Mechanism) -> np.ndarray:
     return np.asarray((b @ sp.diags(v) @ b.T).todense())
 
 
-def covering_range_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
+def covering_range_variances(mechanism: Mechanism, lo: ArrayLike,
+                             hi: ArrayLike) -> npt.NDArray[np.float64]:
     """Var(C_hi - C_lo) of the covering sums for ranges [lo, hi) (C_0 = 0), from the sparse
     covering operator: O(nnz) per range, any interval strategy."""
     lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
@@ -179,6 +183,8 @@ def tree_covering_range_variances(mechanism: Mechanism, lo: np.ndarray,
     Var(C_hi - C_lo) = sum_l v_l (n_l(lo) + n_l(hi) - 2 shared_l), shared_l = the overlap of
     the two index ranges."""
     tree = mechanism.released
+    if not isinstance(tree, LevelUniformTree):
+        raise ValueError("mechanism: the O(h) covering variances need a level-uniform tree")
     var = np.zeros(lo.shape, dtype=np.float64)
     widths = tree.level_widths
     for lvl in range(tree.height + 1):

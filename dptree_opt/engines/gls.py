@@ -27,13 +27,16 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.linalg import lapack
 from scipy.sparse.csgraph import structural_rank
-from scipy.sparse.linalg import splu
+from numpy.typing import ArrayLike
+from scipy.sparse.linalg import SuperLU, splu
 
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from .base import ANY_WORKLOAD, Capability, Engine
 from .causal import INTERVAL_WORKLOADS, MAX_CAUSAL_DENSE_BINS, dense_causal_answers
 from .causal_error import dense_causal_error
@@ -90,7 +93,7 @@ def _independent_rows(e: sp.csr_matrix) -> np.ndarray:
 _NOT_IDENTIFIED = "the strategy cannot identify the histogram"
 
 
-def _check_identified(mechanism: Mechanism, a) -> None:
+def _check_identified(mechanism: Mechanism, a: sp.csr_matrix) -> None:
     """Refuse a rank-deficient strategy before any factorisation (SuperLU can crash the
     process on some singular KKT systems): interval strategies by the exact O(K) test of
     the bridge decomposition (every bin's variance finite), any strategy by its structural
@@ -139,7 +142,9 @@ class GLS:
         if method == "dense" and n > MAX_DENSE_BINS:
             raise ValueError(f"method='dense' refused for {n} > {MAX_DENSE_BINS} bins")
         self.method = method
-        self._lu = self._chol = self._cov = None
+        self._lu: SuperLU | None = None
+        self._chol: npt.NDArray[np.float64] | None = None
+        self._cov: npt.NDArray[np.float64] | None = None
         if method == "sparse":
             self._factor_kkt()
         else:
@@ -159,7 +164,7 @@ class GLS:
                              "deficient or the exact rows are dependent)")
         self._lu = lu
 
-    def _m_tilde_factor(self):
+    def _m_tilde_factor(self) -> tuple[npt.NDArray[np.float64], sp.csr_matrix]:
         a, v, c, noisy = self._a, self._v, self._scale, self._noisy
         e = a[~noisy]
         m_tilde = _weighted_gram(a[noisy], c / v[noisy]) + _weighted_gram(e, np.ones(e.shape[0]))
@@ -180,6 +185,7 @@ class GLS:
 
     def _dense_solve(self, b: np.ndarray, e_rhs: np.ndarray | None) -> np.ndarray:
         """x = M~^-1 b - M~^-1 E' S^-1 (E M~^-1 b - e_rhs), S = E M~^-1 E' (e_rhs None: 0)."""
+        assert self._chol is not None  # the dense backend (_factor_dense) ran
         x = sla.cho_solve((self._chol, True), b)
         if self._e.shape[0]:
             r = self._e @ x
@@ -189,7 +195,7 @@ class GLS:
         return x
 
     # --------------------------------------------------------------- API
-    def estimate(self, y) -> np.ndarray:
+    def estimate(self, y: ArrayLike) -> npt.NDArray[np.float64]:
         """BLUE of the histogram from answers y, shape (rows,) or (trials, rows)."""
         y = np.asarray(y, dtype=float)
         if y.shape[-1] != self.n_rows:
@@ -208,7 +214,7 @@ class GLS:
         b = self._a[noisy].T @ (w * yu[noisy]) + self._e.T @ e_vals
         return self._dense_solve(b, e_vals).T
 
-    def cov_times(self, b) -> np.ndarray:
+    def cov_times(self, b: ArrayLike) -> npt.NDArray[np.float64]:
         """Cov @ b for b of shape (n,) or (n, r)."""
         b = np.asarray(b, dtype=float)
         if self._lu is not None:
@@ -220,8 +226,9 @@ class GLS:
     def covariance(self) -> np.ndarray:
         """The dense (n, n) covariance of the BLUE (read-only, computed once per solver)."""
         if self._cov is None:
-            self._cov = self._dense_covariance()
-            self._cov.flags.writeable = False
+            cov = self._dense_covariance()
+            cov.flags.writeable = False
+            self._cov = cov
         return self._cov
 
     def _dense_covariance(self) -> np.ndarray:
@@ -274,10 +281,11 @@ class DenseEngine(Engine):
                    f"dense filter, n <= {MAX_CAUSAL_DENSE_BINS}"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return True
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         n = mechanism.n_bins
         limit = mechanism.released.max_matrix_bins
         if limit is not None and n > limit:
@@ -288,15 +296,21 @@ class DenseEngine(Engine):
             return f"the dense covariance is refused for {n} > {MAX_DENSE_BINS} bins"
         return None
 
-    def estimate(self, mechanism, y, workload, estimator, mode: str = "auto"):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str,
+                 mode: str = "auto") -> npt.NDArray[np.float64]:
         if estimator == "causal":
+            if workload is None:
+                raise ValueError("workload: the causal estimate answers a workload")
             return dense_causal_answers(mechanism, y, workload)
         return gls(mechanism, mode).estimate(y)
 
-    def covariance(self, mechanism, u):
+    def covariance(self, mechanism: Mechanism,
+                   u: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         return gls(mechanism).cov_times(u)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         if estimator == "causal":
             return dense_causal_error(workload, mechanism, per_query, dense)
         try:
@@ -309,7 +323,8 @@ class DenseEngine(Engine):
         return workload.query_variances(cov) if per_query else workload.total_variance(cov)
 
 
-def estimable_variances(mechanism: Mechanism, workload, why: str = _NOT_IDENTIFIED) -> np.ndarray:
+def estimable_variances(mechanism: Mechanism, workload: Workload,
+                        why: str = _NOT_IDENTIFIED) -> npt.NDArray[np.float64]:
     """Per-query BLUE variances of a workload W that a rank-deficient strategy still
     estimates (every row of W in the row space of the measured rows: W x has an unbiased
     linear estimate though x has none), shape (q,).

@@ -16,6 +16,8 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
 from ..strategies.haar import HaarStrategy
@@ -48,6 +50,7 @@ def haar_model(mechanism: Mechanism) -> Laminar:
     if hit is not None:
         return hit
     strat = mechanism.released
+    assert isinstance(strat, HaarStrategy)  # is_haar_mechanism checked it
     n = strat.n_bins
     var = np.asarray(mechanism.variances, dtype=float)
     a, mid, b = strat.node_bounds()
@@ -88,12 +91,13 @@ def haar_model(mechanism: Mechanism) -> Laminar:
     return model
 
 
-def haar_blue(mechanism: Mechanism, y) -> np.ndarray:
+def haar_blue(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """The BLUE A^-1 y of a Haar mechanism (exact total if N is public): shape (n,), or
     (trials, n) for y of shape (trials, rows). Top-down, one numpy step per level. O(n)."""
     if not is_haar_mechanism(mechanism):
         raise ValueError("haar_blue needs a HaarStrategy mechanism with noisy Haar rows")
     strat = mechanism.released
+    assert isinstance(strat, HaarStrategy)  # is_haar_mechanism checked it
     n = strat.n_bins
     y = np.asarray(y, dtype=float)
     rows = strat.n_rows

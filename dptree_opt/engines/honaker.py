@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from numbers import Integral
+from typing import Literal, TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..limits import check_memory
 from ..mechanism import Mechanism
@@ -43,6 +47,9 @@ __all__ = ["TreeEstimates", "honaker_recursions", "refined_recursion", "refined_
 # refined_error's peak memory per bin, checked before it allocates: measured 61 (any
 # branching) to 69 (a single level) bytes per bin at 2^18 and 2^20 bins
 REFINED_BYTES_PER_BIN = 96
+
+#: a float or a float array (the helpers work elementwise)
+_FA: TypeAlias = "float | npt.NDArray[np.float64]"
 
 
 @dataclass(frozen=True)
@@ -72,23 +79,24 @@ class TreeEstimates:
 # --------------------------------------------------------------------------- layout / validation
 
 
-def tree_layout(branching) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
+def tree_layout(branching: Iterable[int],
+                ) -> tuple[tuple[int, ...], np.ndarray, np.ndarray, np.ndarray]:
     """Validate ``branching``; return (k, m, w, offsets) with m_l nodes of width w_l per level."""
     try:
-        ks = tuple(branching)
+        given = tuple(branching)
     except TypeError:
         raise ValueError(f"branching must be a sequence of ints >= 1, got {branching!r}") from None
-    for k in ks:
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or k < 1:
+    for k in given:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or int(k) < 1:
             raise ValueError(f"branching entries must be ints >= 1, got {branching!r}")
-    ks = tuple(int(k) for k in ks)
+    ks = tuple(int(k) for k in given)
     m = np.cumprod((1,) + ks, dtype=np.int64)  # m_0 = 1, m_l = k_1 ... k_l
     w = m[-1] // m  # w_l = K / m_l
     offsets = np.concatenate(([0], np.cumsum(m)))  # offsets[l] = m_0 + ... + m_{l-1}
     return ks, m, w, offsets
 
 
-def check_level_variances(level_variances, h: int) -> np.ndarray:
+def check_level_variances(level_variances: ArrayLike, h: int) -> npt.NDArray[np.float64]:
     """The per-level noise variances v_0..v_h (root first) as a float array, checked: h + 1
     entries, no NaN, >= 0, and 0 only at the root (a public total); inf marks an unmeasured
     level. ValueError naming ``level_variances`` otherwise."""
@@ -107,7 +115,7 @@ def check_level_variances(level_variances, h: int) -> np.ndarray:
     return v
 
 
-def _check_y(y, v: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def _check_y(y: ArrayLike, v: np.ndarray, offsets: np.ndarray) -> npt.NDArray[np.float64]:
     y = np.asarray(y, dtype=np.float64)
     n = int(offsets[-1])
     if y.ndim == 0 or y.shape[-1] != n:
@@ -123,7 +131,7 @@ def _check_y(y, v: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- combination helpers
 
 
-def ivw(var_a, var_b):
+def ivw(var_a: ArrayLike, var_b: ArrayLike) -> tuple[_FA, _FA]:
     """Inverse-variance weighting of independent a, b: the weight on ``a`` and the variance of
     the combination.
 
@@ -149,7 +157,7 @@ def ivw(var_a, var_b):
     return w_a[()], var[()]
 
 
-def _mix(a, b, w_a):
+def _mix(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64], w_a: _FA) -> npt.NDArray[np.float64]:
     """w_a a + (1 - w_a) b without letting an ignored (weight 0) NaN/inf input leak in.
 
     With a scalar weight an input may be returned as is (callers copy it into their output).
@@ -167,15 +175,16 @@ def _mix(a, b, w_a):
     return np.where(w_a == 1.0, a, np.where(w_a == 0.0, b, w_a * a + (1.0 - w_a) * b))
 
 
-def sum_variance(count, var):
+def sum_variance(count: ArrayLike, var: ArrayLike) -> _FA:
     """Variance of a sum of ``count`` independent terms of variance ``var`` (0 terms: 0)."""
     if np.ndim(count) == 0:
-        return count * var if count else 0.0
+        return np.multiply(count, var) if count else 0.0
     with np.errstate(invalid="ignore"):  # 0 * inf is masked out
-        return np.where(count > 0, count * var, 0.0)
+        n = np.asarray(count)
+        return np.where(n > 0, n * np.asarray(var, dtype=np.float64), 0.0)
 
 
-def _family_sum(fam):
+def _family_sum(fam: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Sum over the last axis of (..., families, k) sibling blocks. O(size)."""
     k = fam.shape[-1]
     if k > 8:
@@ -189,7 +198,7 @@ def _family_sum(fam):
 # --------------------------------------------------------------------------- per-level variances
 
 
-def level_stats(ks, v):
+def level_stats(ks: Sequence[int], v: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per-level variances (O(h)): below, alternative a = t^+_parent - siblings' t^-, above, t^*
     ([HON] eqs. (10), (11), (13)) for branching ``ks`` and level variances ``v`` (checked).
 
@@ -211,7 +220,8 @@ def level_stats(ks, v):
     return vb, valt, vabove, veff
 
 
-def _below_pass(ks, m, offsets, v, vb, y2):
+def _below_pass(ks: Sequence[int], m: np.ndarray, offsets: np.ndarray, v: npt.NDArray[np.float64], vb: npt.NDArray[np.float64],
+                y2: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """t^- for every node of y2 (shape (trials, n)), bottom-up, [HON] eq. (10). O(n) per trial."""
     h = len(ks)
     below = np.empty_like(y2)
@@ -229,7 +239,8 @@ def _below_pass(ks, m, offsets, v, vb, y2):
 # --------------------------------------------------------------------------- public API
 
 
-def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
+def honaker_recursions(branching: Iterable[int], level_variances: ArrayLike,
+                       y: ArrayLike) -> TreeEstimates:
     r"""Honaker's efficient node estimates on a level-uniform k-ary tree ([HON] Sec. 3.2-3.4).
 
     Generalised to branching factors k_l and per-level variances v_l as in docs/math.md section 2.
@@ -289,7 +300,7 @@ def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
         above[:, cur] = _mix(y2[:, cur], alt, ivw(v[lev], valt[lev])[0])
         efficient[:, cur] = _mix(below[:, cur], alt, ivw(vb[lev], valt[lev])[0])
 
-    def per_node(level_values):
+    def per_node(level_values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         return np.repeat(level_values, m)
 
     return TreeEstimates(
@@ -302,7 +313,8 @@ def honaker_recursions(branching, level_variances, y) -> TreeEstimates:
     )
 
 
-def left_cover_sums(ks, family_offsets, lead_shape):
+def left_cover_sums(ks: Sequence[int], family_offsets: Sequence[_FA],
+                    lead_shape: tuple[int, ...]) -> npt.NDArray[np.float64]:
     """S[..., t] = sum of node values over the greedy covering of [0, t), for t = 0..K-1.
 
     The covering of [0, t) is the covering of [0, parent start) plus the first d_l siblings of
@@ -317,7 +329,7 @@ def left_cover_sums(ks, family_offsets, lead_shape):
     return s
 
 
-def _exclusive_family_sums(level_values, k):
+def _exclusive_family_sums(level_values: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.float64]:
     """Within each family of k siblings, the sum of the preceding siblings' values. O(m_l)."""
     fam = level_values.reshape(level_values.shape[:-1] + (-1, k))
     out = np.zeros_like(fam)
@@ -325,7 +337,7 @@ def _exclusive_family_sums(level_values, k):
     return out
 
 
-def _refined_variances(ks, v, vb):
+def _refined_variances(ks: Sequence[int], v: npt.NDArray[np.float64], vb: npt.NDArray[np.float64]) -> tuple[_FA, _FA]:
     """Variances of the refined prefix estimates for t = 1..K-1, and the weight on L_t. O(K).
 
     var(L_t) = sum_l d_l(t) var(t^-_l); by mirror symmetry of a level-uniform tree the right
@@ -339,7 +351,8 @@ def _refined_variances(ks, v, vb):
     return ivw(var_left, var_right)
 
 
-def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.ndarray]:
+def refined_recursion(branching: Iterable[int], level_variances: ArrayLike,
+                      y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     r"""[RTS] Appendix B "refined" estimates of the cumulative counts C_t = x_0 + ... + x_{t-1}.
 
     Step 1: t^- (estimation from below, [HON] eq. (10)) for every node.
@@ -373,7 +386,8 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
     vb = level_stats(ks, v)[0]
     below = _below_pass(ks, m, offsets, v, vb, y2)
 
-    def cover_sums(mirror):
+    def cover_sums(mirror: bool) -> npt.NDArray[np.float64]:
+        offs: list[_FA]
         offs = []
         for lev, k in enumerate(ks, 1):
             level = below[:, offsets[lev]:offsets[lev + 1]]
@@ -394,7 +408,17 @@ def refined_recursion(branching, level_variances, y) -> tuple[np.ndarray, np.nda
     return est.reshape(y.shape[:-1] + (n_bins,)), np.append(var, vb[0])
 
 
-def refined_error(branching, level_variances, per_query=False):
+@overload
+def refined_error(branching: Iterable[int], level_variances: ArrayLike,
+                  per_query: Literal[False] = False) -> float: ...
+@overload
+def refined_error(branching: Iterable[int], level_variances: ArrayLike,
+                  per_query: Literal[True]) -> npt.NDArray[np.float64]: ...
+@overload
+def refined_error(branching: Iterable[int], level_variances: ArrayLike,
+                  per_query: bool = False) -> float | npt.NDArray[np.float64]: ...
+def refined_error(branching: Iterable[int], level_variances: ArrayLike,
+                  per_query: bool = False) -> float | npt.NDArray[np.float64]:
     """Total (or per-prefix) variance of the [RTS] App. B refined CDF estimator, count scale.
 
     Sum over t = 1..K of var(refined C_t) as returned by :func:`refined_recursion`, computed from the
@@ -433,11 +457,12 @@ def tree_parameters(mechanism: Mechanism) -> tuple[tuple[int, ...], np.ndarray]:
         raise ValueError(f"{mechanism.released.name!r} is not a level-uniform tree with noisy "
                          "non-root levels (use strategies.tree, or the generic estimators)")
     tree = mechanism.released
+    assert isinstance(tree, LevelUniformTree)  # is_tree_mechanism checked it
     variances = mechanism.level_variances
     return tree.branching, np.array([variances[lvl] for lvl in range(tree.height + 1)])
 
 
-def check_answers(mechanism: Mechanism, y) -> np.ndarray:
+def check_answers(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """y as floats, checked to hold one entry per released row (shape (rows,) or
     (trials, rows))."""
     y = np.asarray(y, dtype=float)

@@ -9,8 +9,11 @@ q = 1'h and r = v_N / v (0 for an exact N)."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from ..strategies.implicit_optimum import ImplicitFactorization
 from .base import ANY_WORKLOAD, Capability, Engine
 from .toeplitz import square_core_mechanism, total_observation, total_rows_ratio
@@ -25,20 +28,22 @@ def is_implicit_mechanism(mechanism: Mechanism) -> bool:
     return square_core_mechanism(mechanism, ImplicitFactorization)
 
 
-def implicit_parameters(mechanism: Mechanism):
+def implicit_parameters(mechanism: Mechanism) -> tuple[ImplicitFactorization, float, float | None,
+                                                      npt.NDArray[np.float64]]:
     """(strategy, v, r, h): r = v_N / v or None (no total measured), h the unit-variance
     Cov(x^, 1'x^) of the unconstrained BLUE."""
     if not is_implicit_mechanism(mechanism):
         raise ValueError("the implicit-optimum paths need an ImplicitFactorization whose rows "
                          "share one finite noise variance")
     strat = mechanism.released
+    assert isinstance(strat, ImplicitFactorization)  # is_implicit_mechanism checked it
     v = float(mechanism.variances[0])
     m = strat.moments()
     h = m["total_cov"]  # rescaled so 1'h = Var(N^) / v exactly as the prefix moments give it
     return strat, v, total_rows_ratio(mechanism, v), h * (float(m["prefix"][-1]) / float(h.sum()))
 
 
-def implicit_blue(mechanism: Mechanism, y) -> np.ndarray:
+def implicit_blue(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """x_hat: shape (n,), or (trials, n) for y of shape (rows,) or (trials, rows)."""
     strat, _, r, h = implicit_parameters(mechanism)
     y = np.asarray(y, dtype=float)
@@ -58,7 +63,8 @@ def implicit_blue(mechanism: Mechanism, y) -> np.ndarray:
     return x.reshape(y.shape[:-1] + (n,))
 
 
-def implicit_error(mechanism: Mechanism, kind: str, per_query: bool):
+def implicit_error(mechanism: Mechanism, kind: str,
+                   per_query: bool) -> float | npt.NDArray[np.float64]:
     """Exact BLUE errors on the implicit optimum from its quadrature moments, minus the
     rank-one term of the total rows (Cov_c = C - h h' / (q + r))."""
     strat, v, r, h = implicit_parameters(mechanism)
@@ -95,11 +101,13 @@ class ImplicitEngine(Engine):
         Capability("per_query", "blue", ("prefix", "identity", "total"), "O(n) per node"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_implicit_mechanism(mechanism)
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return implicit_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return implicit_error(mechanism, workload.kind, per_query)

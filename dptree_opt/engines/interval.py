@@ -25,6 +25,7 @@ tests/test_engine_conformance.py).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from .gls import gls
 from .base import ANY_WORKLOAD, Capability, Engine
@@ -38,6 +39,7 @@ from .laminar import (MAX_DEPTH, has_noisy_leaves, is_laminar_mechanism, laminar
                       range_variances, star_moments)
 from ..limits import rescaled
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from ..strategies import IntervalStrategy
 
 __all__ = ["IntervalEngine", "HaarEngine", "interval_blue_errors", "laminar_errors", "laminar_range_variances",
@@ -362,10 +364,11 @@ class IntervalEngine(Engine):
         Capability("per_query", "causal", ("prefix",), "O(rows)"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return isinstance(mechanism.released, IntervalStrategy)
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         if estimator == "blue" and not is_laminar_mechanism(mechanism):
             return ("the bridge recursion needs depth < 256 and no exact row but the total")
         if task == "covariance" and not has_noisy_leaves(mechanism):
@@ -384,16 +387,19 @@ class IntervalEngine(Engine):
             return "the causal prefix recursion needs depth < 256 and no exact row but the total"
         return None
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         if estimator == "covering":
             return np.diff(covering_cdf(mechanism, y), axis=-1, prepend=0.0)
         return laminar_blue(mechanism, y)
 
-    def covariance(self, mechanism, u):
+    def covariance(self, mechanism: Mechanism,
+                   u: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         # the BLUE of the synthetic answers V c, c = u on the leaf rows (laminar_covariance)
         return laminar_covariance(mechanism, u)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         kind = workload.kind
         if estimator == "causal":
             var = laminar_causal_prefix_variances(mechanism)
@@ -429,11 +435,13 @@ class HaarEngine(Engine):
         Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_haar_mechanism(mechanism)
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return haar_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return _bridge_error(mechanism, workload, per_query)

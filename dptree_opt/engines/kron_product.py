@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg as sla
 
 from ..mechanism import Mechanism
@@ -381,10 +382,11 @@ class KronProductEngine(Engine):
                     Capability("max", "blue", ("kron",),
                                "O(sum_i n_i^3 + q_1 V), V <= prod_(i>1) q_i hull vertices"))
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_kron_product_mechanism(mechanism)
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         if task == "estimate":
             big = max(mechanism.released.grid_shape) > MAX_AXIS_BINS
             return f"axes of at most {MAX_AXIS_BINS} bins" if big else None
@@ -394,13 +396,16 @@ class KronProductEngine(Engine):
         return (f"a Kronecker workload over the same grid, axes of at most {MAX_AXIS_BINS} "
                 "bins" + (f", at most {MAX_PER_QUERY} queries listed" if per_query else ""))
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return kron_product_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return kron_product_error(mechanism, workload, per_query=per_query)
 
-    def maximum(self, mechanism, workload, estimator, dense=False):
+    def maximum(self, mechanism: Mechanism, workload: Workload, estimator: str,
+                dense: bool = False) -> QueryMax:
         try:
             return kron_product_max(mechanism, workload)
         except TooManyQueries as exc:

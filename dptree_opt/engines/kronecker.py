@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from ..mechanism import Mechanism
 from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
@@ -560,10 +561,11 @@ class KronTreeEngine(Engine):
     capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n h) per trial"),
                     _GRID_ERROR, _GRID_MAX)
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_kron_tree_mechanism(mechanism)
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         if task == "estimate":
             return None
         if task != "max":
@@ -574,13 +576,16 @@ class KronTreeEngine(Engine):
                    "queries per axis")
         return why
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return kron_tree_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return kron_tree_error(mechanism, workload)
 
-    def maximum(self, mechanism, workload, estimator, dense=False):
+    def maximum(self, mechanism: Mechanism, workload: Workload, estimator: str,
+                dense: bool = False) -> QueryMax:
         try:
             return grid_tree_max(mechanism, workload)
         except TooManyQueries as exc:
@@ -596,8 +601,9 @@ class QuadtreeEngine(KronTreeEngine):
     capabilities = (Capability("estimate", "blue", (ANY_WORKLOAD,), "O(n) per trial"),
                     _GRID_ERROR, _GRID_MAX)
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_quadtree_mechanism(mechanism)
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return quadtree_blue(mechanism, y)

@@ -82,7 +82,12 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Sequence
+from typing import TypeAlias
+
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .honaker import (
     ivw,
@@ -96,6 +101,8 @@ from .honaker import tree_parameters
 from ..mechanism import Mechanism
 from ..validation import check_bool, check_choice
 from .tree_error import MAX_ALL_RANGE_PER_QUERY_K, check_tree
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
 
 __all__ = ["refined_workload_error", "REFINED_WORKLOADS"]
 
@@ -113,7 +120,7 @@ _PAIR_CHUNK = 1 << 21
 class _Tree:
     """Per-level quantities of an identifiable level-uniform tree (every b_l finite)."""
 
-    def __init__(self, ks, v):
+    def __init__(self, ks: Sequence[int], v: npt.NDArray[np.float64]) -> None:
         self.ks = tuple(ks)
         self.h = h = len(ks)
         self.v = v
@@ -147,7 +154,7 @@ class _Tree:
         self.v0 = float(v[0]) if np.isfinite(v[0]) else 0.0  # only ever multiplied by beta
         self.rho_T = float(b[0]) if np.isfinite(v[0]) else 0.0  # Cov(rho, T) = a_0 v_0 = b_0
 
-    def prefix_stats(self):
+    def prefix_stats(self) -> tuple[_F, _F, _F, _F]:
         """(VL, alpha, beta, V) for t = 0..K: var(L_t), the weights, var(C_t) (O(K))."""
         K, ks, b = self.K, self.ks, self.b
         digits = [np.arange(k, dtype=np.float64) for k in ks]
@@ -163,7 +170,7 @@ class _Tree:
         return VL, alpha, beta, V
 
 
-def _deepest_digit_levels(ks) -> np.ndarray:
+def _deepest_digit_levels(ks: Sequence[int]) -> npt.NDArray[np.int16]:
     """p[t] = deepest level l with d_l(t) > 0 (0 for t = 0 and t = K), t = 0..K; int16, O(K)."""
     p = np.zeros(1, dtype=np.int16)
     for lev, k in enumerate(ks, 1):
@@ -172,7 +179,7 @@ def _deepest_digit_levels(ks) -> np.ndarray:
     return np.append(p, np.int16(0))
 
 
-def _effective_tree(ks, v):
+def _effective_tree(ks: tuple[int, ...], v: _F) -> tuple[tuple[int, ...] | None, _F | None, int]:
     """Drop the levels below the last one that is identified.
 
     Returns (ks_eff, v_eff, step): the truncated tree and the width ``step`` of its leaves in
@@ -220,7 +227,7 @@ def _identity_per_query(tree: _Tree) -> np.ndarray:
 # --------------------------------------------------------------------------- all-range total
 
 
-def _sum_variance(tree: _Tree, alpha, beta, n: int | None = None) -> float:
+def _sum_variance(tree: _Tree, alpha: _F, beta: _F, n: int | None = None) -> float:
     """Var(sum_{t=1}^{n} C_t) by pushing the functional's node coefficients down the tree, O(K).
 
     ``alpha``, ``beta``: the refined weights for t = 0..K (length K + 1). ``n`` < K (the
@@ -268,7 +275,8 @@ def _all_range_total(tree: _Tree, n: int | None = None) -> float:
     return float((n + 1) * V[:n + 1].sum() - _sum_variance(tree, alpha, beta, n))
 
 
-def padded_refined_all_range_total(branching, level_variances, n: int) -> float:
+def padded_refined_all_range_total(branching: Sequence[int], level_variances: ArrayLike,
+                                   n: int) -> float:
     """The refined estimator's all-range total over the first n bins of a (padded)
     level-uniform tree, O(K'). Needs every prefix identified (all levels below the root
     measured at the leaves' resolution); raises ValueError otherwise."""
@@ -300,9 +308,9 @@ def _all_range_per_query(tree: _Tree) -> np.ndarray:
     db = d[1:] * b[1:, None]
     D = np.zeros((h + 1, K + 1))
     D[1:] = np.cumsum(db, axis=0)
-    B = np.zeros((h + 1, K + 1))
-    for c in range(h):
-        B[c] = (P[c, c + 1:, None] * db[c:]).sum(axis=0)
+    B: npt.NDArray[np.float64] = np.zeros((h + 1, K + 1))
+    for lev in range(h):
+        B[lev] = (P[lev, lev + 1:, None] * db[lev:]).sum(axis=0)
     A = (D + B).ravel()
     B = B.ravel()
     d = d.ravel()
@@ -355,7 +363,9 @@ def _all_range_per_query(tree: _Tree) -> np.ndarray:
 # --------------------------------------------------------------------------- public API
 
 
-def refined_workload_error(branching, level_variances, workload, per_query=False):
+def refined_workload_error(branching: Sequence[int], level_variances: ArrayLike,
+                           workload: str,
+                           per_query: bool = False) -> float | npt.NDArray[np.float64]:
     """Exact error of the [RTS] App. B refined estimator on a workload, without any K x K matrix.
 
     The workload answers are derived from the refined prefixes C_0 = 0, C_1..C_K of
@@ -403,6 +413,7 @@ def refined_workload_error(branching, level_variances, workload, per_query=False
         if not per_query:
             return math.inf
         return np.full(K if workload == "identity" else K * (K + 1) // 2, np.inf)
+    assert v_eff is not None  # returned with ks_eff
     if step > 1:  # some prefixes unidentified: inf, except on the grid of multiples of step
         if not per_query:
             return math.inf

@@ -13,9 +13,17 @@ the table ``dptree-opt engines`` prints, generated from the declarations, never 
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal, overload
 
+import numpy as np
+import numpy.typing as npt
+
+from ..workloads import StackedWorkload, Workload
 from .base import ESTIMATORS, TASKS, Engine, QueryMax
+
+if TYPE_CHECKING:
+    from ..mechanism import Mechanism
 
 __all__ = ["Declined", "NotServed", "register", "registered", "engine_named", "claimed_by", "select", "run",
            "capability_table"]
@@ -32,7 +40,7 @@ class NotServed(ValueError):
     """Raised by :func:`select` and :func:`run` when no engine serves a request; ``reasons``:
     (engine name, why) for each engine that claims the structure but refused or declined."""
 
-    def __init__(self, message: str, reasons=()):
+    def __init__(self, message: str, reasons: Iterable[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.reasons = tuple(reasons)
 
@@ -60,17 +68,18 @@ def engine_named(name: str) -> Engine:
     raise ValueError(f"no engine named {name!r}; engines: {[e.name for e in _ENGINES]}")
 
 
-def claimed_by(mechanism, names) -> Engine | None:
+def claimed_by(mechanism: Mechanism, names: Iterable[str]) -> Engine | None:
     """The first of the engines called ``names`` (in that order) that claims ``mechanism``
     (its structure), else None: how callers ask "is this a structure engine X serves"."""
     return next((e for e in map(engine_named, names) if e.claims(mechanism)), None)
 
 
-def _kind(workload) -> str | None:
+def _kind(workload: Workload | None) -> str | None:
     return None if workload is None else workload.kind
 
 
-def _candidates(task: str, mechanism, workload, estimator: str, generic_only: bool):
+def _candidates(task: str, mechanism: Mechanism, workload: Workload | None, estimator: str,
+                generic_only: bool) -> Iterator[tuple[Engine, str | None]]:
     """(engine, None) for each engine that would serve, (engine, reason) for each that
     claims the structure and declares the request but refuses it."""
     if task not in TASKS:
@@ -90,7 +99,8 @@ _WHAT = {"estimate": "estimate", "error": "exact error", "per_query": "exact per
          "covariance": "covariance", "max": "largest per-query error"}
 
 
-def _nothing_serves(task, mechanism, workload, estimator, reasons) -> NotServed:
+def _nothing_serves(task: str, mechanism: Mechanism, workload: Workload | None, estimator: str,
+                    reasons: Sequence[tuple[str, str]]) -> NotServed:
     what = _WHAT[task] + f" of the {estimator} estimator"
     if workload is not None:
         what += f" on the {workload.kind!r} workload"
@@ -104,12 +114,13 @@ def _nothing_serves(task, mechanism, workload, estimator, reasons) -> NotServed:
                      f"{mechanism.released.name!r} ({why})", reasons)
 
 
-def select(task: str, mechanism, workload=None, estimator: str = "blue", *,
+def select(task: str, mechanism: Mechanism, workload: Workload | None = None,
+           estimator: str = "blue", *,
            generic_only: bool = False) -> Engine:
     """The engine that serves the request (most specific first; ``generic_only``: only the
     generic engines, the oracles of the structured ones). :class:`NotServed` (a ValueError)
     naming every engine that refused, and why, when none serves."""
-    reasons = []
+    reasons: list[tuple[str, str]] = []
     for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
         if reason is None:
             return e
@@ -117,8 +128,30 @@ def select(task: str, mechanism, workload=None, estimator: str = "blue", *,
     raise _nothing_serves(task, mechanism, workload, estimator, reasons)
 
 
-def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
-        generic_only: bool = False, dense: bool = False, y=None):
+@overload
+def run(task: Literal["estimate", "covariance"], mechanism: Mechanism,
+        workload: Workload | None = None, estimator: str = "blue", *,
+        generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> npt.NDArray[np.float64]: ...
+@overload
+def run(task: Literal["per_query"], mechanism: Mechanism, workload: Workload | None = None,
+        estimator: str = "blue", *, generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> npt.NDArray[np.float64]: ...
+@overload
+def run(task: Literal["error"], mechanism: Mechanism, workload: Workload | None = None,
+        estimator: str = "blue", *, generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> float: ...
+@overload
+def run(task: Literal["max"], mechanism: Mechanism, workload: Workload | None = None,
+        estimator: str = "blue", *, generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> QueryMax: ...
+@overload
+def run(task: str, mechanism: Mechanism, workload: Workload | None = None,
+        estimator: str = "blue", *, generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> npt.NDArray[np.float64] | float | QueryMax: ...
+def run(task: str, mechanism: Mechanism, workload: Workload | None = None,
+        estimator: str = "blue", *, generic_only: bool = False, dense: bool = False,
+        y: npt.ArrayLike | None = None) -> npt.NDArray[np.float64] | float | QueryMax:
     """Run the request on the first engine that serves it and does not decline
     (:class:`Declined`). ``task`` "estimate" needs ``y=`` (and "covariance" the matrix U as
     ``y=``); "error" / "per_query" return
@@ -127,24 +160,33 @@ def run(task: str, mechanism, workload=None, estimator: str = "blue", *,
     :class:`~dptree_opt.engines.base.QueryMax`. A stacked workload's error is the sum (per
     query: the concatenation; max: the largest, its query counted from the first part's)
     over its parts."""
-    if task not in ("estimate", "covariance") and workload is not None \
-            and workload.kind == "stacked":
+    if task in ("error", "per_query", "max") and isinstance(workload, StackedWorkload):
         # W stacked vertically: the error is the sum over the parts, each served by its engine
-        parts = [run(task, mechanism, part, estimator, generic_only=generic_only, dense=dense)
-                 for part in workload.parts]
+        parts: tuple[Workload, ...] = workload.parts
         if task == "max":
-            return _stacked_max(parts, [part.n_queries for part in workload.parts])
-        return np.concatenate(parts) if task == "per_query" else float(sum(parts))
-    reasons = []
+            return _stacked_max([run("max", mechanism, part, estimator,
+                                     generic_only=generic_only, dense=dense) for part in parts],
+                                [part.n_queries for part in parts])
+        if task == "per_query":
+            return np.concatenate([run("per_query", mechanism, part, estimator,
+                                       generic_only=generic_only, dense=dense)
+                                   for part in parts])
+        return float(sum(run("error", mechanism, part, estimator, generic_only=generic_only,
+                             dense=dense) for part in parts))
+    reasons: list[tuple[str, str]] = []
     for e, reason in _candidates(task, mechanism, workload, estimator, generic_only):
         if reason is not None:
             reasons.append((e.name, reason))
             continue
         try:
-            if task == "estimate":
-                return e.estimate(mechanism, y, workload, estimator)
-            if task == "covariance":
-                return e.covariance(mechanism, y)
+            if task in ("estimate", "covariance"):
+                if y is None:
+                    raise ValueError(f"y: the {task!r} task needs an array")
+                answers = np.asarray(y, dtype=float)
+                return (e.estimate(mechanism, answers, workload, estimator) if task == "estimate"
+                        else e.covariance(mechanism, answers))
+            if workload is None:
+                raise ValueError(f"workload: the {task!r} task needs a workload")
             if task == "max":
                 return e.maximum(mechanism, workload, estimator, dense=dense)
             return e.error(mechanism, workload, estimator, per_query=task == "per_query",
@@ -161,10 +203,10 @@ def _stacked_max(parts: list[QueryMax], sizes: list[int]) -> QueryMax:
     return QueryMax(parts[best].variance, None if q is None else q + sum(sizes[:best]))
 
 
-def capability_table() -> list[dict]:
+def capability_table() -> list[dict[str, str]]:
     """One row per declared capability, in registry order: engine, structure, task,
     estimator, workloads (the kinds, comma-separated) and cost."""
-    rows = []
+    rows: list[dict[str, str]] = []
     for e in _ENGINES:
         for cap in e.capabilities:
             rows.append({"engine": e.name, "structure": e.structure, "task": cap.task,

@@ -81,9 +81,11 @@ to ~1e-9 relative or better (tests/test_toeplitz.py).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import scipy.fft as sfft
 
 from ..mechanism import Mechanism
+from ..workloads import Workload
 from .base import ANY_WORKLOAD, Capability, Engine
 from ..strategies.toeplitz import ToeplitzStrategy, series_multiply
 
@@ -396,18 +398,21 @@ class ToeplitzEngine(Engine):
                    "O(n log n); all_range O(n^2)"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_toeplitz_mechanism(mechanism)
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         if task != "estimate" and not toeplitz_supports(mechanism, workload.kind,
                                                         task == "per_query"):
             return "row-scaled D T(a): prefix, identity, total and the all-range total only"
         return None
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         return toeplitz_blue(mechanism, y)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         return toeplitz_error(mechanism, workload.kind, per_query=per_query, lo=workload.lo,
                               hi=workload.hi)

@@ -8,8 +8,12 @@ root is not measured).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
+from ..strategies import LevelUniformTree
+from ..workloads import Workload
 from .base import ANY_WORKLOAD, Capability, Engine
 from .causal import tree_causal_answers
 from .registry import Declined
@@ -25,7 +29,7 @@ __all__ = ["TreeEngine", "tree_estimates", "tree_blue",
            "refined_cdf", "refined_variances", "TreeEstimates"]
 
 
-def tree_estimates(mechanism: Mechanism, y) -> TreeEstimates:
+def tree_estimates(mechanism: Mechanism, y: ArrayLike) -> TreeEstimates:
     """[HON] node estimates t^-, t^+, t^* and their variances, in the strategy's row order.
 
     y: noisy answers, shape (nodes,) or (trials, nodes). O(nodes), vectorised per level."""
@@ -33,17 +37,19 @@ def tree_estimates(mechanism: Mechanism, y) -> TreeEstimates:
     return honaker_recursions(ks, v, check_answers(mechanism, y))
 
 
-def tree_blue(mechanism: Mechanism, y) -> np.ndarray:
+def tree_blue(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """The BLUE of the histogram on a tree: the leaf level of t^* ([HON] = GLS)."""
     est = tree_estimates(mechanism, y)
-    leaves = mechanism.released.level_slice(mechanism.released.height)
+    tree = mechanism.released
+    assert isinstance(tree, LevelUniformTree)  # tree_parameters checked it
+    leaves = tree.level_slice(tree.height)
     if not np.all(np.isfinite(est.efficient_var[leaves])):
         raise ValueError("the strategy cannot identify the histogram (no measured level "
                          "resolves the leaves)")
     return est.efficient[..., leaves]
 
 
-def refined_cdf(mechanism: Mechanism, y) -> np.ndarray:
+def refined_cdf(mechanism: Mechanism, y: ArrayLike) -> npt.NDArray[np.float64]:
     """[RTS] App. B refined estimates of the K cumulative counts (shape (K,) or (trials, K)):
     estimation from below, then inverse-variance combination of the left covering sum and
     the total minus the right covering sum (see ``honaker.refined_recursion``)."""
@@ -86,12 +92,15 @@ class TreeEngine(Engine):
         Capability("per_query", "causal", _INTERVALS, "prefix O(n), ranges O(h) each"),
     )
 
-    def claims(self, mechanism) -> bool:
+    def claims(self, mechanism: Mechanism) -> bool:
         return is_tree_mechanism(mechanism)
 
-    def refusal(self, task, mechanism, workload, estimator):
+    def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
+                estimator: str) -> str | None:
         if estimator == "covering" and not all_levels_measured(mechanism):
             return "the O(h) covering formula needs every level measured"
+        if workload is None:        # the "estimate" task: nothing to refuse
+            return None
         if (estimator == "blue" and task == "per_query" and workload.kind == "all_range"
                 and mechanism.n_bins > MAX_ALL_RANGE_PER_QUERY_K):
             return (f"per-query all-range errors need K <= {MAX_ALL_RANGE_PER_QUERY_K}, got "
@@ -105,7 +114,8 @@ class TreeEngine(Engine):
                     "bins")
         return None
 
-    def estimate(self, mechanism, y, workload, estimator):
+    def estimate(self, mechanism: Mechanism, y: npt.NDArray[np.float64],
+                 workload: Workload | None, estimator: str) -> npt.NDArray[np.float64]:
         if estimator == "blue":
             return tree_blue(mechanism, y)
         if estimator == "refined":
@@ -114,22 +124,27 @@ class TreeEngine(Engine):
                 raise ValueError("the refined estimator cannot estimate the histogram: an "
                                  "unmeasured level leaves some prefixes without an estimate")
             return x
+        if workload is None:
+            raise ValueError("workload: the causal estimate answers a workload")
         return tree_causal_answers(mechanism, y, workload)
 
-    def covariance(self, mechanism, u):
+    def covariance(self, mechanism: Mechanism,
+                   u: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         # Cov = sum_l c_l (I kron J_(w_l)) (the Haar form of the BLUE's covariance)
         ks, v = tree_parameters(mechanism)
         u = np.asarray(u, dtype=float)
         cols = u.reshape(u.shape[0], -1).T                      # (m, n)
         n = cols.shape[1]
         x = np.zeros_like(cols)
-        for c_l, w in zip(blue_covariance_coefficients(ks, v),
-                          mechanism.released.level_widths):     # O(n) per level
+        tree = mechanism.released
+        assert isinstance(tree, LevelUniformTree)  # tree_parameters checked it
+        for c_l, w in zip(blue_covariance_coefficients(ks, v), tree.level_widths):  # O(n) each
             w = int(w)
             x += np.repeat(c_l * cols.reshape(cols.shape[0], n // w, w).sum(axis=2), w, axis=1)
         return x.T.reshape(u.shape)
 
-    def error(self, mechanism, workload, estimator, per_query, dense=False):
+    def error(self, mechanism: Mechanism, workload: Workload, estimator: str, per_query: bool,
+              dense: bool = False) -> float | npt.NDArray[np.float64]:
         ks, v = tree_parameters(mechanism)
         kind = workload.kind
         if estimator == "causal":
@@ -137,7 +152,8 @@ class TreeEngine(Engine):
         if estimator == "covering":             # ranges and the total
             if dense:
                 raise Declined("the dense covariance of the covering sums was asked for")
-            var = tree_covering_range_variances(mechanism, workload.lo, workload.hi)
+            lo, hi = workload.intervals()
+            var = tree_covering_range_variances(mechanism, lo, hi)
             return var if per_query else float(var.sum())
         if estimator == "refined":
             if not dense and kind in WORKLOADS:
@@ -155,5 +171,6 @@ class TreeEngine(Engine):
             return var if per_query else float(var.sum())
         if kind in WORKLOADS:
             return blue_error(ks, v, kind, per_query=per_query)
-        var = blue_range_variances(ks, v, workload.lo, workload.hi)  # O(h) each
+        lo, hi = workload.intervals()
+        var = blue_range_variances(ks, v, lo, hi)  # O(h) each
         return var if per_query else float(var.sum())

@@ -60,15 +60,21 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..limits import check_memory
 from .honaker import tree_parameters
 
 if TYPE_CHECKING:
     from ..mechanism import Mechanism
+
+#: a float or a float array (the closed forms are vectorised)
+_FA: TypeAlias = "float | npt.NDArray[np.float64]"
 
 __all__ = ["blue_haar_variances", "blue_covariance_coefficients", "blue_error",
            "all_range_level_weight",
@@ -82,13 +88,13 @@ MAX_ALL_RANGE_PER_QUERY_K = 4096
 _MAX_PER_QUERY_K = 2**31
 
 
-def check_branching(branching):
+def check_branching(branching: Iterable[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Validate the branching; return (branching tuple, widths tuple of ints)."""
     if isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__"):
         raise ValueError(f"branching must be a sequence of integers >= 1, got {branching!r}")
-    ks = []
+    ks: list[int] = []
     for k in branching:
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or k < 1:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, Integral) or int(k) < 1:
             raise ValueError(f"branching entries must be integers >= 1, got {list(branching)!r}")
         ks.append(int(k))
     widths = [math.prod(ks)]
@@ -97,7 +103,8 @@ def check_branching(branching):
     return tuple(ks), tuple(widths)
 
 
-def check_tree(branching, level_variances):
+def check_tree(branching: Iterable[int], level_variances: ArrayLike,
+               ) -> tuple[tuple[int, ...], tuple[int, ...], npt.NDArray[np.float64]]:
     """Validate the tree; return (branching tuple, widths tuple of ints, variances ndarray)."""
     ks, widths = check_branching(branching)
 
@@ -120,7 +127,7 @@ def check_tree(branching, level_variances):
     return tuple(ks), tuple(widths), v
 
 
-def _haar_variances(ks, widths, v) -> np.ndarray:
+def _haar_variances(ks: Sequence[int], widths: Sequence[int], v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """mu_j of the module docstring from validated inputs (raises if not identifiable)."""
     h = len(ks)
     with np.errstate(divide="ignore"):
@@ -151,7 +158,7 @@ def _haar_variances(ks, widths, v) -> np.ndarray:
     return mu
 
 
-def blue_haar_variances(branching, level_variances) -> np.ndarray:
+def blue_haar_variances(branching: Iterable[int], level_variances: ArrayLike) -> npt.NDArray[np.float64]:
     """Eigenvalues mu_j of the BLUE covariance on the generalised Haar subspaces of the tree.
 
     Cov = sum_{j=0}^{h} mu_j D_j with D_0 = E_0 (constants) and D_j = E_j - E_{j-1}, where E_l
@@ -177,7 +184,8 @@ def blue_haar_variances(branching, level_variances) -> np.ndarray:
     return _haar_variances(ks, widths, v)
 
 
-def blue_covariance_coefficients(branching, level_variances) -> np.ndarray:
+def blue_covariance_coefficients(branching: Iterable[int],
+                                 level_variances: ArrayLike) -> npt.NDArray[np.float64]:
     """Coefficients c_l with BLUE covariance Cov = sum_l c_l (I_{m_l} kron J_{w_l}).
 
     c_l = (mu_l - mu_{l+1}) / w_l with mu from :func:`blue_haar_variances` and mu_{h+1} = 0
@@ -202,7 +210,7 @@ def _sum_max(w: int) -> int:
     return (w - 1) * w * (2 * w - 1) // 3 + w * (w - 1) // 2
 
 
-def _level_gram_sums(workload: str, K: int, widths) -> list[int]:
+def _level_gram_sums(workload: str, K: int, widths: Sequence[int]) -> list[int]:
     """Q_l = sum over level-l nodes of 1_node' (W'W) 1_node, exact integers, one per level."""
     out = []
     for w in widths:
@@ -229,7 +237,7 @@ def _level_gram_sums(workload: str, K: int, widths) -> list[int]:
     return out
 
 
-def _prefix_gram_sums_first(n: int, widths) -> list[int]:
+def _prefix_gram_sums_first(n: int, widths: Sequence[int]) -> list[int]:
     """Q_l over the first n prefixes [0, t), t = 1..n only (exact integers, O(h)).
 
     G_l([0, t)) = (t // w) w^2 + (t mod w)^2 (full level-l nodes, then the partial one). With
@@ -245,7 +253,7 @@ def _prefix_gram_sums_first(n: int, widths) -> list[int]:
     return out
 
 
-def _block_gram(A, B, s, L):
+def _block_gram(A: _FA, B: _FA, s: _FA, L: _FA) -> _FA:
     """sum over i, j in [s, s + L) of (A + min(i, j)) (B - max(i, j)) (float, vectorised).
 
     (A + m)(B - M) = AB - (A - B)(i + j) / 2 - (A + B)|i - j| / 2 - i j, with
@@ -254,13 +262,13 @@ def _block_gram(A, B, s, L):
     return A * B * L * L - (A - B) * L * sx - (A + B) / 2.0 * (L**3 - L) / 3.0 - sx * sx
 
 
-def all_range_parent_energy(n, d, u):
+def all_range_parent_energy(n: _FA, d: _FA, u: _FA) -> _FA:
     """The all-range Haar energy of one parent of width d u lying inside [0, n):
     (n + 1)(d - 1)(d u^2 + 1) / 6 - u^3 d (d^2 - 1) / 12 (see all_range_level_weight)."""
     return (n + 1) * (d - 1) * (d * u * u + 1) / 6.0 - u**3 * d * (d * d - 1) / 12.0
 
 
-def all_range_level_weight(n, W, u):
+def all_range_level_weight(n: _FA, W: _FA, u: _FA) -> _FA:
     """q_j of the all-range workload over the first n bins for a level of node width u under
     parents of width W = d u (float, vectorised over W, u; exact up to rounding).
 
@@ -292,7 +300,8 @@ def all_range_level_weight(n, W, u):
     return nfull * full + partial
 
 
-def _haar_weights(workload: str, ks, widths, n_queries=None) -> list[float]:
+def _haar_weights(workload: str, ks: Sequence[int], widths: Sequence[int],
+                  n_queries: int | None = None) -> list[float]:
     """q_j of :func:`haar_workload_weights` from validated inputs (floats of exact ratios).
 
     q_0 = Q_0 / K, q_j = (k_j Q_j - Q_{j-1}) / w_{j-1} for k_j >= 2 and 0 for k_j = 1 (empty
@@ -315,7 +324,8 @@ def _haar_weights(workload: str, ks, widths, n_queries=None) -> list[float]:
     return q
 
 
-def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.ndarray:
+def haar_workload_weights(branching: Iterable[int], workload: str = "prefix",
+                          n_queries: int | None = None) -> npt.NDArray[np.float64]:
     """Workload weights q_0..q_h with blue_error(branching, v, workload) == sum_j q_j mu_j.
 
     mu_j = :func:`blue_haar_variances` (mu_0 = 0 when N is public), so for every variance
@@ -343,14 +353,14 @@ def haar_workload_weights(branching, workload="prefix", n_queries=None) -> np.nd
             raise ValueError("n_queries is supported for workload='prefix' and 'all_range', "
                              f"got {workload!r}")
         if (isinstance(n_queries, (bool, np.bool_)) or not isinstance(n_queries, Integral)
-                or not 1 <= n_queries <= widths[0]):
+                or not 1 <= int(n_queries) <= widths[0]):
             raise ValueError(f"n_queries must be an integer in [1, K = {widths[0]}], "
                              f"got {n_queries!r}")
         n_queries = int(n_queries)
     return np.array(_haar_weights(workload, ks, widths, n_queries))
 
 
-def _prefix_per_query(ks, widths, mu) -> np.ndarray:
+def _prefix_per_query(ks: Sequence[int], widths: Sequence[int], mu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Variances of C_t, t = 1..K, in O(K) time and about 3K floats of memory.
 
     For the prefix [0, t) the level-j Haar numerator depends only on R = t mod W (W = w_{j-1});
@@ -380,7 +390,7 @@ def _prefix_per_query(ks, widths, mu) -> np.ndarray:
     return out
 
 
-def _all_range_per_query(ks, widths, mu) -> np.ndarray:
+def _all_range_per_query(ks: Sequence[int], widths: Sequence[int], mu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Variances of all intervals [a, b] (lexicographic) in O(K^2 h) time, O(K^2) memory.
 
     Queries are the half-open [s, e), e = b + 1. Every level-l table is indexed by s (constant
@@ -421,7 +431,20 @@ def _all_range_per_query(ks, widths, mu) -> np.ndarray:
     return out
 
 
-def blue_error(branching, level_variances, workload="prefix", per_query=False):
+@overload
+def blue_error(branching: Iterable[int], level_variances: ArrayLike, workload: str = "prefix",
+               per_query: Literal[False] = False) -> float: ...
+@overload
+def blue_error(branching: Iterable[int], level_variances: ArrayLike, workload: str = "prefix",
+               *, per_query: Literal[True]) -> npt.NDArray[np.float64]: ...
+@overload
+def blue_error(branching: Iterable[int], level_variances: ArrayLike, workload: str,
+               per_query: Literal[True]) -> npt.NDArray[np.float64]: ...
+@overload
+def blue_error(branching: Iterable[int], level_variances: ArrayLike, workload: str = "prefix",
+               per_query: bool = False) -> float | npt.NDArray[np.float64]: ...
+def blue_error(branching: Iterable[int], level_variances: ArrayLike, workload: str = "prefix",
+               per_query: bool = False) -> float | npt.NDArray[np.float64]:
     """Exact expected squared error of the tree BLUE on a workload, without any K x K matrix.
 
     Returns trace(W Cov W') (float, counts^2) or, with ``per_query=True``, diag(W Cov W')
@@ -481,7 +504,8 @@ def blue_error(branching, level_variances, workload="prefix", per_query=False):
     return _all_range_per_query(ks, widths, mu)
 
 
-def blue_range_variances(branching, level_variances, lo, hi) -> np.ndarray:
+def blue_range_variances(branching: Iterable[int], level_variances: ArrayLike, lo: ArrayLike,
+                         hi: ArrayLike) -> npt.NDArray[np.float64]:
     """Var of the BLUE of sum x[lo:hi] (half-open ranges, int arrays of one shape) on a
     level-uniform tree, O(h) per range, no matrix.
 

@@ -23,16 +23,19 @@ exact integers, O(h) per tree; the tests check each against the generic dense or
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 __all__ = ["chain_widths", "digit_sum", "haar_sum", "haar_sum_float", "covering_level_sums",
            "blue_level_sums", "refined_prefix_error", "sum_of_squares",
            "node_gram_sum", "haar_level_weight"]
 
 
-def chain_widths(ks) -> list[int]:
+def chain_widths(ks: Sequence[int]) -> list[int]:
     """The node widths [K', w_1, .., w_h = 1] of the chain ks = (k_1..k_h), K' = prod k_l."""
     w = [math.prod(ks)]
     for k in ks:
@@ -66,15 +69,15 @@ def haar_sum(T: int, W: int, w: int) -> int:
     return a * full + part
 
 
-def haar_sum_float(T: int, W, w):
+def haar_sum_float(T: float, W: ArrayLike, w: ArrayLike) -> npt.NDArray[np.float64]:
     """:func:`haar_sum` in float64, vectorised over arrays W, w (relative error ~1e-15: for
     bounds only, which the searches shrink by a safety factor before pruning)."""
-    T = float(T)
+    Tf = float(T)
     Wf = np.asarray(W, dtype=float)
     wf = np.asarray(w, dtype=float)
     k = Wf / wf
-    a = np.floor(T / Wf)
-    rem = T - a * Wf
+    a = np.floor(Tf / Wf)
+    rem = Tf - a * Wf
     full = (k - 1) * Wf * (Wf * wf + 1) / 6
     b = np.floor(rem / wf)
     c = rem - b * wf
@@ -86,7 +89,8 @@ def haar_sum_float(T: int, W, w):
     return np.maximum(a * full + part, 0.0)
 
 
-def covering_level_sums(branching, n_prefixes: int | None = None) -> tuple[int, ...]:
+def covering_level_sums(branching: Iterable[float],
+                        n_prefixes: int | None = None) -> tuple[int, ...]:
     """(F_0, F_1..F_h): how often each level's nodes are used by the covering estimator over
     the first ``n_prefixes`` prefixes of the tree (default all K' = prod k_l).
 
@@ -102,7 +106,8 @@ def covering_level_sums(branching, n_prefixes: int | None = None) -> tuple[int, 
                                      for l in range(1, len(ks) + 1))
 
 
-def blue_level_sums(branching, n_prefixes: int | None = None) -> tuple[float, ...]:
+def blue_level_sums(branching: Iterable[float],
+                    n_prefixes: int | None = None) -> tuple[float, ...]:
     """(H_0, H_1..H_h) with the BLUE error of the first K prefixes = sum_j mu_j H_j
     (mu_j = Haar eigenvalues of the BLUE covariance,
     ``engines.tree_error.blue_haar_variances``):
@@ -117,7 +122,7 @@ def blue_level_sums(branching, n_prefixes: int | None = None) -> tuple[float, ..
                          for l in range(1, len(ks) + 1))
 
 
-def _below_variances(ks, v) -> list[float]:
+def _below_variances(ks: Sequence[int], v: Sequence[float]) -> list[float]:
     """var(t^-) per level, root first ([HON] estimation from below): leaves v_h, then
     1 / (1 / v_l + 1 / (k_(l+1) var_(l+1))) with 1/inf = 0 and 1/0 = inf. The values of
     ``engines.causal.from_below_variances`` without its validation, in scalar floats: the
@@ -133,7 +138,8 @@ def _below_variances(ks, v) -> list[float]:
     return vb
 
 
-def refined_prefix_error(branching, level_variances, n_prefixes: int | None = None) -> float:
+def refined_prefix_error(branching: Iterable[float], level_variances: Iterable[float],
+                         n_prefixes: int | None = None) -> float:
     """Total variance of the [RTS] App. B refined estimates of the first ``n_prefixes``
     prefix counts of a (possibly padded) level-uniform tree, in closed form, O(h^3).
 
@@ -163,13 +169,13 @@ def refined_prefix_error(branching, level_variances, n_prefixes: int | None = No
     last_mean = [b[l] * ks[l] / 2.0 for l in range(h)]  # d_p uniform on [1, k_p)
     last_var = [b[l] ** 2 * (ks[l] ** 2 - 2 * ks[l]) / 12.0 for l in range(h)]
 
-    def group(p, n, mean, var):
+    def group(p: int, n: int, mean: float, var: float) -> float:
         if n == 0:
             return 0.0
         s1, s2 = n * mean, n * (var + mean * mean)
         return s1 if math.isinf(M[p]) else s1 - s2 / M[p]
 
-    def single(digits):
+    def single(digits: Sequence[int]) -> float:
         L = sum(d * bl for d, bl in zip(digits, b) if d)
         p = max(i for i, d in enumerate(digits) if d > 0)
         return L if math.isinf(M[p]) else L * (M[p] - L) / M[p]

@@ -40,15 +40,19 @@ strategies); this module dispatches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import engines
 from .._progress import Progress
 from ..engines.causal import check_causal_inputs
 from ..limits import MAX_MONTE_CARLO_TRIALS, check_count, rescaled
-from ..mechanism import Mechanism, as_generator, check_histogram
+from ..mechanism import RNG, Mechanism, as_generator, check_histogram
 from ..workloads import Workload
 
 __all__ = ["ESTIMATORS", "ERROR_METHODS", "expected_error", "monte_carlo_error",
@@ -61,7 +65,7 @@ ERROR_METHODS = ("auto", "dense")
 _MC_CHUNK_FLOATS = 1 << 22
 
 
-def _check(workload, mechanism, estimator) -> None:
+def _check(workload: object, mechanism: object, estimator: str) -> None:
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a dptree_opt Workload, got {type(workload).__name__}")
     if not isinstance(mechanism, Mechanism):
@@ -75,8 +79,22 @@ def _check(workload, mechanism, estimator) -> None:
                          f"trees; {mechanism.released.name!r} is not one")
 
 
+@overload
 def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
-                   per_query: bool = False, method: str = "auto"):
+                   per_query: Literal[False] = False, method: str = "auto") -> float: ...
+@overload
+def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue", *,
+                   per_query: Literal[True], method: str = "auto") -> npt.NDArray[np.float64]: ...
+@overload
+def expected_error(workload: Workload, mechanism: Mechanism, estimator: str,
+                   per_query: Literal[True], method: str = "auto") -> npt.NDArray[np.float64]: ...
+@overload
+def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
+                   per_query: bool = False,
+                   method: str = "auto") -> float | npt.NDArray[np.float64]: ...
+def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
+                   per_query: bool = False,
+                   method: str = "auto") -> float | npt.NDArray[np.float64]:
     """Exact expected squared error, in counts^2.
 
     Returns sum_q Var(answer_q) (a float) or the per-query variances (shape (q,), in the
@@ -100,13 +118,17 @@ def expected_error(workload: Workload, mechanism: Mechanism, estimator: str = "b
 
 
 def _expected_error(workload: Workload, mechanism: Mechanism, estimator: str,
-                    per_query: bool, method: str):
+                    per_query: bool, method: str) -> float | npt.NDArray[np.float64]:
     """expected_error on a checked (normalised) mechanism: the registry's engine."""
     if estimator == "causal":
         check_causal_inputs(workload, mechanism, method)
     dense = method == "dense"
-    return engines.run("per_query" if per_query else "error", mechanism, workload, estimator,
-                       generic_only=dense and estimator in ("blue", "causal"), dense=dense)
+    generic_only = dense and estimator in ("blue", "causal")
+    if per_query:
+        return engines.run("per_query", mechanism, workload, estimator,
+                           generic_only=generic_only, dense=dense)
+    return engines.run("error", mechanism, workload, estimator, generic_only=generic_only,
+                       dense=dense)
 
 
 @dataclass(frozen=True)
@@ -117,7 +139,7 @@ class MonteCarloResult:
     std_error: float
     trials: int
 
-    def __iter__(self):  # allows ``mean, se = monte_carlo_error(...)[:2]``-style unpacking
+    def __iter__(self) -> Iterator[float]:  # allows ``mean, se = monte_carlo_error(...)[:2]``-style unpacking
         return iter((self.mean, self.std_error))
 
     def within(self, value: float, n_se: float = 4.0) -> bool:
@@ -126,7 +148,8 @@ class MonteCarloResult:
 
 
 def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str = "blue",
-                      trials: int = 1000, rng=None, *, histogram=None,
+                      trials: int = 1000, rng: RNG = None, *,
+                      histogram: ArrayLike | None = None,
                       progress: bool = False) -> MonteCarloResult:
     """Simulated squared error sum_q (answer_q - truth_q)^2, averaged over ``trials``.
 
@@ -148,7 +171,8 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
     truth = workload.matvec(h.astype(float))
     exact_answers = mechanism.released.apply(h)
     chunk = max(1, min(int(trials), _MC_CHUNK_FLOATS // max(exact_answers.size, 1)))
-    total, shift, sq = 0.0, None, 0.0  # sums of the errors and of their squared deviations
+    total, sq = 0.0, 0.0  # sums of the errors and of their squared deviations
+    shift: float | None = None
     bar = Progress(int(trials), "monte carlo", enabled=progress)
     done = 0
     while done < trials:
@@ -167,5 +191,5 @@ def monte_carlo_error(workload: Workload, mechanism: Mechanism, estimator: str =
     bar.close()
     n = int(trials)
     mean = total / n
-    var = max(sq - n * (mean - shift) ** 2, 0.0) / (n - 1)
+    var = max(sq - n * (mean - (shift or 0.0)) ** 2, 0.0) / (n - 1)  # (trials >= 2: shift set)
     return MonteCarloResult(float(mean), float(np.sqrt(var / n)), n)

@@ -14,9 +14,11 @@ to rounding (tests pin it)."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import engines
-from ..engines.gls import gls
+from ..engines.gls import DenseEngine, gls
 from ..mechanism import Mechanism
 
 __all__ = ["BLUE_METHODS", "blue", "blue_covariance"]
@@ -28,7 +30,7 @@ BLUE_METHODS = ("auto", "tree", "toeplitz", "laminar", "haar", "kronecker", "gen
                 "dense")
 
 
-def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
+def blue(mechanism: Mechanism, y: ArrayLike, method: str = "auto") -> npt.NDArray[np.float64]:
     """The BLUE x_hat of the histogram: shape (n,), or (trials, n) for y of shape (trials, m).
 
     Generalised least squares with weights 1 / variance and exact rows as equality
@@ -46,9 +48,11 @@ def blue(mechanism: Mechanism, y, method: str = "auto") -> np.ndarray:
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     if method == "auto":
         return engines.run("estimate", mechanism, None, "blue", y=y)
+    y = np.asarray(y, dtype=float)
     if method in _GLS_MODES:
-        return engines.engine_named("dense").estimate(mechanism, y, None, "blue",
-                                                      mode=_GLS_MODES[method])
+        dense = engines.engine_named("dense")
+        assert isinstance(dense, DenseEngine)  # registered by dptree_opt.engines
+        return dense.estimate(mechanism, y, None, "blue", mode=_GLS_MODES[method])
     return engines.engine_named(_ENGINE_OF.get(method, method)).estimate(mechanism, y, None,
                                                                           "blue")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import engines
 from ..engines.causal import check_causal_answers, check_causal_inputs, query_intervals
@@ -12,7 +14,8 @@ from ..workloads import Workload
 __all__ = ["causal_blue"]
 
 
-def causal_blue(mechanism: Mechanism, y, workload: Workload, method: str = "auto") -> np.ndarray:
+def causal_blue(mechanism: Mechanism, y: ArrayLike, workload: Workload,
+                method: str = "auto") -> npt.NDArray[np.float64]:
     """Causal BLUE answers of every query of a 1-D ``workload``: shape (q,), or (trials, q)
     for y of shape (trials, rows).
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..mechanism import Mechanism
+
 __all__ = ["Design"]
 
 
@@ -56,7 +58,7 @@ class Design:
     noise: str
     budget: float
     neighbours: str
-    mech: object = field(repr=False)
+    mech: Mechanism = field(repr=False)
     estimator: str = "blue"
     lower_bound: float | None = None
     bound_method: str = ""
@@ -68,7 +70,7 @@ class Design:
     release_note: str = ""
     workload_name: str = ""
 
-    def mechanism(self):
+    def mechanism(self) -> Mechanism:
         """The ``Mechanism`` (strategy, budgets, noise, neighbour model) of this design."""
         return self.mech
 

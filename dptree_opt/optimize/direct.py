@@ -4,6 +4,7 @@ family): laminar (nested-or-disjoint) ranges as an interval strategy, other rows
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..strategies import IntervalStrategy, Strategy
 from ..workloads import Workload
@@ -15,7 +16,8 @@ MAX_STRUCTURED_DEPTH = 256    # nested ranges: the bridge decomposition's exact 
 #                               over depths (deeper ones need the dense GLS)
 
 
-def laminar_strategy(n: int, lo, hi, name: str) -> IntervalStrategy | None:
+def laminar_strategy(n: int, lo: npt.NDArray[np.integer], hi: npt.NDArray[np.integer],
+                     name: str) -> IntervalStrategy | None:
     """The distinct half-open ranges [lo, hi) as an interval strategy (one budget level),
     or None when two of them cross (not nested-or-disjoint). O(q log q + n) numpy.
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["finest_refinement", "prime_exponents", "divisors", "factorisations",
            "iter_factorisations",
@@ -20,7 +22,7 @@ __all__ = ["finest_refinement", "prime_exponents", "divisors", "factorisations",
            "smallest_prime_factors", "Divisors"]
 
 
-def finest_refinement(ks) -> tuple:
+def finest_refinement(ks: Iterable[int]) -> tuple[int, ...]:
     """Split every branching factor into its prime factors (ascending), level by level: the
     tree keeps all of ks's nodes and gains intermediate levels. Trial division, O(sqrt k)
     per factor."""
@@ -64,7 +66,7 @@ def factorisations(w: int) -> tuple:
                  for rest in factorisations(w // k))
 
 
-def iter_factorisations(w: int, max_height: int | None = None):
+def iter_factorisations(w: int, max_height: int | None = None) -> Iterator[tuple[int, ...]]:
     """The ordered factorisations of w into at most ``max_height`` factors >= 2 (None: all),
     lazily, in lexicographic order (w = 1: the empty one)."""
     if max_height is None:
@@ -193,14 +195,14 @@ class Divisors:
 
     def __init__(self, limit: int):
         self.spf = smallest_prime_factors(max(limit, 2)) if limit <= 1 << 23 else None
-        self._div = {}
-        self._arr = {}
-        self._omega = {}
+        self._div: dict[int, list[int]] = {}
+        self._arr: dict[int, npt.NDArray[np.int64]] = {}
+        self._omega: dict[int, int] = {}
 
-    def factor(self, n: int) -> dict:
+    def factor(self, n: int) -> dict[int, int]:
         """{p: e}: the prime factorisation of n >= 1."""
         if self.spf is not None and n < self.spf.size:
-            f = {}
+            f: dict[int, int] = {}
             while n > 1:
                 p = int(self.spf[n])
                 f[p] = f.get(p, 0) + 1
@@ -214,7 +216,7 @@ class Divisors:
             self._omega[n] = sum(self.factor(n).values())
         return self._omega[n]
 
-    def divisor_array(self, n: int) -> np.ndarray:
+    def divisor_array(self, n: int) -> npt.NDArray[np.int64]:
         """The divisors d >= 2 of n as an increasing int64 array (memoised): products of
         the prime powers, one outer product per distinct prime."""
         arr = self._arr.get(n)

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 import scipy.optimize as so
 
 from .. import engines
@@ -52,7 +54,9 @@ class GridBudgets:
     evaluations: int
 
 
-def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=None,
+def optimal_grid_budgets(strategy: KroneckerStrategy | QuadtreeStrategy, workload: KroneckerWorkload,
+                         epsilon: float | None = None, *, rho: float | None = None,
+                         noise: str | None = None,
                          neighbours: str = "add_remove", starts: int = 4,
                          seed: int = 0) -> GridBudgets:
     """Budgets per noisy level tuple minimising the exact BLUE error of ``workload`` (a
@@ -64,8 +68,8 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
                          "strategies.quadtree(...)")
     noise = infer_noise(noise, epsilon, rho)
     total = resolve_budget(noise, epsilon, rho)
-    kw = {"epsilon": total} if noise == "laplace" else {"rho": total}
-    base = Mechanism(strategy, noise=noise, neighbours=neighbours, **kw)
+    epsilon, rho = (total, None) if noise == "laplace" else (None, total)
+    base = Mechanism(strategy, noise=noise, neighbours=neighbours, epsilon=epsilon, rho=rho)
     engine = engines.claimed_by(base, engines.GRID_TREE_ENGINES)
     if engine is None:
         raise ValueError("strategy must be a Kronecker product of complete level-uniform trees "
@@ -73,7 +77,7 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     if (not isinstance(workload, KroneckerWorkload)
             or engine.why_not("error", base, workload, "blue") is not None):
         raise ValueError(f"workload must be a Kronecker workload over the grid "
-                         f"{base.released.grid_shape} with per-axis kinds in "
+                         f"{strategy.grid_shape} with per-axis kinds in "
                          f"{KRON_TREE_WORKLOADS}")
     if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or starts < 0:
         raise ValueError(f"starts must be an integer >= 0, got {starts!r}")
@@ -101,13 +105,18 @@ def optimal_grid_budgets(strategy, workload, epsilon=None, *, rho=None, noise=No
     _, b, e0, calls = minimise_grid_budgets(dims, idx, coef, Q, 1.0, s,
                                         starts if noise == "laplace" else 0, seed)
     b = b * total
-    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, level_budgets=b, **kw)
+    mech = Mechanism(strategy, noise=noise, neighbours=neighbours, level_budgets=b,
+                     epsilon=epsilon, rho=rho)
     err = float(expected_error(workload, mech))
     q = workload.n_queries
     return GridBudgets(mech, b, err, err / q, at_budget(float(e0), noise, total) / q, calls)
 
 
-def minimise_grid_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None):
+def minimise_grid_budgets(dims: tuple[int, ...], idx: tuple[npt.NDArray[np.intp], ...],
+                          coef: npt.NDArray[np.float64], Q: npt.NDArray[np.float64],
+                          total: float, s: float, starts: int, seed: int,
+                          init: ArrayLike | None = None,
+                          ) -> tuple[float, npt.NDArray[np.float64], float, int]:
     """The budget programme of the module docstring on arrays: minimise E(b) = sum_j Q_j /
     lambda_j, lambda = reverse cumulative sums along every axis of P, P[idx] = coef b^s,
     over b >= 0 summing to ``total`` (L-BFGS-B on softmax parameters, from the equal split,
@@ -119,7 +128,7 @@ def minimise_grid_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None)
     calls = [0]
 
     @np.errstate(divide="ignore", invalid="ignore", over="ignore")
-    def error_grad(b):
+    def error_grad(b: npt.NDArray[np.float64]) -> tuple[float, npt.NDArray[np.float64]]:
         calls[0] += 1
         P = np.zeros(dims)
         P[idx] = coef * b**s
@@ -137,7 +146,7 @@ def minimise_grid_budgets(dims, idx, coef, Q, total, s, starts, seed, init=None)
         return e, g[idx] * coef * s * b**(s - 1)
 
     @np.errstate(invalid="ignore", over="ignore")
-    def objective(z):
+    def objective(z: npt.NDArray[np.float64]) -> tuple[float, npt.NDArray[np.float64]]:
         ez = np.exp(z - z.max())
         sm = ez / ez.sum()
         e, gb = error_grad(total * sm)

@@ -19,10 +19,13 @@ calibration from ``privacy`` (``tests/test_optimize_rts.py`` asserts equality wi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..privacy import calibrate, check_noise, norm_of, resolve_public
 from ..strategies.base import check_neighbours
@@ -32,7 +35,8 @@ from ..validation import check_int
 __all__ = ["level_variances", "noisy_levels", "resolve_public", "check_branching"]
 
 
-def noisy_levels(height: int, neighbours: str = "swap", public_total=None) -> tuple[int, ...]:
+def noisy_levels(height: int, neighbours: str = "swap",
+                 public_total: bool | None = None) -> tuple[int, ...]:
     """The levels that take a budget, in increasing order: (1..h) when N is public, else
     (0..h). This is the order of ``TreeDesign.budgets`` and of ``Mechanism``'s
     ``level_budgets``."""
@@ -41,29 +45,31 @@ def noisy_levels(height: int, neighbours: str = "swap", public_total=None) -> tu
     return tuple(range(1 if public else 0, height + 1))
 
 
-def check_branching(branching) -> tuple[int, ...]:
+def check_branching(branching: Iterable[float]) -> tuple[int, ...]:
     """Validate integer branching factors >= 1 (k_1..k_h); return them as a tuple of ints."""
     if isinstance(branching, (str, bytes)) or not hasattr(branching, "__iter__"):
         raise ValueError(f"branching must be a sequence of integers >= 1, got {branching!r}")
-    ks = []
+    ks: list[int] = []
     for k in branching:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (Integral, Real)):
             raise ValueError(f"branching must hold integers >= 1, got {branching!r}")
         if not float(k).is_integer() or k < 1:
             raise ValueError(f"branching must hold integers >= 1, got {list(branching)!r}")
-        ks.append(int(k))
+        ks.append(int(k) if isinstance(k, Integral) else int(float(k)))
     return tuple(ks)
 
 
 @lru_cache(maxsize=4096)
-def _sensitivities(ks: tuple, levels: tuple, neighbours: str, norm: int) -> tuple:
+def _sensitivities(ks: tuple[int, ...], levels: tuple[int, ...], neighbours: str,
+                   norm: int) -> tuple[float, ...]:
     """Each listed level's own sensitivity, from the strategy class's rule (cached per
     tree; O(h), no tree built)."""
     return tuple(float(tree_level_sensitivity(ks, lvl, neighbours, norm)) for lvl in levels)
 
 
-def level_variances(branching, budgets, *, noise: str = "laplace", neighbours: str = "swap",
-                    public_total=None) -> np.ndarray:
+def level_variances(branching: Iterable[float], budgets: ArrayLike, *, noise: str = "laplace",
+                    neighbours: str = "swap",
+                    public_total: bool | None = None) -> npt.NDArray[np.float64]:
     """Noise variances v_0..v_h (root first) of the level-uniform tree with these budgets.
 
     Parameters
@@ -98,7 +104,7 @@ def level_variances(branching, budgets, *, noise: str = "laplace", neighbours: s
 
 
 def unit_variances(height: int, *, noise: str = "laplace", neighbours: str = "swap",
-                   public_total=None) -> np.ndarray:
+                   public_total: bool | None = None) -> npt.NDArray[np.float64]:
     """v_l at unit budget on every noisy level, for trees whose factors are all >= 2.
 
     Every such tree has the same level sensitivities (a level-uniform tree's level

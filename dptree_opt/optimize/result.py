@@ -9,7 +9,7 @@ import numpy as np
 
 from ..limits import TINY, at_budget, out_of_range
 from ..mechanism import Mechanism
-from ..strategies import tree, truncated_tree
+from ..strategies import Strategy, tree, truncated_tree
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class TreeDesign:
         """Number of levels below the root, h = len(branching)."""
         return len(self.branching)
 
-    def mechanism(self, *, padded: bool = False):
+    def mechanism(self, *, padded: bool = False) -> Mechanism:
         """The design as a ``Mechanism`` (its budgets, noise, neighbour model and public
         total), on the K real bins: an unpadded design is the level-uniform tree itself; a
         padded one (prod k_l > K) is the tree truncated to the K bins
@@ -70,14 +70,16 @@ class TreeDesign:
                              "its branching factors are not integers")
         ks = tuple(int(k) for k in self.branching)
         kp = math.prod(ks)
+        strat: Strategy
         if padded or kp == self.n_bins:
             strat = tree(kp, list(ks)) if ks else tree(1, [])
         else:
             strat = truncated_tree(self.n_bins, ks)
-        budget = {"epsilon" if self.noise == "laplace" else "rho": float(sum(self.budgets))}
+        total = float(sum(self.budgets))
+        laplace = self.noise == "laplace"
         return Mechanism(strat, noise=self.noise, neighbours=self.neighbours,
                          public_total=self.public_total, level_budgets=list(self.budgets),
-                         **budget)
+                         epsilon=total if laplace else None, rho=None if laplace else total)
 
 
 def at_total_budget(design: TreeDesign, budget: float) -> TreeDesign:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
 
 from ..privacy import check_neighbours
 
@@ -153,6 +154,24 @@ class Strategy:
     def apply(self, x) -> np.ndarray:
         """A @ x for x of shape (n,) or (n, r)."""
         return self.matrix @ np.asarray(x, dtype=float)
+
+    def rmatvec(self, u) -> np.ndarray:
+        """A' @ u for u of shape (m,) or (m, r); the generic default reads the stored sparse
+        matrix (O(nnz)); structured strategies override it without a matrix."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[:1] != (self.n_rows,):
+            raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
+        return self.matrix.T @ u
+
+    def aslinearoperator(self) -> LinearOperator:
+        """A as a ``scipy.sparse.linalg.LinearOperator`` of shape (n_rows, n_bins): matvec /
+        matmat are :meth:`apply`, rmatvec / rmatmat :meth:`rmatvec`, so each strategy's own
+        structure is used (cumulative sums for interval strategies and trees, per-axis
+        factors for Kronecker products, FFTs for Toeplitz / BLT / the implicit optima) and
+        no dense (m, n) matrix is formed."""
+        return LinearOperator((self.n_rows, self.n_bins), matvec=self.apply,
+                              rmatvec=self.rmatvec, matmat=self.apply, rmatmat=self.rmatvec,
+                              dtype=np.float64)
 
     def with_total_row(self) -> "Strategy":
         """A copy with an all-ones row appended at level 0 (the last row)."""

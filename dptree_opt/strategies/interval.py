@@ -112,6 +112,17 @@ class IntervalStrategy(Strategy):
         s = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
         return s[self.hi] - s[self.lo]
 
+    def rmatvec(self, u) -> np.ndarray:
+        """A' @ u for u of shape (m,) or (m, r) via a difference array, O(m + n), no
+        matrix."""
+        u = np.asarray(u, dtype=float)
+        if u.shape[:1] != (self.n_rows,):
+            raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
+        d = np.zeros((self.n_bins + 1,) + u.shape[1:])
+        np.add.at(d, self.lo, u)
+        np.subtract.at(d, self.hi, u)
+        return np.cumsum(d[:-1], axis=0)
+
     def with_total_row(self) -> "IntervalStrategy":
         """A copy with a total row appended (last row, level 0) as the new forest root."""
         m = self.n_rows

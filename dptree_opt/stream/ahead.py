@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from numbers import Integral
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import blue as blue_estimate
 from .. import expected_error, strategies, workloads
@@ -68,7 +71,7 @@ __all__ = ["AheadEngine", "DesignEngine", "MAX_AHEAD_HORIZON"]
 MAX_AHEAD_HORIZON = 1 << 22   # the noise of every node is drawn and held (module docstring)
 
 
-def _branching(horizon: int, branching) -> list[int]:
+def _branching(horizon: int, branching: float | Sequence[int] | None) -> list[int]:
     """The tree's branching (leaves last, as ``strategies.tree``): an int k gives
     ceil(log_k T) levels of k; a list is used as given (product >= T)."""
     if branching is None or isinstance(branching, (Integral, float, np.floating)):
@@ -100,11 +103,13 @@ class AheadEngine(CounterEngine):
     beyond T are known zeros: OpenDP-style truncated tree), ``level_budgets`` (root first,
     like every budget list of the package; default the equal split)."""
 
-    options = ("branching", "level_budgets")
+    options: tuple[str, ...] = ("branching", "level_budgets")
     variance_bytes_per_step = 8           # a copy of the stored variances (measured 8.0)
 
-    def __init__(self, horizon: int, *, noise: str, budget: float, rng=None, branching=None,
-                 level_budgets=None):
+    def __init__(self, horizon: int, *, noise: str, budget: float,
+                 rng: np.random.Generator | None = None,
+                 branching: float | Sequence[int] | None = None,
+                 level_budgets: ArrayLike | None = None) -> None:
         if horizon > MAX_AHEAD_HORIZON:
             raise ValueError(f"horizon {horizon} > 2^22 = {MAX_AHEAD_HORIZON} for mechanism "
                              "'tree_blue': all its noise is drawn when the counter is made "
@@ -129,12 +134,14 @@ class AheadEngine(CounterEngine):
                                f"level {lvl} above the leaves"
                                for lvl in range(1, len(leaves_first))],
                            min_variance=sys.float_info.min)
-        kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
+        laplace = noise == "laplace"
         self.mechanism = Mechanism(strategy, neighbours="add_remove", discrete=rng is None,
-                                   level_budgets=level_budgets, **kw)
+                                   level_budgets=level_budgets,
+                                   epsilon=budget if laplace else None,
+                                   rho=None if laplace else budget)
         self._start(rng, name)
 
-    def _start(self, rng, name: str) -> None:
+    def _start(self, rng: np.random.Generator | None, name: str) -> None:
         """The exact variances first (everything that can refuse runs before the first
         draw), then the noise of every row and its BLUE path (L z)_t, t = 1..T."""
         self._variances = self._step_variances_checked(name)
@@ -167,7 +174,7 @@ class AheadEngine(CounterEngine):
                              f"variances). Use a smaller {name}")
         return variances
 
-    def _draw_noise(self, rng) -> np.ndarray:
+    def _draw_noise(self, rng: np.random.Generator | None) -> npt.NDArray[np.float64]:
         """One noise draw per released row: OpenDP on zero counts, one measurement per noise
         group, every one built and checked before the first draw (``noise_ahead``), or the
         mechanism's simulation noise; unmeasured rows get 0 (the BLUE ignores them)."""
@@ -219,9 +226,10 @@ class DesignEngine(AheadEngine):
     ``Counter(T, design=d)``. The design's secure form (``secure_form``) over T steps,
     add/remove neighbours with the total private; its budget is the counter's."""
 
-    options = ()
+    options: tuple[str, ...] = ()
 
-    def __init__(self, horizon: int, *, noise: str, budget: float, rng=None, design=None):
+    def __init__(self, horizon: int, *, noise: str, budget: float,
+                 rng: np.random.Generator | None = None, design: object = None) -> None:
         source = design_mechanism(design)
         if isinstance(source.released, (strategies.KroneckerStrategy,
                                         strategies.QuadtreeStrategy)):
@@ -258,7 +266,7 @@ class DesignEngine(AheadEngine):
         name = "epsilon" if self.noise == "laplace" else "rho"
         design = {"family": self.design_family, **self.form.account()}
         if m.row_budgets is None:
-            groups = [{"level": int(lvl), "budget": float(m.level_budgets[lvl]),
+            groups: list[dict[str, float | str]] = [{"level": int(lvl), "budget": float(m.level_budgets[lvl]),
                        "sensitivity": float(m.level_sensitivities[lvl]),
                        "scale": float(m.level_scales[lvl])} for lvl in m.level_scales
                       if lvl in m.level_budgets]

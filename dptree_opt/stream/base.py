@@ -17,6 +17,7 @@ Engines hold secure noise: they refuse copying and pickling (:mod:`~dptree_opt.s
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from ..privacy import EXACT_LIMIT
@@ -45,8 +46,16 @@ class StrategyRows:
     is released; a row only involves inputs before it), ``sensitivity_scale`` (per row: the
     row's noise scale divided by its calibration, used to recompute privacy)."""
 
-    def __init__(self, matrix, variances, release_step):
-        self.matrix = sp.csr_matrix(matrix)
+    def __init__(self, matrix: sp.csr_matrix | sp.csr_array | npt.NDArray[np.float64],
+                 variances: npt.ArrayLike,
+                 release_step: npt.ArrayLike) -> None:
+        # one call per type: scipy-stubs' overloads do not accept the union
+        if isinstance(matrix, np.ndarray):
+            self.matrix = sp.csr_matrix(matrix)
+        elif isinstance(matrix, sp.csr_matrix):
+            self.matrix = sp.csr_matrix(matrix)
+        else:  # any other sparse matrix or array
+            self.matrix = sp.csr_matrix(matrix)
         self.variances = np.asarray(variances, dtype=float)
         self.release_step = np.asarray(release_step, dtype=np.int64)
 
@@ -61,11 +70,17 @@ class CounterEngine(SecretState):
     ``t`` and ``total``: the steps pushed and their exact count (set by every engine)."""
 
     name = "abstract"
+    noise: str
+    budget: float
+    horizon: int | None
+    secure: bool
+    t: int
+    total: int
     options: tuple[str, ...] = ()
     option_hints: dict[str, str] = {}
     variance_bytes_per_step = 64
 
-    def check_step(self, count) -> int:
+    def check_step(self, count: int) -> int:
         """The next step's count, checked before anything changes or is drawn: a
         non-negative integer (not a bool), a step within the horizon (``MAX_UNBOUNDED_STEPS``
         when unbounded), and a running count below 2^53 (exact in double); ValueError
@@ -92,7 +107,7 @@ class CounterEngine(SecretState):
         at most ``MAX_VARIANCE_BYTES``) before anything is allocated."""
         return self._step_variances(self.check_variance_steps(steps))
 
-    def check_variance_steps(self, steps) -> int:
+    def check_variance_steps(self, steps: int | None) -> int:
         """``steps`` for :meth:`step_variances`: None means the horizon (an unbounded counter
         needs it given); an integer in [0, horizon]; ValueError when ``steps`` x
         ``variance_bytes_per_step`` exceeds ``MAX_VARIANCE_BYTES`` (nothing allocated)."""
@@ -115,7 +130,7 @@ class CounterEngine(SecretState):
         """:meth:`step_variances` for a checked ``steps``."""
         raise NotImplementedError
 
-    def check_strategy_steps(self, steps, minimum: int = 0) -> int:
+    def check_strategy_steps(self, steps: int, minimum: int = 0) -> int:
         """``steps`` for :meth:`strategy`: an integer in [minimum, horizon] and at most
         ``MAX_STRATEGY_STEPS`` (it builds matrices over the steps); ValueError otherwise."""
         top = MAX_STRATEGY_STEPS if self.horizon is None else min(self.horizon,
@@ -124,7 +139,7 @@ class CounterEngine(SecretState):
                          why=f"the horizon, and at most {MAX_STRATEGY_STEPS}: strategy() "
                              f"builds matrices over the steps")
 
-    def account(self) -> dict:
+    def account(self) -> dict[str, object]:
         """The privacy account: mechanism, noise, total budget, unit (event level), the budget
         and scale per noise group, the sampler."""
         raise NotImplementedError

@@ -56,13 +56,15 @@ Simulation counters can be copied and pickled: the copy replays the same simulat
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 from numbers import Integral
 
 import numpy as np
 
 from ..data_release.secure_noise import design_budget, design_mechanism, sampler_description
 from ..privacy import check_budget
-from .base import MAX_VARIANCE_BYTES
+from .base import MAX_VARIANCE_BYTES, CounterEngine
 from .noise import check_rng
 from .secret import SecretState
 from .unbounded import HybridEngine
@@ -84,14 +86,17 @@ _TREES = ("binary", "kary")
 MAX_HORIZON = 1 << 40
 
 
-def _engine_class(mechanism: str, unbounded: bool = False):
+def _engine_class(mechanism: str, unbounded: bool = False) -> type[CounterEngine]:
     if unbounded:
         return HybridEngine
     module, name = _ENGINES[mechanism]
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    engine: type[CounterEngine] = getattr(importlib.import_module(f"{__package__}.{module}"),
+                                          name)
+    return engine
 
 
-def _check_options(options: dict, engine, mechanism: str, unbounded: bool) -> None:
+def _check_options(options: dict[str, object], engine: type[CounterEngine], mechanism: str,
+                   unbounded: bool) -> None:
     """Refuse options the engine does not declare (ValueError naming the mechanism, the
     option and the accepted ones), before the engine is made."""
     bad = sorted(set(options) - set(engine.options))
@@ -146,11 +151,16 @@ class Counter(SecretState):
     can be copied and pickled: the copy is independent and REPLAYS the same simulated noise.
     """
 
-    def __init__(self, horizon, *, epsilon=None, rho=None, mechanism: str | None = None,
-                 rng=None, design=None, **options):
+    noise: str
+    budget: float
+
+    def __init__(self, horizon: int | None, *, epsilon: float | None = None,
+                 rho: float | None = None, mechanism: str | None = None,
+                 rng: np.random.Generator | None = None, design: object = None,
+                 **options: object) -> None:
         if horizon is not None and (isinstance(horizon, (bool, np.bool_))
                                     or not isinstance(horizon, Integral)
-                                    or not 1 <= horizon <= MAX_HORIZON):
+                                    or not 1 <= int(horizon) <= MAX_HORIZON):
             raise ValueError(f"horizon must be an integer in [1, 2^40] or None (unbounded), "
                              f"got {horizon!r}")
         if design is not None:
@@ -185,10 +195,12 @@ class Counter(SecretState):
                        mechanism, horizon is None)
         if mechanism in _TREES:
             options["mechanism"] = mechanism
+        # the engines' constructors differ (bounded ones take the horizon first)
+        make: Callable[..., CounterEngine] = engine
         if horizon is None:
-            self.engine = engine(noise=self.noise, budget=self.budget, rng=rng, **options)
+            self.engine = make(noise=self.noise, budget=self.budget, rng=rng, **options)
         else:
-            self.engine = engine(self.horizon, noise=self.noise, budget=self.budget, rng=rng,
+            self.engine = make(self.horizon, noise=self.noise, budget=self.budget, rng=rng,
                                  **options)
         self.secure = rng is None
         self.estimate = 0.0
@@ -198,7 +210,7 @@ class Counter(SecretState):
     # variance), never around it
     _NOT_FORWARDED = ("push", "run")
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:  # the engine's own attributes: any type
         # mechanism-specific public attributes (branching, levels, level_budgets, ...) of the
         # engine; never private or special names (copy / pickle hooks must not be forwarded)
         if name.startswith("_") or name == "engine":
@@ -218,7 +230,7 @@ class Counter(SecretState):
         """The exact count of the steps added so far (private: never released)."""
         return self.engine.total
 
-    def update(self, count) -> float:
+    def update(self, count: int) -> float:
         """Add the next step's count (a non-negative integer) and return the private running
         count after it; ``variance`` is its exact variance. ValueError for a bad count, a step
         beyond the horizon (2^62 steps unbounded) or a running count reaching 2^53, checked

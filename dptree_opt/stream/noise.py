@@ -27,8 +27,12 @@ Noise objects hold secure sampler state: they refuse copying and pickling
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 # the releases' samplers (OpenDP's checked integer measurements), looked up when called
 from ..data_release import secure_noise
@@ -36,19 +40,23 @@ from ..mechanism import discrete_variance, discrete_variances
 from ..privacy import calibrate, check_noise_scales
 from .secret import SecretState
 
+if TYPE_CHECKING:
+    from opendp.mod import Measurement
+
 __all__ = ["GroupNoise", "group_variances", "gaussian_vector", "float_gaussian_measurement",
            "checked_float_gaussian", "check_group_scales", "check_rng"]
 
 
-def check_rng(rng):
+def check_rng(rng: object) -> np.random.Generator | None:
     """None (secure noise) or a numpy Generator (simulation); ValueError otherwise."""
-    if rng is not None and not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be None (secure noise) or a numpy.random.Generator "
-                         "(simulation)")
-    return rng
+    if rng is None or isinstance(rng, np.random.Generator):
+        return rng
+    raise ValueError("rng must be None (secure noise) or a numpy.random.Generator "
+                     "(simulation)")
 
 
-def group_variances(noise: str, budgets, secure: bool, sensitivities=None) -> np.ndarray:
+def group_variances(noise: str, budgets: ArrayLike, secure: bool,
+                    sensitivities: ArrayLike | None = None) -> npt.NDArray[np.float64]:
     """Per-group noise variances without building any sampler: discrete (secure) or
     continuous (simulation) Laplace / Gaussian calibrated to each group's budget."""
     budgets = np.asarray(budgets, dtype=float)
@@ -59,8 +67,9 @@ def group_variances(noise: str, budgets, secure: bool, sensitivities=None) -> np
     return np.array([calibrate(d, b, noise)[1] for d, b in zip(sens, budgets)])
 
 
-def check_group_scales(noise: str, scales, *, budget: float, groups, group_budgets=None,
-                       min_variance: float = 0.0):
+def check_group_scales(noise: str, scales: ArrayLike, *, budget: float, groups: Sequence[str],
+                       group_budgets: ArrayLike | None = None,
+                       min_variance: float = 0.0) -> None:
     """Refuse integer-noise groups of ``scales`` whose discrete noise (OpenDP's, secure or
     simulated alike) is identically 0 (or has a variance below ``min_variance``) or
     saturates; ``budget`` is the counter's total (epsilon for Laplace, rho for Gaussian),
@@ -85,8 +94,9 @@ class GroupNoise(SecretState):
     for estimators that weigh by the variances). ``scales``, ``variances``: per group. Budget
     sanity is checked before any OpenDP measurement is built (module docstring)."""
 
-    def __init__(self, noise: str, budgets, rng=None, sensitivities=None, *, total=None,
-                 groups=None, min_variance: float = 0.0):
+    def __init__(self, noise: str, budgets: ArrayLike, rng: np.random.Generator | None = None,
+                 sensitivities: ArrayLike | None = None, *, total: float | None = None,
+                 groups: Sequence[str] | None = None, min_variance: float = 0.0) -> None:
         self.noise = noise
         self.budgets = np.asarray(budgets, dtype=float)
         sens = (np.ones(len(self.budgets)) if sensitivities is None
@@ -101,6 +111,7 @@ class GroupNoise(SecretState):
                                    [f"level {i}" for i in range(len(self.scales))]),
                            group_budgets=self.budgets, min_variance=min_variance)
         self.variances = group_variances(noise, self.budgets, self.secure, sens)
+        self._measurements: list[Measurement | None] | None
         if self.secure:
             self._measurements = [
                 None if not (math.isfinite(s) and s > 0) else
@@ -118,13 +129,16 @@ class GroupNoise(SecretState):
         if s == 0:
             return float(count)
         if self._measurements is not None:
-            return float(self._measurements[group]([int(count)])[0])
+            meas = self._measurements[group]
+            assert meas is not None  # a finite positive scale has its measurement
+            return float(meas([int(count)])[0])
+        assert self._rng is not None  # not secure: a Generator
         z = (self._rng.laplace(0.0, s) if self.noise == "laplace"
              else self._rng.normal(0.0, s))
         return count + float(z)
 
 
-def float_gaussian_measurement(sigma: float):
+def float_gaussian_measurement(sigma: float) -> Measurement:
     """OpenDP's float Gaussian measurement of scale ``sigma`` on float vectors (l2 distance):
     an exact discrete Gaussian on a fine dyadic grid, rounded to double (OpenDP docs)."""
     odp = secure_noise.opendp_prelude()
@@ -132,7 +146,7 @@ def float_gaussian_measurement(sigma: float):
                                odp.l2_distance(T=float), scale=float(sigma))
 
 
-def checked_float_gaussian(sigma: float, sensitivity: float, rho: float):
+def checked_float_gaussian(sigma: float, sensitivity: float, rho: float) -> Measurement:
     """:func:`float_gaussian_measurement` of scale ``sigma`` after checking OpenDP's privacy
     map at the l2 ``sensitivity`` against ``rho`` (ValueError; nothing drawn)."""
     meas = float_gaussian_measurement(sigma)
@@ -143,7 +157,8 @@ def checked_float_gaussian(sigma: float, sensitivity: float, rho: float):
     return meas
 
 
-def gaussian_vector(sigma: float, size: int, rng=None, measurement=None) -> np.ndarray:
+def gaussian_vector(sigma: float, size: int, rng: np.random.Generator | None = None,
+                    measurement: Measurement | None = None) -> npt.NDArray[np.float64]:
     """``size`` i.i.d. N(0, sigma^2) draws (float64): ``rng.normal`` when ``rng`` is a
     Generator (simulation), else OpenDP's float Gaussian on zeros: ``measurement``, of scale
     sigma, from :func:`checked_float_gaussian` (its privacy map checked when the counter was

@@ -36,8 +36,13 @@ Convention: a subclass sets the instance attribute ``secure`` (``True`` for Open
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Self   # typing.Self from Python 3.11 on
 
 __all__ = ["SecretState", "NoiseBuffer"]
 
@@ -47,7 +52,7 @@ _WHY = ("it holds secure noise (or the sampler that draws it), and a copy fed di
         "with a fresh budget over the remaining steps")
 
 
-def _is_secure(state) -> bool:
+def _is_secure(state: object) -> bool:
     return not (isinstance(state, dict) and state.get("secure", True) is False)
 
 
@@ -62,31 +67,31 @@ class SecretState:
         if _is_secure(self.__dict__):
             raise TypeError(f"cannot {action} a secure {type(self).__name__}: {_WHY}")
 
-    def __copy__(self):
+    def __copy__(self) -> Self:
         self._refuse_if_secure("copy")
         return self.__deepcopy__({})
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, object]) -> Self:
         self._refuse_if_secure("copy")
         new = object.__new__(type(self))
         memo[id(self)] = new
         new.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return new
 
-    def __reduce_ex__(self, protocol):
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         self._refuse_if_secure("pickle")
         return super().__reduce_ex__(protocol)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, object]:
         self._refuse_if_secure("pickle")
         return dict(self.__dict__)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, object]) -> None:
         if _is_secure(state):
             raise TypeError(f"cannot restore a secure {type(self).__name__}: {_WHY}")
         self.__dict__.update(state)
 
-    def __replace__(self, **changes):
+    def __replace__(self, **changes: object) -> NoReturn:
         self._refuse_if_secure("copy")
         raise TypeError(f"{type(self).__name__} does not support copy.replace: build a new "
                         "one")
@@ -97,7 +102,7 @@ class NoiseBuffer(SecretState):
     a :class:`SecretState`, so a secure buffer cannot be copied or pickled. ``readonly``
     freezes the array (noise fixed at construction)."""
 
-    def __init__(self, values, *, secure: bool, readonly: bool = False):
+    def __init__(self, values: ArrayLike, *, secure: bool, readonly: bool = False) -> None:
         self.secure = bool(secure)
         self.values = np.asarray(values, dtype=float)
         if readonly:

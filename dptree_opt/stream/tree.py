@@ -46,6 +46,8 @@ from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..engines.causal import from_below_variances as _from_below_root_first
 from ..privacy import split_budget
@@ -70,7 +72,7 @@ def tree_levels(horizon: int, k: int) -> int:
     return L + 1
 
 
-def from_below_variances(v, k: int) -> np.ndarray:
+def from_below_variances(v: ArrayLike, k: int) -> npt.NDArray[np.float64]:
     """Honaker's from-below variances F_l of a complete level-l node's subtree estimate,
     LEAVES FIRST: F_0 = v_0, F_l = 1 / (1 / v_l + 1 / (k F_(l-1))) (inf = unmeasured /
     unidentified): :func:`dptree_opt.engines.causal.from_below_variances` reversed."""
@@ -78,7 +80,8 @@ def from_below_variances(v, k: int) -> np.ndarray:
     return _from_below_root_first([k] * (len(v) - 1), v[::-1])[::-1]
 
 
-def digit_variances(t: np.ndarray, k: int, node_variances) -> np.ndarray:
+def digit_variances(t: npt.NDArray[np.integer], k: int,
+                    node_variances: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """sum_l d_l(t) V_l for an array of steps t (d_l the base-k digits of t, V_l the variance
     of a complete level-l node's kept estimate): the variance of the running count after t
     steps. O(len(t) L), vectorised over steps in chunks (temporaries O(chunk)); a zero digit
@@ -114,7 +117,7 @@ def combine(a: float, va: float, b: float, vb: float) -> tuple[float, float]:
 MAX_BRANCHING = 1 << 62   # steps and node bounds are int64; a wider node never completes
 
 
-def check_branching(branching, mechanism: str) -> int:
+def check_branching(branching: object, mechanism: str) -> int:
     """k for mechanism "binary" (2; ``branching`` None or 2) or another tree mechanism (an
     integer in [2, 2^62]: the step arithmetic is int64, and k above the horizon already
     gives a single level)."""
@@ -124,7 +127,7 @@ def check_branching(branching, mechanism: str) -> int:
                              f"{branching!r}; use mechanism 'kary' for another branching")
         return 2
     if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, Integral) \
-            or not 2 <= branching <= MAX_BRANCHING:
+            or not 2 <= int(branching) <= MAX_BRANCHING:
         raise ValueError(f"mechanism {mechanism!r} needs branching = an integer in [2, 2^62], "
                          f"got {branching!r}")
     return int(branching)
@@ -133,12 +136,13 @@ def check_branching(branching, mechanism: str) -> int:
 class TreeEngine(CounterEngine):
     """The k-ary tree counter (module docstring): ``Counter(mechanism="binary" | "kary")``."""
 
-    options = ("branching", "level_budgets", "estimator")
+    options: tuple[str, ...] = ("branching", "level_budgets", "estimator")
     variance_bytes_per_step = 24          # measured 16.4 at 2^22 steps (chunked digits)
 
-    def __init__(self, horizon: int, *, noise: str, budget: float, rng=None,
-                 mechanism: str = "binary", branching=None, level_budgets=None,
-                 estimator: str = "covering"):
+    def __init__(self, horizon: int, *, noise: str, budget: float,
+                 rng: np.random.Generator | None = None, mechanism: str = "binary",
+                 branching: int | None = None, level_budgets: ArrayLike | None = None,
+                 estimator: str = "covering") -> None:
         check_choice(estimator, "estimator", ESTIMATORS)
         k = check_branching(branching, mechanism)
         self.name = mechanism
@@ -218,12 +222,14 @@ class TreeEngine(CounterEngine):
         """Every node complete within ``steps`` steps (rows in release order: by end step,
         then level), its noise variance and release step."""
         steps = self.check_strategy_steps(steps)
-        ends, starts, levels = [], [], []
+        end_parts, start_parts, level_parts = [], [], []
         for level in range(self.levels):
             w = self.branching**level
             e = np.arange(w, steps + 1, w)
-            ends.append(e), starts.append(e - w), levels.append(np.full(len(e), level))
-        ends, starts, levels = map(np.concatenate, (ends, starts, levels))
+            end_parts.append(e)
+            start_parts.append(e - w)
+            level_parts.append(np.full(len(e), level))
+        ends, starts, levels = (np.concatenate(p) for p in (end_parts, start_parts, level_parts))
         order = np.lexsort((levels, ends))
         ends, starts, levels = ends[order], starts[order], levels[order]
         lengths = ends - starts

@@ -32,6 +32,8 @@ in ratio form: :func:`~dptree_opt.stream.tree.combine`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -68,8 +70,9 @@ class HybridEngine(CounterEngine):
                                      "trees) instead"}
     variance_bytes_per_step = 40          # measured 24.0 (k = 2), 32.0 (k = 16) at 2^22 steps
 
-    def __init__(self, *, noise: str, budget: float, rng=None, mechanism: str = "binary",
-                 branching=None, estimator: str = "covering", split: float = 0.5):
+    def __init__(self, *, noise: str, budget: float, rng: np.random.Generator | None = None,
+                 mechanism: str = "binary", branching: int | None = None,
+                 estimator: str = "covering", split: float = 0.5) -> None:
         split = check_real(split, "split", above=0, below=1)
         check_choice(estimator, "estimator", ESTIMATORS)
         self.name = f"unbounded {mechanism}"
@@ -82,8 +85,9 @@ class HybridEngine(CounterEngine):
                                   groups=["the block totals"],
                                   min_variance=MIN_VARIANCE[estimator])
         self.total_variance = float(self._totals.variances[0])
-        self._tree_kw = dict(noise=noise, budget=self.split * budget, rng=rng,
-                             mechanism=mechanism, branching=branching, estimator=estimator)
+        self._new_tree = functools.partial(TreeEngine, noise=noise, budget=self.split * budget,
+                                           rng=rng, mechanism=mechanism, branching=branching,
+                                           estimator=estimator)
         self.t = 0
         self.total = 0
         self.block = -1
@@ -110,7 +114,7 @@ class HybridEngine(CounterEngine):
         """Make the next block's tree counter (its measurements built and checked); on a
         refusal the counter is left as it was."""
         start, end = block_bounds(self.block + 1, self.branching)
-        self._tree = TreeEngine(end - start, **self._tree_kw)
+        self._tree = self._new_tree(end - start)
         self.block += 1
 
     def _block_estimate(self, tree_estimate: float, tree_variance: float) -> tuple[float, float]:
@@ -190,7 +194,7 @@ class HybridEngine(CounterEngine):
         i, k = 0, self.branching
         while block_bounds(i, k)[0] < steps:
             start, end = block_bounds(i, k)
-            probe = TreeEngine(end - start, **self._tree_kw)
+            probe = self._new_tree(end - start)
             rows = probe.strategy(min(end, steps) - start)
             m = sp.hstack([sp.csr_matrix((rows.matrix.shape[0], start)), rows.matrix,
                            sp.csr_matrix((rows.matrix.shape[0], steps - min(end, steps)))])
