@@ -44,14 +44,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from . import strategies
 from .engines.kron_product import product_form_max
 from .limits import at_budget
 from .mechanism import Mechanism, discrete_variance
 from .privacy import check_neighbours, check_noise_scales, resolve_public
+from .strategies import IntervalStrategy, QuadtreeStrategy
+from .validation import check_int
+from .workloads import KroneckerWorkload
 
 __all__ = ["Anchor", "binary_covering", "binary_ols", "google_default", "opendp_default",
            "opendp_tree", "choose_branching_factor", "opendp_layers",
@@ -87,16 +92,18 @@ class Anchor:
     mechanism: Mechanism
     estimator: str
     n_bins: int
-    branching: tuple
+    branching: tuple[int, ...]
     variance_factor: float = 1.0
     note: str = ""
 
 
-def _budget(noise: str, epsilon, rho) -> dict:
-    return {"epsilon": epsilon} if noise == "laplace" else {"rho": rho}
+def _budget(noise: str, epsilon: float | None,
+            rho: float | None) -> tuple[float | None, float | None]:
+    """(epsilon, rho) for the Mechanism: the one ``noise`` reads, the other None."""
+    return (epsilon, None) if noise == "laplace" else (None, rho)
 
 
-def _check_bins(n_bins) -> int:
+def _check_bins(n_bins: object) -> int:
     if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 2:
         raise ValueError(f"n_bins must be an integer >= 2, got {n_bins!r}")
     return n_bins
@@ -107,22 +114,24 @@ def _pad_note(n_bins: int, padded: int) -> str:
                                         "noised)")
 
 
-def _root_private(neighbours: str, public_total) -> bool:
+def _root_private(neighbours: str, public_total: bool | None) -> bool:
     return neighbours == "add_remove" and not public_total
 
 
-def _binary(key, label, emulates, estimator, n_bins, epsilon, rho, noise, neighbours,
-            public_total) -> Anchor:
+def _binary(key: str, label: str, emulates: str, estimator: str, n_bins: int,
+            epsilon: float | None, rho: float | None, noise: str, neighbours: str,
+            public_total: bool | None) -> Anchor:
     n = _check_bins(n_bins)
     h = strategies.padded_height(n, 2)
+    eps, rho_ = _budget(noise, epsilon, rho)
     mech = Mechanism(strategies.tree(2**h, 2), noise=noise, neighbours=neighbours,
-                     public_total=public_total, **_budget(noise, epsilon, rho))
+                     public_total=public_total, epsilon=eps, rho=rho_)
     return Anchor(key, label, emulates, mech, estimator, n, (2,) * h, note=_pad_note(n, 2**h))
 
 
-def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
+def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho: float | None = None,
                     noise: str = "laplace", neighbours: str = "add_remove",
-                    public_total=None) -> Anchor:
+                    public_total: bool | None = None) -> Anchor:
     """Binary tree, covering sums, every level (root included when N is private) gets an
     equal share (Dwork et al. 2010 / Chan et al. 2011; docs/math.md section 6 row 1)."""
     return _binary("binary_covering", "binary tree, covering sums",
@@ -130,8 +139,9 @@ def binary_covering(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                    "covering", n_bins, epsilon, rho, noise, neighbours, public_total)
 
 
-def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho=None, noise: str = "laplace",
-               neighbours: str = "add_remove", public_total=None) -> Anchor:
+def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho: float | None = None,
+               noise: str = "laplace", neighbours: str = "add_remove",
+               public_total: bool | None = None) -> Anchor:
     """Binary tree, equal variances, OLS = Honaker's efficient estimator (Hay et al. 2010;
     docs/math.md section 6 row 2)."""
     return _binary("binary_ols", "binary tree + OLS",
@@ -139,9 +149,9 @@ def binary_ols(n_bins: int, epsilon: float | None = 1.0, *, rho=None, noise: str
                    "blue", n_bins, epsilon, rho, noise, neighbours, public_total)
 
 
-def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
-                   noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
-                   branching: int = 16) -> Anchor:
+def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho: float | None = None,
+                   noise: str = "laplace", neighbours: str = "add_remove",
+                   public_total: bool | None = None, branching: int = 16) -> Anchor:
     """Google DP library quantile-tree default: b = 16, root not noised, covering sums
     (docs/math.md section 6 row 3). Height ceil(log16 K), leaves padded to 16^h; the budget is
     split equally over the h non-root levels."""
@@ -149,12 +159,13 @@ def google_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
     h = strategies.padded_height(n, branching)
     padded = branching**h
     levels = None
-    if _root_private(neighbours, public_total):
-        total = epsilon if noise == "laplace" else rho
+    eps, rho_ = _budget(noise, epsilon, rho)
+    total = eps if noise == "laplace" else rho_
+    if _root_private(neighbours, public_total) and total is not None:
         levels = [0.0] + [total / h] * h  # root not measured
+    # (a missing or bad budget: the Mechanism's ValueError naming it)
     mech = Mechanism(strategies.tree(padded, branching), noise=noise, neighbours=neighbours,
-                     public_total=public_total, level_budgets=levels,
-                     **_budget(noise, epsilon, rho))
+                     public_total=public_total, level_budgets=levels, epsilon=eps, rho=rho_)
     return Anchor("google_default", f"Google default (b = {branching})",
                   "Google differential-privacy library: branching 16, root not noised, "
                   "covering sums", mech, "covering", n, (branching,) * h,
@@ -182,7 +193,7 @@ def opendp_layers(n_bins: int, branching: int) -> int:
     return strategies.padded_height(n_bins, branching) + 1
 
 
-def opendp_tree(n_bins: int, branching: int):
+def opendp_tree(n_bins: int, branching: int) -> IntervalStrategy:
     """The strategy OpenDP's tree + consistency postprocessor amounts to: the b-ary tree of
     ceil(log_b n) + 1 layers truncated to n leaves (nodes lying entirely in the padding are
     known zeros, i.e. absent; the last node of each layer keeps only its real children), as an
@@ -207,9 +218,10 @@ def discrete_laplace_variance(scale: float) -> float:
     return discrete_variance(s, "laplace")
 
 
-def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
-                   noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
-                   branching: int | None = None, padding: str = "known_zeros") -> Anchor:
+def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho: float | None = None,
+                   noise: str = "laplace", neighbours: str = "add_remove",
+                   public_total: bool | None = None, branching: int | None = None,
+                   padding: str = "known_zeros") -> Anchor:
     """OpenDP default: b = choose_branching_factor(K) (or ``branching``), root noised, OLS
     (docs/math.md section 6 row 4). Equal budgets over the layers (the Mechanism's default split)
     give every node Lap(layers / eps) under add/remove, as OpenDP's stability map.
@@ -232,8 +244,9 @@ def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
         strat = strategies.tree(b ** (layers - 1), b)
         how = (f"complete tree over {b ** (layers - 1)} leaves, padding nodes noised"
                if b ** (layers - 1) != n else "complete tree")
+    eps, rho_ = _budget(noise, epsilon, rho)
     mech = Mechanism(strat, noise=noise, neighbours=neighbours, public_total=public_total,
-                     **_budget(noise, epsilon, rho))
+                     epsilon=eps, rho=rho_)
     factor = 1.0
     if noise == "laplace":
         scales = {s for lvl, s in mech.level_scales.items() if 0 < s < math.inf}
@@ -249,7 +262,8 @@ def opendp_default(n_bins: int, epsilon: float | None = 1.0, *, rho=None,
                   note=f"{layers} layers; {how}; discrete-Laplace variance factor {factor:.6f}")
 
 
-ANCHORS = {"binary_covering": binary_covering, "binary_ols": binary_ols,
+ANCHORS: dict[str, Callable[..., Anchor]] = {
+           "binary_covering": binary_covering, "binary_ols": binary_ols,
            "google_default": google_default, "opendp_default": opendp_default}
 
 
@@ -257,9 +271,10 @@ ANCHORS = {"binary_covering": binary_covering, "binary_ols": binary_ols,
 def ektelo_hb_branching(n_cells: int) -> int:
     """ektelo's ``find_best_branching(N)`` (selection.py; Qardaji-Yang-Li VLDB 2013, Eq. 3):
     the b in 2..N minimising (b - 1) h^3 - 2 (b + 1) h^2 / 3, h = ceil(log_b N) (float
-    logarithm, as ektelo computes it)."""
-    best_v, best_b = math.inf, None
-    for b in range(2, int(n_cells) + 1):
+    logarithm, as ektelo computes it). ``n_cells`` >= 2."""
+    n_cells = check_int(n_cells, "n_cells", 2)
+    best_v, best_b = math.inf, 2
+    for b in range(2, n_cells + 1):
         h = math.ceil(math.log(n_cells, b))
         v = (b - 1) * h ** 3 - 2 * (b + 1) * h ** 2 / 3
         if v < best_v:
@@ -267,7 +282,7 @@ def ektelo_hb_branching(n_cells: int) -> int:
     return best_b
 
 
-def ektelo_hb2d_branchings(shape) -> list[tuple[int, ...]] | None:
+def ektelo_hb2d_branchings(shape: Sequence[int]) -> list[tuple[int, ...]] | None:
     """Per-axis branchings of ektelo's ``Hb2D`` for a 2-D ``shape`` with b =
     ektelo_hb_branching(n_1 n_2): every rectangle of more than one cell is split into b x b
     (``split_rectangle``: an axis of s cells splits into s single cells when b > s, into b
@@ -275,7 +290,7 @@ def ektelo_hb2d_branchings(shape) -> list[tuple[int, ...]] | None:
     uneven (not a level-uniform hierarchy)."""
     b = ektelo_hb_branching(math.prod(shape))
     sizes = list(shape)
-    out = [[] for _ in shape]
+    out: list[list[int]] = [[] for _ in shape]
     while math.prod(sizes) > 1:
         for i, sz in enumerate(sizes):
             if sz == 1:
@@ -291,7 +306,8 @@ def ektelo_hb2d_branchings(shape) -> list[tuple[int, ...]] | None:
     return [tuple(k) for k in out]
 
 
-def ektelo_quadtree_plan(shape):
+def ektelo_quadtree_plan(
+        shape: Sequence[int]) -> tuple[QuadtreeStrategy, npt.NDArray[np.intp]]:
     """ektelo's ``QuadTree`` plan (plans/standalone.py) on a 2-D grid of powers of 2, as
     coded: it flattens x and builds ``selection.QuadTree((N // 2, 2))``, a quadtree over an
     (N/2) x 2 array whose cell (r, c) is the flat cell 2 r + c. Its nodes are then products
@@ -316,7 +332,8 @@ def ektelo_quadtree_plan(shape):
     return strat, order
 
 
-def uniform_grid_side(shape, records: int, epsilon: float, c: float = UNIFORM_GRID_C) -> int:
+def uniform_grid_side(shape: Sequence[int], records: int, epsilon: float,
+                      c: float = UNIFORM_GRID_C) -> int:
     """ektelo's ``UniformGrid`` cell side (selection.py; Qardaji-Yang-Li ICDE 2013: about
     sqrt(N eps / c) cells per axis): M = N eps / c target cells, side
     g = int(sqrt(n_1 n_2 / M) - 1) + 1 (at least 1); the grid has ceil(n_i / g) cells per axis
@@ -326,7 +343,8 @@ def uniform_grid_side(shape, records: int, epsilon: float, c: float = UNIFORM_GR
     return max(g, 1)
 
 
-def _block_fractions(lo, hi, n: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+def _block_fractions(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], n: int,
+                     g: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Per interval query [lo, hi): t = sum_a (|q cap P_a| / |P_a|)^2 and r = sum_a |q cap
     P_a| / |P_a| over the blocks P_a = [a g, min((a + 1) g, n))."""
     starts = np.arange(0, n, g)
@@ -343,8 +361,9 @@ def _block_fractions(lo, hi, n: int, g: int) -> tuple[np.ndarray, np.ndarray]:
     return t, r
 
 
-def uniform_grid_noise(shape, side: int, workload, *, epsilon: float,
-                       neighbours: str = "add_remove", public_total=None):
+def uniform_grid_noise(shape: Sequence[int], side: int, workload: KroneckerWorkload, *,
+                       epsilon: float, neighbours: str = "add_remove",
+                       public_total: bool | None = None) -> tuple[float, float]:
     """(total, max) of the noise variance (counts^2) of ektelo's ``UniformGrid`` estimate on
     a Kronecker ``workload``: the cells of side ``side`` (cut at the border) are measured once
     with Laplace noise (variance v = 2 (D / eps)^2, D = 1 add/remove, 2 swap) and x^ spreads
@@ -363,7 +382,8 @@ def uniform_grid_noise(shape, side: int, workload, *, epsilon: float,
     else:
         sens = 1.0
     v = 2.0 * sens**2  # at unit eps; restated at ``epsilon`` below (limits.at_budget)
-    ts, rs = [], []
+    ts: list[npt.NDArray[np.float64]] = []
+    rs: list[npt.NDArray[np.float64]] = []
     for f, n in zip(workload.factors, shape):
         lo, hi = f.intervals()
         t, r = _block_fractions(lo, hi, n, side)
@@ -386,15 +406,16 @@ class OpenDPRun:
 
     branching: int
     trials: int
-    means: dict
-    std_errors: dict
+    means: dict[str, float]
+    std_errors: dict[str, float]
     seconds: float
     note: str = ""
 
 
 
 def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = None,
-               trials: int = 200, rng=None, time_limit: float | None = None,
+               trials: int = 200, rng: int | np.random.Generator | None = None,
+               time_limit: float | None = None,
                sampler: str = "opendp") -> OpenDPRun:
     """Run OpenDP's own b-ary tree and consistency postprocessor and measure the errors.
 
@@ -430,7 +451,9 @@ def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = Non
     exact_tree = np.asarray(tree(data.tolist()), dtype=np.int64)
     p = -math.expm1(-1.0 / scale)
     t0 = time.perf_counter()
-    cdf, ident, rng_all = [], [], []
+    cdf: list[float] = []
+    ident: list[float] = []
+    rng_all: list[float] = []
     for i in range(int(trials)):
         if sampler == "opendp":
             noisy = meas(data.tolist())
@@ -439,9 +462,9 @@ def run_opendp(n_bins: int, epsilon: float = 1.0, *, branching: int | None = Non
             noisy = (exact_tree + z).tolist()
         leaves = np.asarray(post(noisy), dtype=float)
         e = np.cumsum(leaves) - truth
-        cdf.append(np.mean(e**2))
-        ident.append(np.mean((leaves - data) ** 2))
-        rng_all.append(((K + 1) * np.sum(e**2) - np.sum(e) ** 2) / (K * (K + 1) / 2))
+        cdf.append(float(np.mean(e**2)))
+        ident.append(float(np.mean((leaves - data) ** 2)))
+        rng_all.append(float(((K + 1) * np.sum(e**2) - np.sum(e) ** 2) / (K * (K + 1) / 2)))
         if time_limit is not None and i >= 9 and time.perf_counter() - t0 > time_limit:
             break
     n = len(cdf)

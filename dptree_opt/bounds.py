@@ -3,7 +3,7 @@
 **Gaussian, add/remove** (Li & Miklau 2012, "Measuring the achievable error of query sets
 under differential privacy", arXiv:1202.3399; docs/math.md section 6). A matrix mechanism measures
 A x with Gaussian noise of variance sigma^2 Delta^2 per row, Delta = max_c ||A_c||_2 (its l2
-sensitivity), and answers W with the BLUE. With X = A'A its total squared error is
+sensitivity), and answers W with the BLUE. With X = A'A its total squared error is::
 
     sigma^2 Delta^2 tr(W X^-1 W')  >=  sigma^2 (tr(X) / n) tr(G X^-1)   (Delta^2 = max_c X_cc)
                                    >=  sigma^2 (tr G^(1/2))^2 / n        (Cauchy-Schwarz)
@@ -16,7 +16,7 @@ j = 1..n (the prefix matrix P has (P P')^-1 = tridiag(-1, [2, .., 2, 1], -1); do
 **Public total.** With N known (swap neighbours, or add/remove with ``public_total``) write
 x = (N/n) 1 + Q theta, Q an orthonormal basis of 1-perp: the BLUE's error is
 Delta^2 tr(G_Q X_Q^-1) with G_Q = Q'GQ, X_Q = Q'XQ, and the same argument gives
-(tr G_Q^(1/2))^2 = ||W P||_*^2 (P = I - 11'/n) in place of ||W||_*^2, with
+(tr G_Q^(1/2))^2 = ||W P||_*^2 (P = I - 11'/n) in place of ||W||_*^2, with::
 
     add/remove: Delta^2 >= tr(X) / n >= tr(X_Q) / n           -> ||W P||_*^2 / n
     swap:       Delta^2 = max_{a!=b} (e_a - e_b)' X (e_a - e_b)
@@ -27,7 +27,7 @@ small instances).
 
 **Laplace (pure eps-DP), the l1 analogue -- loose.** With Laplace noise of scale Delta_1 / eps
 (variance 2 Delta_1^2 / eps^2), Delta_1 = the l1 sensitivity, and ||v||_1 >= ||v||_2 for every
-column (or column difference) of A, so Delta_1 >= Delta_2 and
+column (or column difference) of A, so Delta_1 >= Delta_2 and::
 
     error >= (2 / eps^2) * (the Gaussian bound with sigma^2 = 1).
 

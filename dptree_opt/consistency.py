@@ -2,7 +2,7 @@
 
 A noisy estimate C~ of the cumulative counts C_t = h_1 + ... + h_t (t = 1..K) is usually not a
 CDF: it decreases somewhere, leaves [0, N], is not integer. ``project_cdf`` solves [RTS]
-problem (Oc) (Sec. VI-1; docs/math.md section 5)
+problem (Oc) (Sec. VI-1; docs/math.md section 5)::
 
     minimise   sum_t w_t g(c_t - C~_t)          g(d) = d^2 ("l2") or |d| ("l1"), w_t > 0
     subject to 0 <= c_1 <= c_2 <= ... <= c_K,   c_K = N when N is public (``total``),
@@ -166,7 +166,7 @@ def _loss(metric: str, d: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 def objective(c: ArrayLike, cumulative_counts: ArrayLike, metric: str = "l2",
               weights: ArrayLike | None = None) -> float:
-    """The (Oc) objective sum_t w_t g(c_t - C~_t) (g = d^2 for "l2", |d| for "l1")."""
+    """The (Oc) objective sum_t w_t g(c_t - C~_t) (g = d^2 for "l2", ``|d|`` for "l1")."""
     _check_options(metric, True)
     y = _check_vector(cumulative_counts, "cumulative_counts")
     c = _check_vector(c, "c")
@@ -333,7 +333,7 @@ def project_cdf(cumulative_counts: ArrayLike, total: int | None = None,
         output is only non-negative and non-decreasing; its last entry is the released total
         (see the module docstring for why no bound is derived from the data).
     metric : "l2" | "l1"
-        sum_t w_t (c_t - C~_t)^2 or sum_t w_t |c_t - C~_t|.
+        sum_t w_t (c_t - C~_t)^2 or sum_t w_t ``|c_t - C~_t|``.
     integer : bool
         Integer counts (problem (Oc)); False solves the real relaxation.
     method : "fast" | "trellis"
@@ -410,7 +410,7 @@ def project_histogram(counts: ArrayLike, total: int | None = None,
     """Closest non-negative (integer) histogram, summing to ``total`` when it is given.
 
     minimise sum_i w_i g(h_i - y_i) subject to h_i >= 0 (integer when ``integer``) and
-    sum_i h_i = N (when ``total`` = N is given); g = d^2 ("l2") or |d| ("l1").
+    sum_i h_i = N (when ``total`` = N is given); g = d^2 ("l2") or ``|d|`` ("l1").
 
     Method (exact). Integer: the objective is separable convex, so it is the sum of the
     marginal costs of the chosen unit "slots" (slot t of bin i costs w_i (g(t - y_i) -

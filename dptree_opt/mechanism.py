@@ -49,12 +49,12 @@ _NORMALISED: "weakref.WeakKeyDictionary[Mechanism, tuple[Mechanism, float] | Non
 def discrete_variance(scale: float, noise: str) -> float:
     """Variance of the integer-valued noise of scale ``scale`` used by real releases.
 
-    * discrete Laplace, P(z) proportional to exp(-|z| / s) on the integers ([GRS12]; OpenDP's
+    * discrete Laplace, P(z) proportional to exp(-``|z|`` / s) on the integers ([GRS12]; OpenDP's
       ``make_laplace`` on integers): with q = exp(-1/s), Var = 2 q / (1 - q)^2 (slightly
       below the continuous 2 s^2; -> 2 s^2 as s grows).
     * discrete Gaussian, P(z) proportional to exp(-z^2 / (2 sigma^2)) ([CKS20]; OpenDP's
       ``make_gaussian`` on integers): Var = sum z^2 p(z) / sum p(z), summed exactly over
-      |z| <= 40 sigma + 2 (the tail beyond is below 1e-300); below sigma^2 ([CKS20]), by
+      ``|z|`` <= 40 sigma + 2 (the tail beyond is below 1e-300); below sigma^2 ([CKS20]), by
       a gap of order sigma^4 exp(-2 pi^2 sigma^2) (Poisson summation): visible for
       sigma < ~1, below double precision for sigma >= 4 (then sigma^2 is returned).
 
@@ -144,7 +144,7 @@ def _log10_scale(sensitivity: float, log10_budget: float, noise: str) -> float:
 
 def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
     """Each row's own sensitivity (shape (rows,)): the largest change of its answer when one
-    record is added / removed (max_j |a_rj|) or moved (max_(i, j) |a_ri - a_rj|). The same
+    record is added / removed (max_j ``|a_rj|``) or moved (max_(i, j) ``|a_ri - a_rj|``). The same
     under l1 and l2 (one row). Interval strategies in closed form (1, or 0 for a total row
     under swap); others from the sparse matrix."""
     neighbours = check_neighbours(neighbours)
@@ -295,6 +295,8 @@ class Mechanism:
         bound as the continuous noise); ``.variances`` are the discrete distributions'
         (``discrete_variance``), so BLUE weights and standard errors match the noise.
 
+    Notes
+    -----
     Noise per level l: scale = Delta_l / budget_l with Delta_l the level's own sensitivity
     (l1 for Laplace, l2 for Gaussian) under the neighbour model. The loss of the whole
     mechanism is then recomputed from diag(1/scale) A (docs/math.md section 0) and reported as

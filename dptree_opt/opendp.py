@@ -309,24 +309,36 @@ def make_private_cdf(input_domain: Domain, input_metric: Metric, mechanism: Any,
     """An OpenDP Measurement from K bin counts to the private cumulative counts (K,) of
     ``mechanism`` (docs/opendp.md).
 
-    input_domain : ``dp.vector_domain(dp.atom_domain(T=<integer type>))`` (size K if sized).
-    input_metric : ``dp.l1_distance(T=...)`` or ``dp.l2_distance(T=...)`` on the counts:
-        d_in = 1 is one record added or removed. Counts are clamped to [0, cap] (cap: answers
-        stay exact integers, >= 2^53 / (K max|A_ij|)).
-    mechanism : a ``Mechanism`` with add/remove neighbours and N private, a ``Design``, a
+    Parameters
+    ----------
+    input_domain : Domain
+        ``dp.vector_domain(dp.atom_domain(T=<integer type>))`` (size K if sized).
+    input_metric : Metric
+        ``dp.l1_distance(T=...)`` or ``dp.l2_distance(T=...)`` on the counts: d_in = 1 is
+        one record added or removed. Counts are clamped to [0, cap] (cap: answers stay exact
+        integers, >= 2^53 / (K max ``|A_ij|``)).
+    mechanism : Mechanism, Design, TreeDesign or NodeBudgets
+        A ``Mechanism`` with add/remove neighbours and N private, a ``Design``, a
         ``TreeDesign``, ``NodeBudgets`` or anything 1-D ``release(design=)`` takes, run in its
         secure form; swap neighbours, a public N and grid designs are refused (ValueError
         with the reason).
-    consistency : "l2" (default) or "l1": the release's consistent integer CDF ending at
+    consistency : "l2" (default), "l1" or None
+        "l2" / "l1": the release's consistent integer CDF ending at
         N_hat = max(0, round(raw total)); None: the BLUE cumulative counts themselves.
 
+    Returns
+    -------
+    Measurement
+        A read-only float64 array of the K cumulative counts.
+
+    Notes
+    -----
     The measure is ``max_divergence`` (Laplace, epsilon) or ``zero_concentrated_divergence``
     (Gaussian, rho); at d_in = 1 its map is the mechanism's budget (up to OpenDP's outward
     rounding of each group's loss and their sum: a few ulps). Budgets per row (per node)
     are one ``make_user_measurement`` around the release's secure path with the joint map
     (``_joint``): the basic composition of one measurement per scale would charge the sum
-    of every group's worst bin (4x eps for ``optimal_node_budgets([2] * 6)``). The output
-    is a read-only float64 array."""
+    of every group's worst bin (4x eps for ``optimal_node_budgets([2] * 6)``)."""
     consistency = check_choice(consistency, "consistency", _CHOICES)
     source = _check_mechanism(mechanism)
     kind = _check_space(input_domain, input_metric, source.n_bins)

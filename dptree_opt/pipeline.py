@@ -123,7 +123,7 @@ class PrivateCDF:
 
         Pointwise: ``method`` "normal" (default; z quantile, exact for Gaussian noise) or
         "simulated" (per-prefix Monte Carlo quantile of the mechanism's own noise; use it for
-        Laplace). Simultaneous: "sidak" (default), "bonferroni" or "simulated" (max-|Z| Monte
+        Laplace). Simultaneous: "sidak" (default), "bonferroni" or "simulated" (max-``|Z|`` Monte
         Carlo). ``monotone`` (simultaneous only) tightens the band with
         ``queries.monotone_envelope`` (integer counts in [0, N]; N only when public)."""
         simultaneous = bool(simultaneous)
@@ -226,15 +226,24 @@ def cdf_from_measurements(mechanism: Mechanism, y: ArrayLike,
 
     Parameters
     ----------
-    mechanism : Mechanism whose released rows y answers (simulated or securely sampled).
-    y : array (rows,), NaN allowed only on unmeasured rows.
-    consistency : "l2" (default), "l1" or None (no projection).
-    estimator : "blue" (default), "covering" or "refined" (see ``queries.estimate_cdf``).
-    integer : project onto integer counts ([RTS] (Oc); default) or the real relaxation.
-    weighted : weight the projection by 1 / se_t^2 (inverse variances of the raw estimate);
+    mechanism : Mechanism
+        The mechanism whose released rows y answers (simulated or securely sampled).
+    y : array of shape (rows,)
+        NaN allowed only on unmeasured rows.
+    consistency : "l2" (default), "l1" or None
+        The projection (None: no projection).
+    estimator : "blue" (default), "covering" or "refined"
+        See ``queries.estimate_cdf``.
+    integer : bool
+        Project onto integer counts ([RTS] (Oc); default) or the real relaxation.
+    weighted : bool
+        Weight the projection by 1 / se_t^2 (inverse variances of the raw estimate);
         prefixes with se_t = 0 other than the fixed last one are not allowed then.
 
-    Returns a :class:`PrivateCDF`. Post-processing only: no further privacy cost.
+    Returns
+    -------
+    PrivateCDF
+        Post-processing only: no further privacy cost.
     """
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")

@@ -80,10 +80,26 @@ def plot_cdf(cdf: PrivateCDF, bin_edges: ArrayLike | None = None, ax: Axes | Non
              level: float = 0.95, truth: ArrayLike | None = None) -> Axes:
     """Plot a PrivateCDF (module docstring); returns the Axes.
 
-    bin_edges : (K + 1,) value units (default: bin index 0..K).
-    band : "pointwise" (normal critical value, ``PrivateCDF.band``), "simultaneous" (Sidak,
-        tightened by the monotone envelope) or None.
-    truth : true cumulative counts (K,), for simulations: drawn as the true CDF.
+    Parameters
+    ----------
+    cdf : PrivateCDF
+        The released CDF.
+    bin_edges : array of shape (K + 1,), optional
+        The bin edges in value units (default: bin index 0..K).
+    ax : Axes, optional
+        Where to draw (default: a new figure).
+    band : "pointwise" (default), "simultaneous" or None
+        "pointwise": normal critical value (``PrivateCDF.band``); "simultaneous": Sidak,
+        tightened by the monotone envelope; None: no band.
+    level : float
+        The band's confidence level (default 0.95).
+    truth : array of shape (K,), optional
+        True cumulative counts, for simulations: drawn as the true CDF.
+
+    Returns
+    -------
+    Axes
+        The axes drawn on.
     """
     check_choice(band, "band", BANDS)
     edges, xlabel = _edges(cdf, bin_edges)

@@ -29,7 +29,7 @@ Guarantee. b* is rejected only if (1) fails at b* although D_{b*} >= 0, or (2) f
 although D_{b*-1} < 0; each has probability <= P(Z_b < -c_b) resp. P(Z_{b-1} > c_{b-1}) where
 Z_b = (Dhat_b - D_b) / sd_b is the standardised estimation error. The noise is symmetric and
 the estimator linear, so both are <= alpha / 2 when the critical value c satisfies
-P(|Z_b| > c) <= alpha for every b, and then, for EVERY data set and every q,
+P(``|Z_b|`` > c) <= alpha for every b, and then, for EVERY data set and every q,
 
     P(true quantile in [lower, upper]) >= 1 - alpha = level.
 
@@ -54,7 +54,7 @@ an interval strategy whose every bin is a noisy row, e.g. a tree with a budget p
 BLUE of synthetic answers; otherwise the generic GLS solver). Its
 characteristic function is the product of the rows' characteristic functions:
 
-* discrete Laplace, P(z) ~ exp(-|z| / s):  phi(u) = 1 / (1 + 4 p sin^2(u/2) / (1 - p)^2),
+* discrete Laplace, P(z) ~ exp(-``|z|`` / s):  phi(u) = 1 / (1 + 4 p sin^2(u/2) / (1 - p)^2),
   p = exp(-1/s)  (the two-sided geometric law; [GRS12], [CKS20] Sec. 2);
 * discrete Gaussian, P(z) ~ exp(-z^2 / (2 s^2)): phi(u) = theta(u) / theta(0) with
   theta(u) = sum_z exp(-z^2 / 2 s^2) cos(u z) (direct sum for s < 1, else its Poisson-summed
@@ -112,7 +112,7 @@ K = 2^16 (225 prefixes; docs/releasing_designs.md section 4).
 Noise-only interval. The reported estimate is the quantile of a CDF linear inside bins
 (``queries.quantiles``). With Dhat(x), sd(x) interpolated linearly between the edges (sd
 linearly interpolated is >= the true sd of the interpolated error, by Minkowski's inequality),
-the interpolated true quantile x* has D(x*) = 0 and |Dhat(x*)| <= c sd(x*) with probability
+the interpolated true quantile x* has D(x*) = 0 and ``|Dhat(x*)|`` <= c sd(x*) with probability
 >= level (c is calibrated for the prefixes; an interpolated point mixes two adjacent ones),
 so x* lies in [noise_lower, noise_upper] = [inf{x : Dhat + c sd >= 0},
 sup{x : Dhat - c sd <= 0}] (q = 0: the rule gives e_0 for every CDF, so [e_0, e_0]). It
@@ -173,16 +173,26 @@ class QuantileCalibration:
 
     Attributes
     ----------
-    qs, level : the quantile levels and the confidence level.
-    critical : float (len(qs),) -- c per quantile (P(|Z_b| > c) <= 1 - level for every b).
-    variances : float (K + 1,) -- V_b of raw[b], b = -1..K-1 (V_{-1} = 0).
-    range_variances : float (K + 1,) -- VR_b = Var(raw[K-1] - raw[b]), b = -1..K-1.
-    total_public : bool -- N public (exact) or estimated by raw[K-1].
-    n_bins : int -- K, the real bins (the mechanism may have K' >= K).
-    method : str -- how c was obtained ("normal" or "characteristic function").
-    prefixes_checked : int -- how many prefixes entered the maximum.
-    seconds : float -- the time the calibration took.
-    notes : tuple of str.
+    qs, level : float (len(qs),), float
+        The quantile levels and the confidence level.
+    critical : float (len(qs),)
+        c per quantile (P(``|Z_b|`` > c) <= 1 - level for every b).
+    variances : float (K + 1,)
+        V_b of raw[b], b = -1..K-1 (V_{-1} = 0).
+    range_variances : float (K + 1,)
+        VR_b = Var(raw[K-1] - raw[b]), b = -1..K-1.
+    total_public : bool
+        N public (exact) or estimated by raw[K-1].
+    n_bins : int
+        K, the real bins (the mechanism may have K' >= K).
+    method : str
+        How c was obtained ("normal" or "characteristic function").
+    prefixes_checked : int
+        How many prefixes entered the maximum.
+    seconds : float
+        The time the calibration took.
+    notes : tuple of str
+        Everything unusual.
     """
 
     qs: np.ndarray
@@ -202,13 +212,21 @@ class QuantileCalibration:
 class QuantileIntervals:
     """Per-quantile intervals (all arrays float (len(qs),), read-only).
 
-    lower, upper : ``level`` confidence interval for the TRUE quantile of the data
+    Attributes
+    ----------
+    lower, upper : float (len(qs),)
+        ``level`` confidence interval for the TRUE quantile of the data
         (``np.quantile(data, q, method="inverted_cdf")``), bin-edge aligned (module docstring).
-    noise_lower, noise_upper : noise-only interval of the reported (interpolated) estimate.
-    critical : the critical value c used per quantile.
-    extended : bool (len(qs),) -- the estimate fell outside [lower, upper] and was added.
-    empty : bool (len(qs),) -- no bin survived the tests (the estimate's bin was returned).
-    notes : tuple of str -- everything unusual (never an exception after the noise).
+    noise_lower, noise_upper : float (len(qs),)
+        Noise-only interval of the reported (interpolated) estimate.
+    critical : float (len(qs),)
+        The critical value c used per quantile.
+    extended : bool (len(qs),)
+        The estimate fell outside [lower, upper] and was added.
+    empty : bool (len(qs),)
+        No bin survived the tests (the estimate's bin was returned).
+    notes : tuple of str
+        Everything unusual (never an exception after the noise).
     """
 
     qs: np.ndarray
@@ -601,22 +619,37 @@ def quantile_intervals(mechanism: Mechanism, raw: ArrayLike, bin_edges: ArrayLik
 
     Parameters
     ----------
-    mechanism : the Mechanism that produced the release (K' >= K bins, BLUE estimator).
-    raw : float (K,) -- the raw (unprojected) cumulative-count estimate, first K bins.
-    bin_edges : (K + 1,) -- the bins' edges (value units).
-    qs : probabilities in [0, 1].
-    total_public : whether N is public (swap neighbours); then ``total`` is N.
-    total : the public N (read from the exact total row); ignored when N is private. If
+    mechanism : Mechanism
+        The mechanism that produced the release (K' >= K bins, BLUE estimator).
+    raw : float (K,)
+        The raw (unprojected) cumulative-count estimate, first K bins.
+    bin_edges : float (K + 1,)
+        The bins' edges (value units).
+    qs : float (len(qs),)
+        Probabilities in [0, 1].
+    total_public : bool
+        Whether N is public (swap neighbours); then ``total`` is N.
+    total : float, optional
+        The public N (read from the exact total row); ignored when N is private. If
         missing with N public, round(raw[K-1]) is used (noted).
-    level : the coverage (in (0, 1)).
-    estimates : optional (len(qs),) reported point quantiles (NaN allowed): both intervals
-        are widened to contain them.
-    calibration : the result of :func:`calibrate_quantile_tests` for (mechanism, K, qs,
-        level) -- compute it before the noise; computed here if missing.
+    level : float
+        The coverage (in (0, 1)).
+    estimates : float (len(qs),), optional
+        Reported point quantiles (NaN allowed): both intervals are widened to contain them.
+    calibration : QuantileCalibration, optional
+        The result of :func:`calibrate_quantile_tests` for (mechanism, K, qs, level) --
+        compute it before the noise; computed here if missing.
 
-    Returns a :class:`QuantileIntervals`. Never raises: validate the arguments first with
-    :func:`check_quantile_intervals`; anything unusual after the noise gives NaN or a wider
-    (still valid) interval and a line in ``notes``. O(K) per quantile.
+    Returns
+    -------
+    QuantileIntervals
+        The intervals, with a line in ``notes`` for anything unusual.
+
+    Notes
+    -----
+    Never raises: validate the arguments first with :func:`check_quantile_intervals`;
+    anything unusual after the noise gives NaN or a wider (still valid) interval and a line
+    in ``notes``. O(K) per quantile.
     """
     notes: list[str] = []
     with np.errstate(all="ignore"):

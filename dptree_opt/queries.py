@@ -28,6 +28,7 @@ the standard errors of the *raw* linear unbiased estimate; a consistent (project
 biased and has no such per-query standard error.
 
 Bands (:func:`confidence_band`) are est +- c * se with
+
 * "pointwise": c = z_{(1 + level) / 2} (normal quantile) -- exact coverage for Gaussian noise
   (the estimate is a linear function of Gaussian noise);
 * "bonferroni": c = z_{1 - (1 - level) / (2 n)} over the n queries with se > 0 -- simultaneous,
@@ -35,9 +36,11 @@ Bands (:func:`confidence_band`) are est +- c * se with
 * "sidak": c = z_{(1 + level^(1/n)) / 2} -- simultaneous, valid for any centred multivariate
   normal by Sidak's inequality (1967), slightly narrower than Bonferroni;
 * a ``critical`` value from :func:`simulated_critical_value`: the Monte Carlo quantile of
-  max_t |e_t| / se_t (or of |e_t| / se_t per t) where e = R z is the estimator applied to fresh
-  mechanism noise z. The estimators are linear, so e is exactly the estimation error's
-  distribution (Laplace included: no normal approximation), up to Monte Carlo error.
+  max_t ``|e_t|`` / se_t (or of ``|e_t|`` / se_t per t) where e = R z is the estimator
+  applied to fresh mechanism noise z. The estimators are linear, so e is exactly the
+  estimation error's distribution (Laplace included: no normal approximation), up to Monte
+  Carlo error.
+
 Laplace noise makes the normal-quantile bands approximate (its tails are heavier); use the
 simulated critical value for pure-DP releases when coverage matters.
 A simultaneous band of a CDF can be tightened with :func:`monotone_envelope` without losing
@@ -292,7 +295,7 @@ def simulated_critical_value(mechanism: Mechanism, level: float = 0.95, estimato
 
     Draws z from the mechanism (``mechanism.sample_noise``), applies the estimator (linear, so
     e = estimate(z) is exactly the estimation error), and returns the ``level`` quantile of
-    max_t |e_t| / se_t (``simultaneous``: one float) or of |e_t| / se_t per prefix (an array
+    max_t ``|e_t|`` / se_t (``simultaneous``: one float) or of ``|e_t|`` / se_t per prefix (an array
     (K,)). Prefixes with se_t = 0 (e.g. C_K when N is public) are exact and ignored.
     ``standard_errors`` may cover only the first K <= K' prefixes of a mechanism over K' bins
     (a padded tree whose last K' - K bins are empty, as a release builds it): the band is then

@@ -31,9 +31,13 @@ meaning.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 from scipy.sparse.linalg import LinearOperator
 
 from .limits import WORKLOAD_BYTES_PER_QUERY, check_memory
@@ -58,6 +62,20 @@ MAX_DENSE_GRID_CELLS = 8192
 # all_range with more bins than this has more than ~10^8 queries: refuse per-query output.
 _MAX_ALL_RANGE_QUERIES = 10**8
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
+# a 1-D map applied along one grid axis: (n_axis, r) -> (m_axis, r)
+_AxisMap: TypeAlias = "Callable[[_F], _F]"
+
+
+def _sum_arrays(arrays: Iterable[_F]) -> _F:
+    """The elementwise sum of one or more arrays of one shape."""
+    it = iter(arrays)
+    out = next(it)
+    for a in it:
+        out = out + a
+    return out
+
 
 def _check_queries(n_queries: int, what: str) -> None:
     """ValueError before the (lo, hi) arrays of ``n_queries`` queries are allocated when
@@ -72,7 +90,7 @@ def _check_dense(rows: int, cols: int, what: str) -> None:
                  "use the structured products (matvec, gram_matvec) or fewer bins")
 
 
-def _double_cumsum(cov: np.ndarray) -> np.ndarray:
+def _double_cumsum(cov: _F) -> _F:
     """S with S[a, b] = sum of cov[:a, :b] (shape (n+1, n+1)); O(n^2)."""
     n = cov.shape[0]
     s = np.zeros((n + 1, n + 1))
@@ -93,8 +111,8 @@ class Workload:
 
     kind: str
     n_bins: int
-    lo: np.ndarray | None = field(repr=False, default=None)
-    hi: np.ndarray | None = field(repr=False, default=None)
+    lo: _I | None = field(repr=False, default=None)
+    hi: _I | None = field(repr=False, default=None)
 
     # ----------------------------------------------------------------- shape
     @property
@@ -102,14 +120,14 @@ class Workload:
         """Number of queries (rows of W)."""
         if self.kind == "all_range":
             return self.n_bins * (self.n_bins + 1) // 2
-        return int(self.lo.size)
+        return int(self.intervals()[0].size)
 
     @property
     def shape(self) -> tuple[int, int]:
         """(queries, bins)."""
         return (self.n_queries, self.n_bins)
 
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+    def intervals(self) -> tuple[_I, _I]:
         """(lo, hi) arrays of the half-open query ranges, in query order. O(q)."""
         if self.kind == "all_range":
             if self.n_queries > _MAX_ALL_RANGE_QUERIES:
@@ -118,10 +136,13 @@ class Workload:
                 )
             a, b = np.triu_indices(self.n_bins)  # lexicographic (a, b), a <= b
             return a.astype(np.int64), b.astype(np.int64) + 1
+        if self.lo is None or self.hi is None:
+            raise ValueError(f"a {self.kind!r} workload needs lo and hi (the query ranges); "
+                             "build it with workloads.prefix, identity, total or ranges")
         return self.lo, self.hi
 
     # ------------------------------------------------------------ products
-    def matvec(self, x) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> _F:
         """W @ x for x of shape (n,) or (n, r). O(n + q) via cumulative sums."""
         x = np.asarray(x, dtype=float)
         if x.shape[0] != self.n_bins:
@@ -130,7 +151,7 @@ class Workload:
         lo, hi = self.intervals()
         return s[hi] - s[lo]
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """W' @ u for u of shape (q,) or (q, r). O(n + q) via a difference array."""
         u = np.asarray(u, dtype=float)
         if u.shape[0] != self.n_queries:
@@ -154,7 +175,7 @@ class Workload:
         O(n + q) products, per axis for Kronecker products; never a dense matrix)."""
         return self.as_linear_operator()
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> _F:
         """W as a dense (q, n) array: only for small workloads."""
         _check_dense(self.n_queries, self.n_bins, "the workload matrix")
         lo, hi = self.intervals()
@@ -162,7 +183,7 @@ class Workload:
         return ((cols >= lo[:, None]) & (cols < hi[:, None])).astype(float)
 
     # ---------------------------------------------------------------- Gram
-    def gram_matvec(self, v) -> np.ndarray:
+    def gram_matvec(self, v: ArrayLike) -> _F:
         """(W'W) @ v for v of shape (n,) or (n, r), in O(n) (O(n + q) for ``ranges``)."""
         v = np.asarray(v, dtype=float)
         n = self.n_bins
@@ -193,7 +214,7 @@ class Workload:
             matmat=self.gram_matvec, rmatmat=self.gram_matvec, dtype=float,
         )
 
-    def gram_dense(self) -> np.ndarray:
+    def gram_dense(self) -> _F:
         """W'W as a dense (n, n) array (closed form where there is one)."""
         n = self.n_bins
         _check_dense(n, n, "the workload Gram matrix")
@@ -211,7 +232,7 @@ class Workload:
         return self.gram_matvec(np.eye(n))
 
     # -------------------------------------------------------- error helpers
-    def _check_cov(self, cov) -> np.ndarray:
+    def _check_cov(self, cov: ArrayLike) -> _F:
         cov = np.asarray(cov, dtype=float)
         if cov.shape != (self.n_bins, self.n_bins):
             raise ValueError(
@@ -219,7 +240,7 @@ class Workload:
             )
         return cov
 
-    def query_variances(self, cov) -> np.ndarray:
+    def query_variances(self, cov: ArrayLike) -> _F:
         """diag(W Cov W') from a dense (n, n) covariance, in query order. O(n^2 + q)."""
         cov = self._check_cov(cov)
         if self.kind == "identity":
@@ -229,7 +250,7 @@ class Workload:
         # var(sum_{lo<=i<hi} x_i) = S[hi,hi] - S[lo,hi] - S[hi,lo] + S[lo,lo]
         return s[hi, hi] - s[lo, hi] - s[hi, lo] + s[lo, lo]
 
-    def total_variance(self, cov) -> float:
+    def total_variance(self, cov: ArrayLike) -> float:
         """trace(W Cov W') = sum_ij Cov_ij (W'W)_ij from a dense covariance. O(n^2)."""
         cov = self._check_cov(cov)
         if self.kind == "identity":
@@ -240,7 +261,7 @@ class Workload:
 
 
 # ------------------------------------------------------------------ grids
-def along_axis(x: np.ndarray, axis: int, fn) -> np.ndarray:
+def along_axis(x: _F, axis: int, fn: _AxisMap) -> _F:
     """Apply a 1-D map fn ((n_axis, r) -> (m_axis, r)) along ``axis`` of the grid tensor x,
     the other axes batched as columns; that axis becomes m_axis long. The one per-axis
     kernel of every Kronecker product (workloads, strategies.kron, estimation.kronecker)."""
@@ -258,7 +279,7 @@ class KroneckerWorkload(Workload):
     factors' Grams. Dense W, W'W and the per-query variances from a dense covariance only
     up to MAX_DENSE_GRID_CELLS cells."""
 
-    factors: tuple = ()
+    factors: tuple[Workload, ...] = ()
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -269,11 +290,12 @@ class KroneckerWorkload(Workload):
     def n_queries(self) -> int:
         return math.prod(f.n_queries for f in self.factors)
 
-    def intervals(self):
+    def intervals(self) -> tuple[_I, _I]:
         raise ValueError("a grid workload's queries are boxes, not intervals: use "
                          ".factors[i].intervals() per axis")
 
-    def _per_axis(self, x, maps, shape_in, size_out, name) -> np.ndarray:
+    def _per_axis(self, x: ArrayLike, maps: Sequence[_AxisMap], shape_in: Sequence[int],
+                  size_out: int, name: str) -> _F:
         """Apply maps[i] along axis i of x (rows shaped ``shape_in``, columns kept)."""
         x = np.asarray(x, dtype=float)
         if x.shape[0] != math.prod(shape_in):
@@ -283,17 +305,17 @@ class KroneckerWorkload(Workload):
             y = along_axis(y, i, fn)
         return y.reshape((size_out,) + x.shape[1:])
 
-    def matvec(self, x) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> _F:
         """W @ x for x of shape (cells,) or (cells, r), one factor per axis."""
         return self._per_axis(x, [f.matvec for f in self.factors], self.grid_shape,
                               self.n_queries, "x")
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """W' @ u for u of shape (queries,) or (queries, r)."""
         return self._per_axis(u, [f.rmatvec for f in self.factors],
                               tuple(f.n_queries for f in self.factors), self.n_bins, "u")
 
-    def gram_matvec(self, v) -> np.ndarray:
+    def gram_matvec(self, v: ArrayLike) -> _F:
         """(W'W) @ v, one factor Gram per axis."""
         return self._per_axis(v, [f.gram_matvec for f in self.factors], self.grid_shape,
                               self.n_bins, "v")
@@ -303,29 +325,29 @@ class KroneckerWorkload(Workload):
             raise ValueError(f"{what} of a grid workload is built only up to "
                              f"{MAX_DENSE_GRID_CELLS} cells, got {self.n_bins}")
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> _F:
         """W as a dense (queries, cells) array (np.kron of the factors; small grids)."""
         self._check_small("the dense matrix")
-        out = np.ones((1, 1))
+        out: _F = np.ones((1, 1))
         for f in self.factors:
-            out = np.kron(out, f.dense())
+            out = np.asarray(np.kron(out, f.dense()), dtype=np.float64)
         return out
 
-    def gram_dense(self) -> np.ndarray:
+    def gram_dense(self) -> _F:
         """W'W dense: np.kron of the factors' Grams (small grids)."""
         self._check_small("the dense Gram")
-        out = np.ones((1, 1))
+        out: _F = np.ones((1, 1))
         for f in self.factors:
-            out = np.kron(out, f.gram_dense())
+            out = np.asarray(np.kron(out, f.gram_dense()), dtype=np.float64)
         return out
 
-    def query_variances(self, cov) -> np.ndarray:
+    def query_variances(self, cov: ArrayLike) -> _F:
         """diag(W Cov W') from a dense covariance, in query order (small grids)."""
         cov = self._check_cov(cov)
         W = self.dense()
         return np.einsum("qi,ij,qj->q", W, cov, W)
 
-    def total_variance(self, cov) -> float:
+    def total_variance(self, cov: ArrayLike) -> float:
         """trace(W Cov W') = sum_ij Cov_ij (W'W)_ij (small grids)."""
         cov = self._check_cov(cov)
         return float(np.einsum("ij,ij->", cov, self.gram_dense()))
@@ -336,49 +358,50 @@ class StackedWorkload(Workload):
     """Several workloads over the same cells, their queries one after the other (W stacked
     vertically): W'W and the error are sums over the parts. ``kind`` is "stacked"."""
 
-    parts: tuple = ()
+    parts: tuple[Workload, ...] = ()
 
     @property
     def n_queries(self) -> int:
         return sum(p.n_queries for p in self.parts)
 
-    def intervals(self):
+    def intervals(self) -> tuple[_I, _I]:
         raise ValueError("a stacked workload has no single interval list: use .parts")
 
-    def matvec(self, x) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> _F:
         """W @ x: the parts' answers, concatenated."""
         return np.concatenate([p.matvec(x) for p in self.parts])
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """W' @ u: the sum of the parts' W_i' u_i."""
         u = np.asarray(u, dtype=float)
         if u.shape[0] != self.n_queries:
             raise ValueError(f"u has {u.shape[0]} rows, expected {self.n_queries}")
         bounds = np.cumsum([0] + [p.n_queries for p in self.parts])
-        return sum(p.rmatvec(u[a:b]) for p, a, b in zip(self.parts, bounds[:-1], bounds[1:]))
+        return _sum_arrays(p.rmatvec(u[a:b])
+                           for p, a, b in zip(self.parts, bounds[:-1], bounds[1:]))
 
-    def gram_matvec(self, v) -> np.ndarray:
+    def gram_matvec(self, v: ArrayLike) -> _F:
         """(W'W) v = sum over the parts of W_i'W_i v."""
-        return sum(p.gram_matvec(v) for p in self.parts)
+        return _sum_arrays(p.gram_matvec(v) for p in self.parts)
 
-    def dense(self) -> np.ndarray:
+    def dense(self) -> _F:
         """W dense: the parts' matrices stacked (small grids)."""
         return np.vstack([p.dense() for p in self.parts])
 
-    def gram_dense(self) -> np.ndarray:
+    def gram_dense(self) -> _F:
         """W'W dense: the sum of the parts' Grams."""
-        return sum(p.gram_dense() for p in self.parts)
+        return _sum_arrays(p.gram_dense() for p in self.parts)
 
-    def query_variances(self, cov) -> np.ndarray:
+    def query_variances(self, cov: ArrayLike) -> _F:
         """The parts' per-query variances, concatenated in query order."""
         return np.concatenate([p.query_variances(cov) for p in self.parts])
 
-    def total_variance(self, cov) -> float:
+    def total_variance(self, cov: ArrayLike) -> float:
         """trace(W Cov W'): the sum over the parts."""
         return float(sum(p.total_variance(cov) for p in self.parts))
 
 
-def _grid_shape(shape) -> tuple[int, ...] | None:
+def _grid_shape(shape: int | ArrayLike) -> tuple[int, ...] | None:
     """None for a 1-D int n; the validated tuple (n_1, .., n_d) for a sequence."""
     if not isinstance(shape, (tuple, list, np.ndarray)) or np.ndim(shape) == 0:
         return None  # an int n (anything else is refused by check_n's message)
@@ -403,14 +426,16 @@ def kron(*factors: Workload) -> Workload:
     return KroneckerWorkload("kron", cells, factors=tuple(factors))
 
 
-def _per_axis(fn, shape):
+def _per_axis(fn: Callable[[int], Workload], shape: int | ArrayLike) -> Workload | None:
+    """The Kronecker product of ``fn(n_i)`` over a grid shape; None for a 1-D int n."""
     dims = _grid_shape(shape)
     if dims is None:
         return None
     return kron(*[fn(n) for n in dims])
 
 
-def marginals(shape, axes) -> Workload:
+def marginals(shape: int | Sequence[int], axes: Iterable[int] | Iterable[Iterable[int]]
+              ) -> Workload:
     """Marginal tables of a grid: for one tuple of axes (e.g. (0,) or (0, 2)), the counts of
     every combination of the kept axes' cells, summed over the others (identity on kept
     axes, total on the rest, Kronecker); for a sequence of such tuples, those marginals
@@ -419,7 +444,7 @@ def marginals(shape, axes) -> Workload:
     if dims is None:
         dims = (check_n(shape),)
     try:
-        items = list(axes)
+        items: list[Any] = list(axes)  # validated below, any user input
     except TypeError:
         raise ValueError(f"axes must be a tuple of axes or a sequence of them, got {axes!r}")\
             from None
@@ -446,7 +471,7 @@ def marginals(shape, axes) -> Workload:
 
 
 # ---------------------------------------------------------------- constructors
-def prefix(n) -> Workload:
+def prefix(n: int | Sequence[int]) -> Workload:
     """The CDF workload: the n cumulative counts C_t = x_0 + ... + x_{t-1}, t = 1..n; for a
     grid shape (n_1, .., n_d) the d-D CDF, every dominance box [0, a_1] x .. x [0, a_d]
     (Kronecker product of 1-D prefixes)."""
@@ -458,7 +483,7 @@ def prefix(n) -> Workload:
     return Workload("prefix", n, np.zeros(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64))
 
 
-def identity(n) -> Workload:
+def identity(n: int | Sequence[int]) -> Workload:
     """The histogram itself: query i is bin i (every cell of a grid shape)."""
     grid = _per_axis(identity, n)
     if grid is not None:
@@ -474,7 +499,7 @@ def total(n: int) -> Workload:
     return Workload("total", n, np.zeros(1, dtype=np.int64), np.full(1, n, dtype=np.int64))
 
 
-def all_range(n) -> Workload:
+def all_range(n: int | Sequence[int]) -> Workload:
     """All n(n+1)/2 interval queries [a, b], 0 <= a <= b < n, in lexicographic (a, b) order;
     for a grid shape every axis-aligned box (Kronecker product of 1-D all_range)."""
     grid = _per_axis(all_range, n)
@@ -483,7 +508,7 @@ def all_range(n) -> Workload:
     return Workload("all_range", check_n(n))
 
 
-def ranges(n: int, intervals) -> Workload:
+def ranges(n: int, intervals: ArrayLike) -> Workload:
     """Arbitrary interval queries: ``intervals`` is a sequence of inclusive 0-based (a, b) pairs."""
     n = check_n(n)
     iv = np.asarray(intervals)

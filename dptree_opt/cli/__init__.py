@@ -22,16 +22,22 @@ import importlib
 import pkgutil
 import re
 import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from ..threads import limited_blas
 from ._common import stdout_closed
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 # a token that can only be a (list of) number(s): "-" then a digit, ".digit", inf or nan;
 # no option of any subcommand may start like this (checked when it is added)
 _NEGATIVE = re.compile(r"-(?:\.?\d|(?:inf|infinity|nan)(?![a-z]))", re.IGNORECASE)
 
 
-def _command_modules() -> list:
+def _command_modules() -> list[ModuleType]:
     mods = [importlib.import_module(f"{__name__}.{info.name}")
             for info in pkgutil.iter_modules(__path__) if info.name.endswith("_cmd")]
     return sorted(mods, key=lambda m: (getattr(m, "ORDER", 100), m.__name__))
@@ -41,12 +47,12 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose one-value options also take a negative number or a list that
     starts with one (``--lower -74.3,40.5`` is read as ``--lower=-74.3,40.5``)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.value_options: set[str] = set()  # options that take exactly one value
         self.commands: dict[str, _Parser] = {}  # subcommand name -> its parser
 
-    def add_argument(self, *args, **kwargs):
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         """``ArgumentParser.add_argument``, noting the one-value options; an option name that
         would read as a negative number (``-1x``) is refused (ValueError)."""
         for opt in args:
@@ -70,7 +76,8 @@ class _Parser(argparse.ArgumentParser):
         """``argv`` with every ``OPTION VALUE`` pair whose VALUE starts like a negative
         number joined into ``OPTION=VALUE`` (only for options that take one value, and not
         after ``--``); a token that names an option is never taken as a value."""
-        out, parser, i = [], self, 0
+        out: list[str] = []
+        parser, i = self, 0
         while i < len(argv):
             tok = argv[i]
             if tok == "--":
@@ -86,12 +93,14 @@ class _Parser(argparse.ArgumentParser):
             i += 1
         return out
 
-    def print_help(self, file=None):
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         """Write the help to ``file`` (stdout); unlike argparse, a write error is not
         dropped, so that a closed pipe reaches ``main`` (exit 141)."""
         (file or sys.stdout).write(self.format_help())
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+            self, args: Sequence[str] | None = None,
+            namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         """``ArgumentParser.parse_known_args`` of ``args`` (default ``sys.argv[1:]``) after
         :meth:`join_negative_values`."""
         args = sys.argv[1:] if args is None else list(args)
@@ -113,11 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for mod in _command_modules():
         mod.register(sub)
-    parser.commands = dict(sub.choices)
+    # add_subparsers makes each subcommand's parser of the parent's class (_Parser)
+    parser.commands = cast("dict[str, _Parser]", dict(sub.choices))
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dptree-opt``; returns the exit status (see ``dptree-opt --help``:
     2 for bad input, 141 when standard output was closed early)."""
     try:

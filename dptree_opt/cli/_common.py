@@ -7,14 +7,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TypeAlias, TypedDict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from .. import strategies
 from ..compare import parse_shape
-from ..files import path_lookup_errors, check_output_path
+from ..files import StrPath, path_lookup_errors, check_output_path
 from ..privacy import infer_noise
+
+# the object ``add_subparsers`` returns: each subcommand's ``register(sub)`` adds its parser
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+
+class Budget(TypedDict, total=False):
+    """The budget keyword of the public API: ``epsilon`` (Laplace) or ``rho`` (Gaussian)."""
+
+    epsilon: float
+    rho: float
+
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a command stopped by it
@@ -23,7 +37,7 @@ STRATEGY_HELP = ("histogram | prefix | binary | tree:K (one branching factor, e.
                  "tree:K1,K2,... (per-level branching factors, root first, e.g. tree:4,8,32)")
 
 
-def parse_strategy(spec: str, n_bins: int):
+def parse_strategy(spec: str, n_bins: int) -> tuple[strategies.Strategy, int, str | None]:
     """(strategy, padded bin count, note) for a --strategy spec.
 
     A tree:k whose k is not an integer root of n is padded to the next power of k (the
@@ -57,7 +71,7 @@ def parse_strategy(spec: str, n_bins: int):
     return strategies.tree(padded, ks), padded, note
 
 
-def budget_kwargs(args) -> dict:
+def budget_kwargs(args: argparse.Namespace) -> Budget:
     """{"epsilon": ...} or {"rho": ...} from --epsilon/--rho, checked against --noise (which
     defaults to gaussian when only --rho is given; ``args.noise`` is set to the noise used)."""
     args.noise = infer_noise(args.noise, args.epsilon, args.rho)
@@ -83,8 +97,9 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
                         help="under add_remove, declare N public (N is then not protected)")
 
 
-def output_file(path, *, flag: str, force: bool = False, suffixes: tuple = (),
-                inputs: tuple = ()) -> Path:
+def output_file(path: StrPath, *, flag: str, force: bool = False,
+                suffixes: tuple[str, ...] = (),
+                inputs: Sequence[StrPath | None] = ()) -> Path:
     """The checked path of one file a subcommand will write, checked before any work:
     ``files.check_output_path`` (a directory, a missing or unwritable parent, one of the
     ``inputs``, a path the system cannot look up, something that is not a regular file, an
@@ -94,7 +109,7 @@ def output_file(path, *, flag: str, force: bool = False, suffixes: tuple = (),
     return check_output_path(path, inputs=inputs, force=force, flag=flag, suffixes=suffixes)
 
 
-def output_dir(path, *, flag: str, files, force: bool = False) -> Path:
+def output_dir(path: StrPath, *, flag: str, files: Iterable[str], force: bool = False) -> Path:
     """Check, then create, the directory a subcommand writes the files named ``files`` into;
     run it before any work. Returns the directory's Path.
 
@@ -110,7 +125,7 @@ def output_dir(path, *, flag: str, files, force: bool = False) -> Path:
         return _output_dir(Path(os.fspath(path)), flag, files, force)
 
 
-def _output_dir(out: Path, flag: str, files, force: bool) -> Path:
+def _output_dir(out: Path, flag: str, files: Iterable[str], force: bool) -> Path:
     if not os.path.lexists(out):
         parent = out.parent   # "." for a bare directory name
         if not parent.is_dir():
@@ -164,7 +179,7 @@ def stdout_closed() -> int:
     return EXIT_BROKEN_PIPE
 
 
-def bins_arg(text: str):
+def bins_arg(text: str) -> int | tuple[int, ...]:
     """argparse type of --bins: an integer K (1-D) or a grid shape AxB[xC..] (d-D)."""
     if "x" in text.lower():
         try:

@@ -50,6 +50,8 @@ def load_script(name: str, stem: str) -> ModuleType:
     if folder not in sys.path:  # the scripts import their folder's shared helper module
         sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(f"_dptree_{name}_{stem}", path)
+    if spec is None or spec.loader is None:  # not for a .py file: cannot happen here
+        raise ValueError(f"{path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, "run", None)):

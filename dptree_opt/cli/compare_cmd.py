@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -13,15 +14,15 @@ from .. import compare as cmp
 from ..compare import format_number
 from ..compare.stream import MAX_STREAM_HORIZON
 from ..plotting import save_figure
-from ._common import (FIGURE_SUFFIXES, add_budget_arguments, bins_arg, budget_kwargs,
-                      output_file)
+from ._common import (FIGURE_SUFFIXES, Subparsers, add_budget_arguments, bins_arg,
+                      budget_kwargs, output_file)
 
 ORDER = 40  # position in `dptree-opt --help`
 
 _NAMES = {"cdf": "CDF", "identity": "identity", "all_range": "all-range"}
 
 
-def _parse_workloads(text: str) -> tuple:
+def _parse_workloads(text: str) -> tuple[str, ...]:
     names = tuple(w.strip().replace("-", "_") for w in text.split(",") if w.strip())
     if not names:
         raise ValueError("--workloads: give at least one of cdf, identity, all_range")
@@ -32,7 +33,7 @@ def _parse_workloads(text: str) -> tuple:
     return names
 
 
-def _print_table(res) -> None:
+def _print_table(res: cmp.Comparison) -> None:
     s = res.setting
     unit = "eps" if s.noise == "laplace" else "rho"
     total = ("N public (invariant under swap)" if s.neighbours == "swap" else
@@ -105,7 +106,7 @@ def plot_path(arg: str, n_bins: int, force: bool = False) -> Path:
     return output_file(path, flag="--plot", force=force, suffixes=FIGURE_SUFFIXES)
 
 
-def _plot(res, path: Path, force: bool = False) -> None:
+def _plot(res: cmp.Comparison, path: Path, force: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,8 +119,8 @@ def _plot(res, path: Path, force: bool = False) -> None:
     s = res.setting
     unit = "eps" if s.noise == "laplace" else "rho"
     for ax, wl in zip(axes[0], res.workloads):
-        pts = [(r.label, r.estimator, r.errors[wl].mean) for r in rows
-               if r.errors[wl].mean is not None]
+        pts = [(r.label, r.estimator, mean) for r in rows
+               if (mean := r.errors[wl].mean) is not None]
         pts.sort(key=lambda p: p[2])
         labels = [f"{lab} [{est}]" for lab, est, _ in pts]
         vals = [v for _, _, v in pts]
@@ -150,7 +151,7 @@ def _plot(res, path: Path, force: bool = False) -> None:
         plt.close(fig)
 
 
-def _run_grid(args) -> int:
+def _run_grid(args: argparse.Namespace) -> int:
     """The 2-D / d-D mode (--bins AxB): dptree_opt.compare.compare_grid."""
     if args.plot is not None:
         raise ValueError("--plot draws the 1-D comparison only")
@@ -171,7 +172,7 @@ def _run_grid(args) -> int:
     return 0
 
 
-def _run_stream(args) -> int:
+def _run_stream(args: argparse.Namespace) -> int:
     """The streaming mode (--stream --horizon T): dptree_opt.compare.compare_stream."""
     for flag, value in (("--bins", args.bins), ("--plot", args.plot), ("--n", args.records),
                         ("--workloads", args.workloads)):
@@ -201,7 +202,7 @@ def _run_stream(args) -> int:
     return 0
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print (or --json) the comparison table; --plot draws it."""
     if args.time_limit <= 0 or args.time_limit != args.time_limit:
         raise ValueError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
@@ -249,7 +250,7 @@ def run(args) -> int:
     return code
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `compare` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "compare", help="exact mean/max per-query error of every mechanism on the CDF, "

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from ..engines import ESTIMATORS, MAX_LISTED_QUERIES, TASKS, capability_table
+from ._common import Subparsers
 
 ORDER = 15  # position in `dptree-opt --help`
 
@@ -13,14 +15,14 @@ _TASK_TEXT = {"estimate": "estimate from y", "error": "exact error (total)",
               "max": "largest error per query"}
 
 
-def table_rows(task: str | None = None, estimator: str | None = None) -> list[dict]:
+def table_rows(task: str | None = None, estimator: str | None = None) -> list[dict[str, str]]:
     """The registry's capability rows, filtered by task and estimator."""
     return [r for r in capability_table()
             if (task is None or r["task"] == task)
             and (estimator is None or r["estimator"] == estimator)]
 
 
-def render_markdown(rows: list[dict]) -> str:
+def render_markdown(rows: list[dict[str, str]]) -> str:
     """The rows as a Markdown table (one section per engine, in registry order)."""
     out = ["# Engines: which structure serves which task",
            "",
@@ -44,7 +46,7 @@ def render_markdown(rows: list[dict]) -> str:
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
 
-def render_text(rows: list[dict]) -> str:
+def render_text(rows: list[dict[str, str]]) -> str:
     """The rows as an aligned plain-text table."""
     cols = ("engine", "task", "estimator", "workloads", "cost")
     cells = [[r[c] if c != "task" else _TASK_TEXT[r[c]] for c in cols] for r in rows]
@@ -57,7 +59,7 @@ def render_text(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print the capability table."""
     rows = table_rows(args.task, args.estimator)
     if args.format == "json":
@@ -69,7 +71,7 @@ def run(args) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `engines` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "engines", help="which engine computes what (the capability table)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 
@@ -9,12 +10,14 @@ import numpy as np
 
 from .. import Mechanism, expected_error, workloads
 from ..limits import ERROR_BYTES_PER_BIN, TINY, check_memory, out_of_range
-from ._common import STRATEGY_HELP, add_budget_arguments, budget_kwargs, parse_strategy
+from ..workloads import Workload
+from ._common import (STRATEGY_HELP, Subparsers, add_budget_arguments, budget_kwargs,
+                      parse_strategy)
 
 ORDER = 10  # position in `dptree-opt --help`
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print the mechanism, then the covering / refined / BLUE error table."""
     if args.bins < 1:
         raise ValueError(f"--bins must be >= 1, got {args.bins}")
@@ -51,7 +54,9 @@ def run(args) -> int:
     return 0
 
 
-def _estimate(cdf, mech, est: str, args):
+def _estimate(cdf: Workload, mech: Mechanism, est: str, args: argparse.Namespace
+              ) -> tuple[str, tuple[float, float, float, float | None] | None, str | None,
+                         float]:
     """(estimator, (total, mean, max, total / N^2) or None, why not, seconds) for the first
     --bins prefixes; ValueError when a printed number would leave the normal doubles."""
     t0 = time.perf_counter()
@@ -74,7 +79,7 @@ def _estimate(cdf, mech, est: str, args):
     return est, (total, total / var.size, mx, per_n2), None, dt
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `error` subcommand to the subparsers ``sub``."""
     err = sub.add_parser(
         "error", help="exact CDF error of one mechanism under the covering, refined and BLUE "

@@ -15,10 +15,9 @@ import argparse
 import json
 import time
 from types import ModuleType
-from typing import Any
 
 from ..validation import check_int, check_real
-from ._common import output_dir
+from ._common import Subparsers, output_dir
 from ._scripts import list_scripts, load_script, script_outputs
 
 ORDER = 50  # position in `dptree-opt --help`
@@ -138,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `experiment` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "experiment", help="run one scripted study of experiments/ (table + plot)",

@@ -16,16 +16,18 @@ Exit status: 0 when every item ran and every check passed, 1 otherwise (the tabl
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from .._progress import Progress
 from ..files import write_text_atomic
-from ._common import output_dir
+from ._common import Subparsers, output_dir
 from ._scripts import list_scripts, load_script, script_dir, script_outputs
 
 ORDER = 30  # position in `dptree-opt --help`
@@ -62,7 +64,8 @@ def _note(stem: str) -> str:
     return f"note: {EXPERIMENTS}/{stem}.py not found; skipped"
 
 
-def _select(items, only, missing_exp) -> list[tuple[str, str]]:
+def _select(items: list[tuple[str, str]], only: list[str] | None,
+            missing_exp: list[str]) -> list[tuple[str, str]]:
     if not only:
         return items
     known = {stem: (folder, stem) for folder, stem in items}
@@ -81,18 +84,19 @@ def _select(items, only, missing_exp) -> list[tuple[str, str]]:
     return chosen
 
 
-def _deviation(check: dict) -> float | None:
+def _deviation(check: dict[str, object]) -> float | None:
     dev = check.get("deviation")
     if isinstance(dev, (int, float)) and not isinstance(dev, bool) and math.isfinite(dev):
         return float(dev)
     r, e = check.get("reproduced"), check.get("expected")
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, e))
-    if numeric and math.isfinite(r) and math.isfinite(e):
+    if (isinstance(r, (int, float)) and not isinstance(r, bool) and isinstance(e, (int, float))
+            and not isinstance(e, bool) and math.isfinite(r) and math.isfinite(e)):
         return abs(r - e) / abs(e) if e != 0 else abs(r)
     return None
 
 
-def _row(stem: str, result: dict | None, seconds: float, error: str | None) -> dict:
+def _row(stem: str, result: dict[str, Any] | None, seconds: float,
+         error: str | None) -> dict[str, Any]:
     if result is None:
         return {"item": stem, "file": "-", "passed": 0, "total": 0, "worst": None,
                 "seconds": seconds, "error": error, "failed_checks": []}
@@ -104,8 +108,8 @@ def _row(stem: str, result: dict | None, seconds: float, error: str | None) -> d
             "failed_checks": [c.get("what", "?") for c in checks if not c.get("ok")]}
 
 
-def _print_table(rows, total_seconds: float, out_dir: Path) -> None:
-    def fmt_dev(d):
+def _print_table(rows: list[dict[str, Any]], total_seconds: float, out_dir: Path) -> None:
+    def fmt_dev(d: float | None) -> str:
         return "-" if d is None else f"{d:.2e}"
 
     file_w = max([len("file")] + [len(r["file"]) for r in rows])
@@ -131,7 +135,7 @@ def _print_table(rows, total_seconds: float, out_dir: Path) -> None:
             print(f"  {r['item']}: check failed: {what}")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the selected scripts, print the summary table; see the module docstring."""
     items, missing = _items()
     if args.list:
@@ -184,7 +188,7 @@ def run(args) -> int:
     return 1 if bad else 0
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `figures` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "figures", help="regenerate the paper figures ([HON], [RTS], [SU]) with their checks",

@@ -4,6 +4,7 @@ the best mechanism of every family (optimize.best_mechanism)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import time
@@ -11,7 +12,7 @@ from dataclasses import replace
 
 from .. import optimize, workloads
 from ..limits import MAX_SEARCH_BINS, check_count
-from ._common import add_budget_arguments, bins_arg, budget_kwargs
+from ._common import Budget, Subparsers, add_budget_arguments, bins_arg, budget_kwargs
 
 ORDER = 20  # position in `dptree-opt --help`
 
@@ -20,7 +21,7 @@ def _n_queries(workload: str, n_bins: int) -> int:
     return n_bins * (n_bins + 1) // 2 if workload == "all_range" else n_bins
 
 
-def _design_dict(design, workload: str = "prefix") -> dict:
+def _design_dict(design: optimize.TreeDesign, workload: str = "prefix") -> dict[str, object]:
     return {"branching": list(design.branching), "padded_bins": design.padded_bins,
             "height": design.height, "budgets": list(design.budgets), "error": design.error,
             "mean_error_per_query": design.error / _n_queries(workload, design.n_bins),
@@ -29,7 +30,7 @@ def _design_dict(design, workload: str = "prefix") -> dict:
             "normalised_error": design.normalised_error, "method": design.method}
 
 
-def _run_grid(args, budget) -> int:
+def _run_grid(args: argparse.Namespace, budget: Budget) -> int:
     """--bins AxB: the ranked Kronecker trees / quadtrees of optimize.best_grid_hierarchy."""
     if args.budgets == "node" or args.estimator != "blue":
         raise ValueError("a grid (--bins AxB) is optimised for the BLUE with --budgets equal "
@@ -45,7 +46,7 @@ def _run_grid(args, budget) -> int:
         family=family, allow_padding=not args.no_padding, top=args.top)
     seconds = time.perf_counter() - t0
 
-    def as_dict(d):
+    def as_dict(d: optimize.GridDesign) -> dict[str, object]:
         return {"family": d.family, "branching": [list(c) for c in d.branching],
                 "padded_shape": list(d.padded_shape), "budgets": list(d.budgets),
                 "error": d.error, "mean_error_per_query": d.mean,
@@ -75,7 +76,7 @@ def _run_grid(args, budget) -> int:
     return 0
 
 
-def _run_auto(args, budget) -> int:
+def _run_auto(args: argparse.Namespace, budget: Budget) -> int:
     """--family auto: optimize.best_mechanism over every family, the Design printed (ranked
     alternatives and skipped families) or --json."""
     if args.public_total:
@@ -103,7 +104,7 @@ def _run_auto(args, budget) -> int:
     return 0
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print (or --json) the best level-uniform tree and its ranked runners-up."""
     budget = budget_kwargs(args)
     if args.family == "auto":
@@ -173,7 +174,7 @@ def run(args) -> int:
     return 0
 
 
-def _run_node(args, budget) -> int:
+def _run_node(args: argparse.Namespace, budget: Budget) -> int:
     """--budgets node: a budget per node (optimize.optimal_node_budgets) on the best unpadded
     tree with optimal per-level budgets and on its finest refinement; the better one."""
     if args.workload != "prefix" or args.estimator != "blue":
@@ -189,8 +190,8 @@ def _run_node(args, budget) -> int:
         args.bins, **budget, estimator="blue", noise=args.noise, neighbours=args.neighbours,
         public_total=True if args.public_total else None, allow_padding=False,
         budgets="optimal", top=0)
-    shapes = {tuple(level.branching), optimize.finest_refinement(level.branching)}
-    shapes = [ks for ks in shapes if all(k >= 2 for k in ks)]
+    unique = {tuple(level.branching), optimize.finest_refinement(level.branching)}
+    shapes = [ks for ks in unique if all(k >= 2 for k in ks)]
     if not shapes:
         raise ValueError("--budgets node needs a tree of height >= 1 (K >= 2)")
     results = [optimize.optimal_node_budgets(ks, **budget, noise=args.noise,
@@ -222,7 +223,7 @@ def _run_node(args, budget) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `optimize` subcommand to the subparsers ``sub``."""
     opt = sub.add_parser(
         "optimize", help="the best level-uniform tree (branching, budgets) for K bins",

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..data_release import GridRelease, Release, load_release
+from ..data_release import BoxCount, GridRelease, Release, load_release
+from ._common import Subparsers
 
 ORDER = 25  # position in `dptree-opt --help`: after release
 # values that are numbers or comma lists of numbers, negatives included ("-1.5,-2")
@@ -38,7 +39,7 @@ def _num(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _answer(kind: str, query: dict, box: Any) -> dict:
+def _answer(kind: str, query: dict[str, Any], box: BoxCount) -> dict[str, Any]:
     return {"query": kind, **query, "estimate": _num(box.estimate),
             "standard_error": _num(box.standard_error), "consistent": _num(box.consistent)}
 
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `query` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "query", help="answer ranges, boxes, CDF values and quantiles from a saved release",

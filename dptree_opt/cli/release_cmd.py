@@ -5,19 +5,29 @@ pyarrow block reader, or counted inside a data engine (``--engine duckdb|dask|sp
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import optimize, workloads
-from ..data_release import DEFAULT_QUANTILES, default_cdf_error, release_file
+from ..data_release import (DEFAULT_QUANTILES, GridRelease, Release, default_cdf_error,
+                            release_file)
 from ..data_release.binning import BinSpec
 from ..data_release.checks import budget_choice
 from ..data_release.core import release
 from ..data_release.grid import default_grid_error
 from ..data_release.sources import source_named, source_names
+from ..files import StrPath
+from ..optimize import Design
 from ..plotting import save_figure
-from ._common import FIGURE_SUFFIXES, output_file, stdout_closed
+from ._common import FIGURE_SUFFIXES, Subparsers, output_file, stdout_closed
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ORDER = 60  # position in `dptree-opt --help`
 _DEFAULT_QUANTILES = ",".join(f"{q:g}" for q in DEFAULT_QUANTILES)
@@ -33,7 +43,7 @@ def _items(text: str, flag: str, sep: str = ",") -> list[str]:
     return items
 
 
-def _floats(text: str, flag: str) -> tuple:
+def _floats(text: str, flag: str) -> tuple[float, ...]:
     items = _items(text, flag)
     try:
         return tuple(float(v) for v in items)
@@ -41,7 +51,7 @@ def _floats(text: str, flag: str) -> tuple:
         raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
 
-def _tree(text: str, grid: bool = False):
+def _tree(text: str, grid: bool = False) -> str | list[int] | list[list[int]]:
     if text.strip().lower() == "optimal":
         return "optimal"
     axes = [_items(axis, "--tree") for axis in (_items(text, "--tree", ";") if grid else [text])]
@@ -54,7 +64,7 @@ def _tree(text: str, grid: bool = False):
     return lists if grid else lists[0]
 
 
-def _ints(text: str, flag: str) -> tuple:
+def _ints(text: str, flag: str) -> tuple[int, ...]:
     items = _items(text.lower().replace("x", ","), flag)
     try:
         return tuple(int(v) for v in items)
@@ -63,7 +73,7 @@ def _ints(text: str, flag: str) -> tuple:
                          f"got {text!r}") from None
 
 
-def _check_design_flags(args) -> None:
+def _check_design_flags(args: argparse.Namespace) -> None:
     """--design auto chooses the strategy: --tree and --budgets must be left out, and
     --design-time-limit is a positive number of seconds (checked before any work)."""
     if args.design is None:
@@ -79,7 +89,8 @@ def _check_design_flags(args) -> None:
         raise ValueError("give exactly one of --epsilon or --rho")
 
 
-def _auto_design(args, bins, workload: str | None = None):
+def _auto_design(args: argparse.Namespace, bins: int | Sequence[int],
+                 workload: str | None = None) -> tuple[Design, list[str]]:
     """--design auto: ``optimize.best_mechanism(..., releasable=True)`` for the CDF of the
     bins (a grid: ``--workload``, all boxes by default), and the lines saying which family
     won and its exact mean error next to the default release's (the same workload and
@@ -87,7 +98,9 @@ def _auto_design(args, bins, workload: str | None = None):
     budget = {"epsilon": args.epsilon} if args.epsilon is not None else {"rho": args.rho}
     limit = 60.0 if args.design_time_limit is None else float(args.design_time_limit)
     t0 = time.perf_counter()
-    if workload is None:
+    # 1-D: K bins (the CDF; workload None); a grid: its shape and workload (all boxes by default)
+    workload = workload or "all_range"
+    if isinstance(bins, int):
         w, what = workloads.prefix(bins), "CDF error per prefix"
     else:
         shape = tuple(bins)
@@ -95,7 +108,7 @@ def _auto_design(args, bins, workload: str | None = None):
         what = "d-D CDF error per prefix" if workload == "prefix" else "error per box"
     d = optimize.best_mechanism(w, neighbours=args.neighbours, releasable=True,
                                 time_limit=limit, **budget)
-    if workload is None:
+    if isinstance(bins, int):
         default = default_cdf_error(bins, neighbours=args.neighbours, discrete=False, **budget)
         default_what = "the default release (the optimal level-uniform tree)"
     else:
@@ -110,7 +123,8 @@ def _auto_design(args, bins, workload: str | None = None):
     return d, lines
 
 
-def _engine_table(args, columns, lower, upper, bins):
+def _engine_table(args: argparse.Namespace, columns: Sequence[str], lower: Sequence[float],
+                  upper: Sequence[float], bins: Sequence[int]) -> Any:
     """--engine: the engine's object reading FILE (a path or glob) through its adapter's
     ``open_files``; the flags and the bins are checked first (opening may start an engine)."""
     if args.counts is not None or args.file is None:
@@ -131,7 +145,7 @@ def _engine_table(args, columns, lower, upper, bins):
                          "(pip install 'dptree-opt[engines]')") from None
 
 
-def _grid_run(args, out) -> int:
+def _grid_run(args: argparse.Namespace, out: Path | None) -> int:
     """The grid release of ``--columns``: summary, JSON (``--out``), heat map (``--plot``)."""
     columns = _items(args.columns, "--columns")
     if args.counts is not None or args.column:
@@ -150,7 +164,7 @@ def _grid_run(args, out) -> int:
     _check_design_flags(args)
     table = _engine_table(args, columns, lower, upper, bins) if args.engine else None
     design, lines = (None, []) if args.design is None else _auto_design(
-        args, bins, args.workload or "all_range")
+        args, bins, args.workload)
     kw = dict(lower=lower, upper=upper, bins=bins, epsilon=args.epsilon, rho=args.rho,
               tree=_tree(args.tree, grid=True), neighbours=args.neighbours,
               out_of_range=args.out_of_range,
@@ -166,12 +180,13 @@ def _grid_run(args, out) -> int:
     return _finish(args, out, result, "\n".join([header] + lines))
 
 
-def _by(args) -> str:
+def _by(args: argparse.Namespace) -> str:
     """The header's note on the engine that counted the data (--engine)."""
     return f" (counted by {args.engine})" if args.engine else ""
 
 
-def _finish(args, out, result, header: str) -> int:
+def _finish(args: argparse.Namespace, out: Path | None, result: Release | GridRelease,
+            header: str) -> int:
     """Write the JSON (``--out``) and the plot FIRST, then print the header and summary, then
     the notes; the exit status. The release is made (the budget is spent): nothing here may
     lose it, so the files are written before anything goes to standard output (which may be
@@ -234,13 +249,14 @@ def _failure(exc: BaseException, with_type: bool) -> str:
     return f"{type(exc).__name__}: {exc}" if with_type else str(exc)
 
 
-def _plot(result, path, force: bool) -> None:
+def _plot(result: Release | GridRelease, path: StrPath, force: bool) -> None:
     """Draw the release (CDF or heat map) into ``path`` (png, pdf or svg), atomically."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ax = result.plot()
-    fig = (ax[0] if isinstance(ax, list) else ax).figure
+    # the plot's axes are made by plt.subplots: their figure is a Figure, not a SubFigure
+    fig = cast("Figure", (ax[0] if isinstance(ax, list) else ax).figure)
     try:
         fig.tight_layout()
         save_figure(fig, path, force=force, dpi=110)
@@ -248,7 +264,7 @@ def _plot(result, path, force: bool) -> None:
         plt.close(fig)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Check --out, read, bin, release; print the summary and write the JSON (``--out``).
 
     The output path is validated before any data is read (and so before the noise); if
@@ -295,7 +311,7 @@ def run(args) -> int:
     return _finish(args, out, result, "\n".join([f"private release of {source}"] + lines))
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `release` subcommand to the subparsers ``sub``."""
     p = sub.add_parser(
         "release", help="release a private CDF and quantiles of a data column (secure noise)",

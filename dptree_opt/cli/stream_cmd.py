@@ -58,7 +58,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +75,7 @@ from ..stream.ahead import MAX_AHEAD_HORIZON
 from ..stream.counter import MAX_HORIZON
 from ..stream.factorization import MAX_SQRT_HORIZON
 from ..stream.tree import MAX_BRANCHING
-from ._common import EXIT_BROKEN_PIPE, FIGURE_SUFFIXES, output_file
+from ._common import EXIT_BROKEN_PIPE, FIGURE_SUFFIXES, Subparsers, output_file
 from .stream_input import read_counts_file, stdin_counts
 from .stream_process import Interrupted, StdoutLines, StopSignals, to_stderr
 from .stream_release import PUBLIC, StreamRelease, WriteFailed
@@ -92,7 +94,7 @@ _HORIZON_LIMITS = {
 }
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `stream` subcommand to the subparsers ``sub``."""
     doc = __doc__.split("\n\n", 1)[1].strip().replace("``", "")
     p = sub.add_parser(
@@ -143,7 +145,7 @@ def register(sub) -> None:
 
 
 # ------------------------------------------------------------------ checks before the noise
-def _check_flags(args) -> None:
+def _check_flags(args: argparse.Namespace) -> None:
     """The command's own flag combinations, checked first (before any file is looked at or
     the counter is built), so that a refusal names flags, not the library's parameters."""
     if (args.epsilon is None) == (args.rho is None):
@@ -171,7 +173,7 @@ def _check_flags(args) -> None:
                          "FILE.json or --plot FILE.png, or drop --quiet")
 
 
-def _check_branching(mech: str, k) -> None:
+def _check_branching(mech: str, k: int | None) -> None:
     """--branching for --mechanism ``mech`` (None: not given)."""
     if mech == "binary":
         if k not in (None, 2):
@@ -192,10 +194,11 @@ def _check_branching(mech: str, k) -> None:
                          f"negative_digits, tree_blue); --mechanism {mech} takes none")
 
 
-def _outputs(args):
+def _outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
     """(out, plot) checked paths (or None), before anything is read."""
     inputs = tuple(p for p in (args.file, args.counts) if p not in (None, "-"))
-    out = plot = None
+    out: Path | None = None
+    plot: Path | None = None
     if args.out is not None:
         out = output_file(args.out, flag="--out", force=args.force, suffixes=(".json",),
                           inputs=inputs)
@@ -211,7 +214,7 @@ def _outputs(args):
     return out, plot
 
 
-def _horizon(args, keeps: bool):
+def _horizon(args: argparse.Namespace, keeps: bool) -> int | None:
     """The declared horizon (None: none given), checked."""
     if args.horizon is None:
         return None
@@ -238,11 +241,12 @@ class _Plan:
     ``interactive`` (standard input: each step is printed as it is released)."""
     source: str
     horizon: int | None
-    counts: Callable
+    counts: Callable[[Callable[[Callable[[float], bool]], object]],
+                     Iterable[tuple[int, int]]]
     interactive: bool = False
 
 
-def _plan(args, keeps: bool) -> _Plan:
+def _plan(args: argparse.Namespace, keeps: bool) -> _Plan:
     """Check the arguments and read a counts file / data column in full (before the noise)."""
     horizon = _horizon(args, keeps)
     if args.counts is not None:
@@ -297,7 +301,7 @@ class _ReaderGone(Exception):
     """Standard output was closed and nothing else keeps the release."""
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Check everything, build the counter (every OpenDP measurement checked), write the
     JSON's first version, then release step by step (module docstring)."""
     _check_flags(args)
@@ -331,7 +335,8 @@ def run(args) -> int:
     return _stream(plan, counter, release, lines, plot, args.force)
 
 
-def _stream(plan, counter, release, lines, plot, force) -> int:
+def _stream(plan: _Plan, counter: Counter, release: StreamRelease, lines: StdoutLines,
+            plot: Path | None, force: bool) -> int:
     """Release every step, then write and report; any stop keeps what was released."""
     stop, code, unexpected = None, 0, None
     with StopSignals() as signals:
@@ -360,7 +365,8 @@ def _stream(plan, counter, release, lines, plot, force) -> int:
     return code
 
 
-def _release_steps(plan, counter, release, lines, signals) -> None:
+def _release_steps(plan: _Plan, counter: Counter, release: StreamRelease, lines: StdoutLines,
+                   signals: StopSignals) -> None:
     """The stream loop: each step is released, recorded and printed whole (signals held)."""
     horizon = plan.horizon
     if lines.broken and not release.keeps:
@@ -386,7 +392,8 @@ def _release_steps(plan, counter, release, lines, signals) -> None:
         raise ValueError(f"{plan.source}: no counts (empty input)")
 
 
-def _finish(release, lines, plot, force, stop, code) -> int:
+def _finish(release: StreamRelease, lines: StdoutLines, plot: Path | None, force: bool,
+            stop: str | None, code: int) -> int:
     """Write the final JSON and the plot, print the status; the exit status."""
     release.status = "complete" if stop is None else "incomplete"
     release.stopped = stop
@@ -427,7 +434,7 @@ def _finish(release, lines, plot, force, stop, code) -> int:
     return code
 
 
-def _account_lines(account: dict) -> list[str]:
+def _account_lines(account: dict[str, Any]) -> list[str]:
     """The privacy account as short ``key: value`` lines (lists one entry per line)."""
     lines = []
     for key, value in account.items():
@@ -439,7 +446,7 @@ def _account_lines(account: dict) -> list[str]:
     return lines
 
 
-def _plot(path, release, force) -> None:
+def _plot(path: Path, release: StreamRelease, force: bool) -> None:
     """The released running counts with +-2 SE, written atomically."""
     import matplotlib
     matplotlib.use("Agg")

@@ -18,8 +18,10 @@ import os
 import re
 import select
 import sys
+from collections.abc import Callable, Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 from ..data_release.io import MAX_COUNT_LINE, check_input_path, count_lines
 
@@ -27,7 +29,8 @@ READ_BYTES = 1 << 16   # bytes asked for by each read of a counts stream
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def byte_lines(read, source: str, wait=None):
+def byte_lines(read: Callable[[int], bytes], source: str,
+               wait: Callable[[], object] | None = None) -> Iterator[bytes]:
     """The lines (bytes, without line ends: LF, CRLF or CR) of a binary stream ``read(n)``;
     memory O(64 KiB + the longest line accepted): a longer line is cut to
     ``MAX_COUNT_LINE`` + 3 bytes (``count_lines`` refuses it). ``wait()`` (if given) is called
@@ -54,7 +57,7 @@ def byte_lines(read, source: str, wait=None):
             return
 
 
-def read_counts_file(path: str, cap: int, why: str) -> np.ndarray:
+def read_counts_file(path: str, cap: int, why: str) -> npt.NDArray[np.int64]:
     """The counts of a counts-stream file (int64, one per line), validated in full; more than
     ``cap`` counts is refused (``why`` says which limit) after reading at most cap + 1."""
     try:
@@ -79,7 +82,8 @@ def read_counts_file(path: str, cap: int, why: str) -> np.ndarray:
     return values
 
 
-def stdin_counts(wait):
+def stdin_counts(wait: Callable[[Callable[[float], bool]], object]
+                 ) -> Iterator[tuple[int, int]]:
     """(line, count) pairs of standard input, read as the lines arrive: from its file
     descriptor when it has one (``wait(readable)`` is then called before each read that may
     block, ``readable(timeout)`` saying whether input came within ``timeout`` seconds), else

@@ -9,8 +9,14 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Literal
 
 from ._common import stdout_closed
+
+if TYPE_CHECKING:
+    from signal import _HANDLER
 
 _STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
@@ -18,7 +24,7 @@ _STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 class Interrupted(BaseException):
     """A stop signal (SIGINT / SIGTERM / SIGHUP) stopped the stream."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
         self.name = signal.Signals(signum).name
@@ -31,10 +37,12 @@ class StopSignals:
     signal the caller ignores (``nohup``) stays ignored. Main thread only (elsewhere it does
     nothing); the previous handlers are restored on exit."""
 
-    def __init__(self):
-        self.pending, self._depth, self._saved = None, 0, {}
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self._depth = 0
+        self._saved: dict[int, _HANDLER] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for name in _STOP_SIGNALS:
                 sig = getattr(signal, name, None)
@@ -42,19 +50,19 @@ class StopSignals:
                     self._saved[sig] = signal.signal(sig, self._handle)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         for sig, old in self._saved.items():
             signal.signal(sig, old)
         return False
 
-    def _handle(self, signum, frame):
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._depth:
             self.pending = self.pending or signum
             return
         raise Interrupted(signum)
 
     @contextlib.contextmanager
-    def held(self):
+    def held(self) -> Iterator[None]:
         """A block no stop signal interrupts; one that came meanwhile is raised after it."""
         self._depth += 1
         try:
@@ -74,7 +82,7 @@ class StdoutLines:
     away (``| head``) they stop silently (``broken``) and fd 1 is pointed at /dev/null, so
     that nothing fails again when the interpreter exits."""
 
-    def __init__(self, quiet: bool, flush: bool):
+    def __init__(self, quiet: bool, flush: bool) -> None:
         self.quiet, self.flush, self.broken = quiet, flush, False
 
     def write(self, line: str) -> None:

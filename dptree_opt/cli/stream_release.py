@@ -15,8 +15,12 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import files
 
@@ -40,15 +44,16 @@ class StreamRelease:
     ``source``: a public description of the input; ``simulation``: numpy noise (``--seed``).
     """
 
-    def __init__(self, out, *, force: bool, capacity: int, account: dict, source: str,
-                 simulation: bool):
+    def __init__(self, out: Path | None, *, force: bool, capacity: int,
+                 account: dict[str, Any], source: str, simulation: bool) -> None:
         self.out, self.force, self.capacity = out, force, capacity
         self.account, self.source, self.simulation = account, source, simulation
         self.n, self.written = 0, -1
         size = min(capacity, 1024)   # doubled as needed, up to the capacity
         self.estimate, self.standard_error = np.empty(size), np.empty(size)
         self.last = (0.0, 0.0)
-        self.status, self.stopped = "running", None
+        self.status: str = "running"
+        self.stopped: str | None = None
         self._end, self._cost = clock(), 0.0
 
     @property
@@ -105,7 +110,7 @@ class StreamRelease:
         if due is not None and clock() >= due:
             self._write_or_stop()
 
-    def wait(self, readable) -> None:
+    def wait(self, readable: Callable[[float], bool]) -> None:
         """Before waiting for input: wait until the next write is due, then write, unless
         input is ready sooner (``readable(timeout)``); :class:`WriteFailed` if it fails."""
         due = self.due()
@@ -119,7 +124,7 @@ class StreamRelease:
             raise WriteFailed(exc) from None
 
 
-def _strict(value):
+def _strict(value: object) -> object:
     """``value`` (nested dicts / lists) with every non-finite float as a string ("inf"):
     strict JSON for an account that names an unmeasured level's infinite scale."""
     if isinstance(value, dict):
@@ -131,7 +136,7 @@ def _strict(value):
     return value
 
 
-def _json_array(xs: np.ndarray) -> str:
+def _json_array(xs: npt.NDArray[np.float64]) -> str:
     """A float array as a strict JSON array, non-finite values (an unidentified step) as
     null; encoded in blocks of 2^16 by the C encoder (bounded temporaries)."""
     blocks = (json.dumps(xs[i:i + (1 << 16)].tolist())[1:-1]

@@ -20,11 +20,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import bounds
 from ..limits import at_budget
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
-from ..workloads import KroneckerWorkload
+from ..workloads import KroneckerWorkload, Workload
+from .protocol import BudgetSetting
 
 __all__ = ["MAX_GRID_AXIS", "MAX_BOUND_CELLS", "lower_bounds", "grid_svd_bound",
            "grid_error_lower_bound", "bound_note"]
@@ -33,7 +35,8 @@ MAX_GRID_AXIS = 4096           # per-axis dense Grams / inverses (n_i^2 floats)
 MAX_BOUND_CELLS = 1 << 24      # public-total grid bound: one pass over the cells per node
 
 
-def _kron_eigen(w):
+def _kron_eigen(
+        w: KroneckerWorkload) -> list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
     """Per-axis (eigenvalues, squared coordinates of 1 / sqrt(n_i)) of G_i = W_i'W_i."""
     out = []
     for f in w.factors:
@@ -46,7 +49,8 @@ def _kron_eigen(w):
     return out
 
 
-def _projected_nuclear_kron(w, nodes_per_efold: float = 3.0, margin: float = 8.0) -> float:
+def _projected_nuclear_kron(w: KroneckerWorkload, nodes_per_efold: float = 3.0,
+                            margin: float = 8.0) -> float:
     """||W P|| _* (P = I - 11'/n) for a Kronecker workload of full column rank, by the
     resolvent quadrature (``bounds.projection_quadrature``) on the Kronecker eigen-data:
     tr(S^1/2) = sum_k mu_k^1/2 + (2 / pi) int_0^inf (t^2 B / A - 1) dt with
@@ -66,7 +70,7 @@ def _projected_nuclear_kron(w, nodes_per_efold: float = 3.0, margin: float = 8.0
     nuc = math.prod(float(np.sum(np.sqrt(m_i))) for m_i, _ in eig)
     g = float(c @ mu)                     # u'Gu
 
-    def ratio(t2):                        # t^2 B / A from the Kronecker eigen-data
+    def ratio(t2: float) -> float:                        # t^2 B / A from the Kronecker eigen-data
         inv = 1.0 / (mu + t2)
         return t2 * float(c @ (inv * inv)) / float(c @ inv)
 
@@ -74,7 +78,8 @@ def _projected_nuclear_kron(w, nodes_per_efold: float = 3.0, margin: float = 8.0
                                               nodes_per_efold, margin)
 
 
-def grid_svd_bound(workload, *, neighbours: str = "add_remove", public_total=None) -> float:
+def grid_svd_bound(workload: Workload, *, neighbours: str = "add_remove",
+                   public_total: bool | None = None) -> float:
     """The SVD lower bound (``bounds.svd_bound``: total squared error of every Gaussian matrix
     mechanism at sigma^2 = 1 per unit l2 sensitivity) for a Kronecker ``workload`` over a
     grid (module docstring). N private: prod_i ||W_i||_*^2 / n_i, the product of the 1-D
@@ -91,8 +96,9 @@ def grid_svd_bound(workload, *, neighbours: str = "add_remove", public_total=Non
     return nuc * nuc / n if neighbours == "add_remove" else 2.0 * nuc * nuc / (n - 1)
 
 
-def grid_error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
-                           neighbours: str = "add_remove", public_total=None) -> float:
+def grid_error_lower_bound(workload: Workload, *, noise: str, epsilon: float | None = None,
+                           rho: float | None = None, neighbours: str = "add_remove",
+                           public_total: bool | None = None) -> float:
     """:func:`grid_svd_bound` in counts^2 for a noise and budget (``bounds.error_lower_bound``'s
     conversion): Gaussian bound / (2 rho); Laplace 2 bound / eps^2 (valid but loose)."""
     noise = infer_noise(noise, epsilon, rho)
@@ -103,17 +109,18 @@ def grid_error_lower_bound(workload, *, noise: str, epsilon=None, rho=None,
                      "the error lower bound")
 
 
-def lower_bounds(setting) -> tuple[dict, list[str]]:
+def lower_bounds(setting: BudgetSetting) -> tuple[dict[str, float | None], list[str]]:
     """({workload: mean-per-query lower bound (counts^2) or None}, [why each None]) for a
     1-D or grid comparison setting."""
     grid = getattr(setting, "shape", None) is not None
-    out, notes = {}, []
+    out: dict[str, float | None] = {}
+    notes: list[str] = []
     for wl in setting.workloads:
         w = setting.workload(wl)
-        kw = dict(noise=setting.noise, neighbours=setting.neighbours,
-                  public_total=setting.public_total, **setting.budget_kwargs)
+        bound = grid_error_lower_bound if grid else bounds.error_lower_bound
         try:
-            total = grid_error_lower_bound(w, **kw) if grid else bounds.error_lower_bound(w, **kw)
+            total = bound(w, noise=setting.noise, neighbours=setting.neighbours,
+                          public_total=setting.public_total, **setting.budget_kwargs)
             out[wl] = float(total) / w.n_queries
         except ValueError as exc:
             out[wl] = None
@@ -121,7 +128,7 @@ def lower_bounds(setting) -> tuple[dict, list[str]]:
     return out, notes
 
 
-def bound_note(setting, missing: list[str]) -> str:
+def bound_note(setting: BudgetSetting, missing: list[str]) -> str:
     """One line saying what the ratio to the bound means in this setting."""
     kind = ("Gaussian: sigma^2 Delta^2 >= the SVD bound (Li & Miklau 2012), tight up to the "
             "optimum's gap" if setting.noise == "gaussian" else

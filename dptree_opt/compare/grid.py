@@ -45,6 +45,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from .. import anchors, optimize, strategies
 from ..engines.base import TooManyQueries
@@ -52,9 +56,12 @@ from ..engines.kronecker import MAX_TREE_MAX_QUERIES, grid_tree_summary
 from ..limits import COMPARE_BYTES_PER_CELL, MAX_COMPARE_CELLS, check_count, check_memory, rescaled
 from ..mechanism import Mechanism
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
+from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
+from ..workloads import KroneckerWorkload
 from .bounds import MAX_GRID_AXIS, bound_note, lower_bounds
-from .protocol import (BudgetSetting, Candidate, NotAvailable, RowRegistry, WorkloadError,
-                       format_number, register_front_door_rows, row_dict,
+from .protocol import (BudgetSetting, Candidate, CompareRow, NotAvailable, RowCache,
+                       RowRegistry, WorkloadError, format_number, register_front_door_rows,
+                       row_dict,
                        run_rows, sort_key)
 
 __all__ = ["GRID_WORKLOADS", "GRID_ROWS", "GridSetting", "GridComparison", "compare_grid",
@@ -70,7 +77,7 @@ _COLUMN = {"cdf": "the CDF", "all_range": "all boxes", "identity": "the cells"}
 
 
 # ------------------------------------------------------------------ setting
-def parse_shape(text) -> tuple[int, ...]:
+def parse_shape(text: str | Iterable[int]) -> tuple[int, ...]:
     """(n_1, .., n_d) from "256x256", "64X32", "8x8x8" or a sequence; every n_i >= 2."""
     if isinstance(text, str):
         parts = text.lower().replace("*", "x").split("x")
@@ -93,19 +100,28 @@ class GridSetting(BudgetSetting):
     for the uniform grid's grid-size rule; None if unknown) and the front door's
     ``time_limit`` per workload column (seconds)."""
 
-    shape: tuple
+    shape: tuple[int, ...]
     budget: float
     noise: str = "laplace"
     neighbours: str = "add_remove"
     public_total: bool | None = None
-    workloads: tuple = ("cdf", "all_range")
+    workloads: tuple[str, ...] = ("cdf", "all_range")
     records: int | None = None
     time_limit: float = 60.0
 
     @property
-    def domain(self) -> tuple:
+    def domain(self) -> tuple[int, ...]:
         """The grid shape."""
         return self.shape
+
+    def workload(self, name: str,
+                 domain: int | tuple[int, ...] | None = None) -> KroneckerWorkload:
+        """The Kronecker workload ``name`` ("cdf", "identity", "all_range") over the grid
+        (or ``domain``)."""
+        w = super().workload(name, domain)
+        if not isinstance(w, KroneckerWorkload):
+            raise ValueError(f"a grid workload needs >= 2 axes, got {domain!r}")
+        return w
 
     @property
     def cells(self) -> int:
@@ -123,13 +139,13 @@ class GridComparison:
     per query per workload), ``seconds`` per phase and notes."""
 
     setting: GridSetting
-    workloads: tuple
-    rows: tuple
-    bounds: dict
-    seconds: dict = field(default_factory=dict)
-    notes: tuple = ()
+    workloads: tuple[str, ...]
+    rows: tuple[CompareRow, ...]
+    bounds: dict[str, float | None]
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         s = self.setting
         return {"shape": list(s.shape), "cells": s.cells, "noise": s.noise,
@@ -144,28 +160,32 @@ GRID_ROWS = RowRegistry()
 
 
 # ------------------------------------------------------------------ tree shapes
-def _finest_trees(shape):
+def _finest_trees(shape: tuple[int, ...]) -> list[LevelUniformTree]:
     return [strategies.tree(n, list(optimize.finest_refinement((n,)))) for n in shape]
 
 
-def _quadtree_branching(shape) -> list[tuple[int, ...]]:
+def _quadtree_branching(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Per-axis prime factors (ascending), padded with 1 at the top to one height."""
     fs = [optimize.finest_refinement((n,)) for n in shape]
     h = max(len(f) for f in fs)
     return [(1,) * (h - len(f)) + tuple(f) for f in fs]
 
 
-def _tree_label(shape) -> str:
+def _tree_label(shape: tuple[int, ...]) -> str:
     fs = [optimize.finest_refinement((n,)) for n in shape]
     if all(set(f) == {2} for f in fs):
         return "binary x " * (len(shape) - 1) + "binary"
     return " x ".join("tree " + ",".join(map(str, f)) for f in fs)
 
 
-def _cached(cache: dict, key, make):
+_T = TypeVar("_T")
+
+
+def _cached(cache: RowCache, key: str, make: Callable[[], _T]) -> _T:
     if key not in cache:
         cache[key] = make()
-    return cache[key]
+    got: _T = cache[key]
+    return got
 
 
 def _candidate(s: GridSetting, mech: Mechanism, strategy: str, note: str = "") -> Candidate:
@@ -175,39 +195,43 @@ def _candidate(s: GridSetting, mech: Mechanism, strategy: str, note: str = "") -
 # ------------------------------------------------------------------ rows
 @GRID_ROWS.register("flat", "flat grid", "every cell measured once (strategies.histogram("
                     "shape)), BLUE (with N public: the constrained GLS)")
-def _flat(s: GridSetting, cache: dict) -> Candidate:
+def _flat(s: GridSetting, cache: RowCache) -> Candidate:
     return _candidate(s, s.mechanism(strategies.histogram(s.shape)),
                       "histogram " + "x".join(map(str, s.shape)))
 
 
-def _kron_trees(s: GridSetting, cache: dict):
+def _kron_trees(s: GridSetting, cache: RowCache) -> KroneckerStrategy:
     return _cached(cache, "kron_trees", lambda: strategies.kron(*_finest_trees(s.shape)))
 
 
-def _quadtree(s: GridSetting, cache: dict):
+def _quadtree(s: GridSetting, cache: RowCache) -> QuadtreeStrategy:
     return _cached(cache, "quadtree",
                    lambda: strategies.quadtree(s.shape, _quadtree_branching(s.shape)))
 
 
-def _optimal_budgets(s: GridSetting, strat, label: str) -> Candidate:
+def _optimal_budgets(s: GridSetting, strat: KroneckerStrategy | QuadtreeStrategy,
+                     label: str) -> Candidate:
     """``strat`` with budgets per level (tuple) from optimize.optimal_grid_budgets, per
     workload column."""
     if s.neighbours == "add_remove" and s.public:
         raise NotAvailable("optimal_grid_budgets has no public-total option under add/remove")
-    per = {}
+    per: dict[str, Candidate | str] = {}
+    cands: list[Candidate] = []
     for wl in s.workloads:
         res = optimize.optimal_grid_budgets(strat, s.workload(wl), noise=s.noise,
                                             neighbours=s.neighbours, **s.budget_kwargs)
-        per[wl] = _candidate(s, res.mechanism, label, f"{wl}: {res.evaluations} evaluations")
-    first = per[s.workloads[0]]
+        cand = _candidate(s, res.mechanism, label, f"{wl}: {res.evaluations} evaluations")
+        per[wl] = cand
+        cands.append(cand)
+    first = cands[0]
     return replace(first, note="budgets optimised per workload (" + "; ".join(
-        c.note for c in per.values()) + ")", per_workload=per)
+        c.note for c in cands) + ")", per_workload=per)
 
 
 @GRID_ROWS.register("kron_trees_equal", "Kronecker trees, equal budgets",
                     "product of the finest per-axis trees (binary for 2^k), the total split "
                     "equally over the noisy level tuples (one noise scale), BLUE")
-def _kron_equal(s: GridSetting, cache: dict) -> Candidate:
+def _kron_equal(s: GridSetting, cache: RowCache) -> Candidate:
     return _candidate(s, s.mechanism(_kron_trees(s, cache)), _tree_label(s.shape))
 
 
@@ -215,7 +239,7 @@ def _kron_equal(s: GridSetting, cache: dict) -> Candidate:
                     "the same product of the finest trees with budgets per level tuple from "
                     "optimize.optimal_grid_budgets for each workload, started from the equal "
                     "split (Laplace: a local optimum)")
-def _kron_optimal(s: GridSetting, cache: dict) -> Candidate:
+def _kron_optimal(s: GridSetting, cache: RowCache) -> Candidate:
     return _optimal_budgets(s, _kron_trees(s, cache), _tree_label(s.shape))
 
 
@@ -223,7 +247,7 @@ def _kron_optimal(s: GridSetting, cache: dict) -> Candidate:
                     "every node splits every axis (strategies.quadtree), all levels with one "
                     "noise scale (Cormode et al. ICDE 2012's quadtree with uniform budgets, as "
                     "ektelo intends), BLUE")
-def _quad_equal(s: GridSetting, cache: dict) -> Candidate:
+def _quad_equal(s: GridSetting, cache: RowCache) -> Candidate:
     strat = _quadtree(s, cache)
     return _candidate(s, s.mechanism(strat), f"quadtree h={strat.tree.height}")
 
@@ -231,12 +255,12 @@ def _quad_equal(s: GridSetting, cache: dict) -> Candidate:
 @GRID_ROWS.register("quadtree_optimal", "quadtree, optimal budgets",
                     "the quadtree with budgets per level from optimize.optimal_grid_budgets "
                     "per workload")
-def _quad_optimal(s: GridSetting, cache: dict) -> Candidate:
+def _quad_optimal(s: GridSetting, cache: RowCache) -> Candidate:
     strat = _quadtree(s, cache)
     return _optimal_budgets(s, strat, f"quadtree h={strat.tree.height}")
 
 
-def _front_door_families(s: GridSetting) -> tuple[tuple, dict]:
+def _front_door_families(s: GridSetting) -> tuple[tuple[str, ...], dict[str, str]]:
     """(the grid families asked of the front door, {family: why not asked}): HDMM's
     p-Identity only up to MAX_P_IDENTITY_AXIS cells per axis (dense, cubic per axis)."""
     if max(s.shape) > MAX_P_IDENTITY_AXIS:
@@ -270,7 +294,7 @@ register_front_door_rows(GRID_ROWS, _FAMILY_ROWS, _front_door_families, GRID_WOR
                     "ektelo HB plan on a 2-D domain (Hb2D): b from Qardaji-Yang-Li's 1-D rule "
                     "on n1*n2 cells, b x b splits to single cells, root not measured, one "
                     "Laplace scale; BLUE (= ektelo's least squares with equal noise)")
-def _hb2d(s: GridSetting, cache: dict) -> Candidate:
+def _hb2d(s: GridSetting, cache: RowCache) -> Candidate:
     if len(s.shape) != 2:
         raise NotAvailable("ektelo's HB is 1-D or 2-D")
     ks = anchors.ektelo_hb2d_branchings(s.shape)
@@ -285,7 +309,9 @@ def _hb2d(s: GridSetting, cache: dict) -> Candidate:
         "x".join(str(k[lv]) for k in ks) for lv in range(len(ks[0]))))
 
 
-def _permuted_tree_error(s: GridSetting, mech: Mechanism, orders, wl: str) -> WorkloadError:
+def _permuted_tree_error(s: GridSetting, mech: Mechanism,
+                         orders: Sequence[npt.NDArray[np.intp] | None],
+                         wl: str) -> WorkloadError:
     """Mean and max of the BLUE of a Kronecker tree / quadtree whose axes hold the cells in
     ``orders`` (``engines.kronecker.grid_tree_summary``), on the normalised mechanism,
     rescaled exactly."""
@@ -301,7 +327,7 @@ def _permuted_tree_error(s: GridSetting, mech: Mechanism, orders, wl: str) -> Wo
     if mx is None and not note:
         note = "max n/a (too many queries)"
 
-    def scale(x):
+    def scale(x: float | None) -> float | None:
         if x is None or c == 1.0:
             return x
         return rescaled(x, c, mech.noise, mech.requested_budget)
@@ -312,7 +338,7 @@ def _permuted_tree_error(s: GridSetting, mech: Mechanism, orders, wl: str) -> Wo
                     "ektelo QuadTree plan: selection.QuadTree on the flattened domain reshaped "
                     "to (N/2, 2) (nodes = row bands x column-parity classes, not squares), all "
                     "levels incl. the root, one Laplace scale; BLUE")
-def _ektelo_qt(s: GridSetting, cache: dict) -> Candidate:
+def _ektelo_qt(s: GridSetting, cache: RowCache) -> Candidate:
     if len(s.shape) != 2 or any(n & (n - 1) for n in s.shape):
         raise NotAvailable("emulated on 2-D grids with power-of-2 sides")
     strat, order = anchors.ektelo_quadtree_plan(s.shape)
@@ -327,7 +353,7 @@ def _ektelo_qt(s: GridSetting, cache: dict) -> Candidate:
                     "ektelo UGrid (Qardaji-Yang-Li ICDE 2013): cells of side ~ sqrt(n1 n2 c / "
                     "(N eps)), c = 10, measured once, spread uniformly; NOISE VARIANCE ONLY: "
                     "the data-dependent uniformity bias is omitted")
-def _ugrid(s: GridSetting, cache: dict) -> Candidate:
+def _ugrid(s: GridSetting, cache: RowCache) -> Candidate:
     if len(s.shape) != 2:
         raise NotAvailable("ektelo's UniformGrid is 2-D")
     if s.noise != "laplace":
@@ -349,7 +375,7 @@ def _ugrid(s: GridSetting, cache: dict) -> Candidate:
 
 
 # ------------------------------------------------------------------ the comparison
-def check_cells(dims, what: str | None = None) -> None:
+def check_cells(dims: Sequence[int], what: str | None = None) -> None:
     """ValueError when a grid comparison over ``dims`` would exceed MAX_COMPARE_CELLS cells
     or the memory available (about COMPARE_BYTES_PER_CELL per cell); ``what`` names the
     grid in the message (default "the grid AxB")."""
@@ -360,10 +386,12 @@ def check_cells(dims, what: str | None = None) -> None:
     check_memory(cells * COMPARE_BYTES_PER_CELL, f"comparing {what}", hint)
 
 
-def compare_grid(shape, epsilon: float | None = None, *, rho: float | None = None,
-                 noise: str | None = None, neighbours: str = "add_remove", public_total=None,
-                 workloads=("cdf", "all_range"), records: int | None = None,
-                 rows=None, time_limit: float = 60.0) -> GridComparison:
+def compare_grid(shape: str | Iterable[int], epsilon: float | None = None, *,
+                 rho: float | None = None, noise: str | None = None,
+                 neighbours: str = "add_remove", public_total: bool | None = None,
+                 workloads: Iterable[str] = ("cdf", "all_range"),
+                 records: int | None = None, rows: Iterable[str] | None = None,
+                 time_limit: float = 60.0) -> GridComparison:
     """Exact mean and max per-query error of every grid row (or the keys in ``rows``) for a
     grid ``shape`` ("256x256" or (n_1, .., n_d)), one budget, noise and neighbour model, on
     ``workloads`` (a subset of GRID_WORKLOADS), with ratios to the SVD bound (module
@@ -403,7 +431,7 @@ def compare_grid(shape, epsilon: float | None = None, *, rho: float | None = Non
     bnds, missing = lower_bounds(setting)
     seconds = {"bounds": time.perf_counter() - t0}
     notes = [bound_note(setting, missing)]
-    cache = {"families": GRID_ROWS.families(keys, _front_door_families(setting)[0])}
+    cache: RowCache = {"families": GRID_ROWS.families(keys, _front_door_families(setting)[0])}
     out = run_rows(GRID_ROWS, keys, setting, bnds, cache, seconds)
     out.sort(key=lambda r: sort_key(r, which))
     if setting.records is None and noise == "laplace" and "ektelo_uniform_grid" in keys \

@@ -33,15 +33,19 @@ from __future__ import annotations
 import importlib.util
 import math
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import numpy as np
+
+from ..optimize.result import TreeDesign
+from ..strategies import Strategy
 
 from .. import anchors, optimize, strategies
 from ..limits import COMPARE_BYTES_PER_BIN, MAX_COMPARE_BINS, check_count, check_memory
 from ..privacy import check_neighbours, infer_noise, resolve_budget, resolve_public
 from .bounds import bound_note, lower_bounds
-from .protocol import (WORKLOADS, BudgetSetting, Candidate, NotAvailable, RowRegistry,
-                       register_front_door_rows, row_dict, run_rows,
+from .protocol import (WORKLOADS, BudgetSetting, Candidate, CompareRow, NotAvailable,
+                       RowCache, RowRegistry, register_front_door_rows, row_dict, run_rows,
                        sort_key)
 
 __all__ = ["Setting", "Comparison", "ROWS", "register_row", "compare", "check_bins",
@@ -72,7 +76,7 @@ class Setting(BudgetSetting):
     noise: str = "laplace"
     neighbours: str = "add_remove"
     public_total: bool | None = None
-    workloads: tuple = WORKLOADS
+    workloads: tuple[str, ...] = WORKLOADS
     time_limit: float = 60.0
 
     @property
@@ -88,16 +92,16 @@ class Comparison:
     query, or None) and the OpenDP Monte Carlo run (``anchors.OpenDPRun`` or None)."""
 
     setting: Setting
-    workloads: tuple
-    rows: tuple
-    bounds: dict
+    workloads: tuple[str, ...]
+    rows: tuple[CompareRow, ...]
+    bounds: dict[str, float | None]
     opendp: anchors.OpenDPRun | None = None
-    notes: tuple = ()
+    notes: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         s = self.setting
-        d = {"n_bins": s.n_bins, "noise": s.noise, "neighbours": s.neighbours,
+        d: dict[str, Any] = {"n_bins": s.n_bins, "noise": s.noise, "neighbours": s.neighbours,
              "public_total": s.public, **s.budget_kwargs, "workloads": list(self.workloads),
              "units": "expected squared error per query, counts^2",
              "bounds_mean_per_query": self.bounds, "notes": list(self.notes),
@@ -113,17 +117,19 @@ class Comparison:
 ROWS = RowRegistry()
 
 
-def register_row(key: str, label: str, emulates: str):
+def register_row(key: str, label: str,
+                 emulates: str) -> Callable[[Callable[[Setting], Candidate]],
+                                            Callable[[Setting], Candidate]]:
     """Decorator: register ``build(setting) -> Candidate`` (raising :class:`NotAvailable`
     when the row does not apply) as a comparison row."""
-    def deco(build):
+    def deco(build: Callable[[Setting], Candidate]) -> Callable[[Setting], Candidate]:
         ROWS.register(key, label, emulates)(lambda setting, cache: build(setting))
         return build
     return deco
 
 
 # ------------------------------------------------------------------ fixed rows
-def _tree_shape(ks) -> str:
+def _tree_shape(ks: Iterable[int]) -> str:
     ks = tuple(int(k) for k in ks)
     if len(set(ks)) == 1 and len(ks) > 2:
         return f"tree {ks[0]}^{len(ks)}"
@@ -132,7 +138,7 @@ def _tree_shape(ks) -> str:
 
 @ROWS.register("histogram", "histogram, cumulative sums",
                "[RTS] Lemma III.2 histogram mechanism (A = I; C_K = N when N is public)")
-def _histogram(s: Setting, cache) -> Candidate:
+def _histogram(s: Setting, cache: RowCache) -> Candidate:
     K = s.n_bins
     levels = None if s.public else [0.0, s.budget]  # the root row is not measured
     mech = s.mechanism(strategies.tree(K, [K]), levels)
@@ -142,7 +148,7 @@ def _histogram(s: Setting, cache) -> Candidate:
 
 @ROWS.register("histogram_blue", "histogram + BLUE",
                "A = I with the public total as a constraint (GLS)")
-def _histogram_blue(s: Setting, cache) -> Candidate:
+def _histogram_blue(s: Setting, cache: RowCache) -> Candidate:
     if not s.public:
         raise NotAvailable("same as cumulative sums when N is private")
     K = s.n_bins
@@ -152,7 +158,7 @@ def _histogram_blue(s: Setting, cache) -> Candidate:
 @ROWS.register("prefix_sums", "prefix sums (range mechanism)",
                "[RTS] Lemma III.1 range/threshold mechanism: each C_j measured directly, one "
                "noise scale")
-def _prefix(s: Setting, cache) -> Candidate:
+def _prefix(s: Setting, cache: RowCache) -> Candidate:
     K = s.n_bins
     # the strategy's levels are the total row C_K (level 0) and C_1..C_(K-1) (level 1), of
     # sensitivities 1 and K - 1 (add/remove); budgets b / K and b (K - 1) / K give both the
@@ -163,7 +169,8 @@ def _prefix(s: Setting, cache) -> Candidate:
                      note="BLUE = direct reading (A invertible)")
 
 
-def _anchor_candidate(s: Setting, build, estimator: str | None = None) -> Candidate:
+def _anchor_candidate(s: Setting, build: Callable[..., anchors.Anchor],
+                      estimator: str | None = None) -> Candidate:
     """Candidate from an ``anchors`` constructor (its own estimator unless one is given)."""
     a = build(s.n_bins, noise=s.noise, neighbours=s.neighbours, public_total=s.public_total,
               **s.budget_kwargs)
@@ -174,27 +181,27 @@ def _anchor_candidate(s: Setting, build, estimator: str | None = None) -> Candid
 @ROWS.register("binary_covering", "binary tree, covering sums",
                "Dwork et al. 2010 / Chan et al. 2011 binary tree mechanism (docs/math.md "
                "section 6)")
-def _binary_covering(s: Setting, cache) -> Candidate:
+def _binary_covering(s: Setting, cache: RowCache) -> Candidate:
     return _anchor_candidate(s, anchors.binary_covering)
 
 
 @ROWS.register("binary_refined", "binary tree, refined",
                "[RTS] App. B refined estimator on the binary tree")
-def _binary_refined(s: Setting, cache) -> Candidate:
+def _binary_refined(s: Setting, cache: RowCache) -> Candidate:
     return _anchor_candidate(s, anchors.binary_covering, "refined")
 
 
 @ROWS.register("binary_ols", "binary tree + OLS",
                "Hay et al. 2010 consistency = Honaker 2015 efficient estimator (docs/math.md "
                "section 6)")
-def _binary_ols(s: Setting, cache) -> Candidate:
+def _binary_ols(s: Setting, cache: RowCache) -> Candidate:
     return _anchor_candidate(s, anchors.binary_ols)
 
 
 @ROWS.register("google_default", "Google default",
                "Google DP library: b = 16, root not noised, covering sums (docs/math.md "
                "section 6)")
-def _google(s: Setting, cache) -> Candidate:
+def _google(s: Setting, cache: RowCache) -> Candidate:
     return _anchor_candidate(s, anchors.google_default)
 
 
@@ -217,20 +224,20 @@ def _opendp_candidate(s: Setting, padding: str) -> Candidate:
 @ROWS.register("opendp_default", "OpenDP default (emulated)",
                "OpenDP b-ary tree + consistency: choose_branching_factor, root noised, OLS, "
                "padding nodes known zeros (as OpenDP's postprocessor)")
-def _opendp(s: Setting, cache) -> Candidate:
+def _opendp(s: Setting, cache: RowCache) -> Candidate:
     return _opendp_candidate(s, "known_zeros")
 
 
 @ROWS.register("opendp_default_noised_padding", "OpenDP default, padding noised",
                "docs/math.md section 6 row 4b numbers: OpenDP's b and noise on the complete "
                "b^h tree, padding nodes noised and estimated, OLS")
-def _opendp_noised(s: Setting, cache) -> Candidate:
+def _opendp_noised(s: Setting, cache: RowCache) -> Candidate:
     return _opendp_candidate(s, "noised")
 
 
 @ROWS.register("rts_17", "17-ary tree, covering sums",
                "[RTS] Lemma IV.3 optimal integer branching k = 17 (covering, equal budgets)")
-def _rts17(s: Setting, cache) -> Candidate:
+def _rts17(s: Setting, cache: RowCache) -> Candidate:
     K = s.n_bins
     h = strategies.padded_height(K, 17)
     mech = s.mechanism(strategies.tree(17**h, 17))
@@ -238,7 +245,8 @@ def _rts17(s: Setting, cache) -> Candidate:
     return Candidate(mech, "covering", _tree_shape((17,) * h), K, note)
 
 
-def _fixed(s: Setting, fn, label: str, structured: bool = False) -> Candidate:
+def _fixed(s: Setting, fn: Callable[[int], Strategy], label: str,
+           structured: bool = False) -> Candidate:
     """A BLUE row on strategy ``fn(K)``; above MAX_DENSE_BINS only for ``structured``
     strategies (an engine serves them at any size)."""
     if s.n_bins > MAX_DENSE_BINS and not structured:
@@ -251,19 +259,19 @@ def _fixed(s: Setting, fn, label: str, structured: bool = False) -> Candidate:
 
 
 @ROWS.register("haar", "Haar wavelet + BLUE", "Privelet (Xiao et al. 2010) Haar strategy")
-def _haar(s: Setting, cache) -> Candidate:
+def _haar(s: Setting, cache: RowCache) -> Candidate:
     K = s.n_bins
     return _fixed(s, strategies.haar, "Haar wavelet", structured=K & (K - 1) == 0)
 
 
 @ROWS.register("sqrt_factorization", "square-root factorisation",
                "A = W^(1/2) for the prefix workload (Henzinger et al.), BLUE")
-def _sqrt(s: Setting, cache) -> Candidate:
+def _sqrt(s: Setting, cache: RowCache) -> Candidate:
     return _fixed(s, strategies.sqrt_factorization, "sqrt factorisation", structured=True)
 
 
 # ------------------------------------------------------------------ [RTS] searches
-def _design_candidate(s: Setting, design, estimator: str) -> Candidate:
+def _design_candidate(s: Setting, design: TreeDesign, estimator: str) -> Candidate:
     ks = tuple(int(k) for k in design.branching)
     kp = math.prod(ks)
     b = list(design.budgets)
@@ -273,7 +281,7 @@ def _design_candidate(s: Setting, design, estimator: str) -> Candidate:
     return Candidate(mech, estimator, _tree_shape(ks), s.n_bins, pad + budgets)
 
 
-def _search(s: Setting, estimator: str, budgets: str):
+def _search(s: Setting, estimator: str, budgets: str) -> TreeDesign:
     return optimize.level_uniform(s.n_bins, estimator=estimator, noise=s.noise,
                                   neighbours=s.neighbours, public_total=s.public_total,
                                   budgets=budgets, top=0, **s.budget_kwargs)
@@ -281,19 +289,19 @@ def _search(s: Setting, estimator: str, budgets: str):
 
 @ROWS.register("best_covering_equal", "best tree, covering, equal budgets",
                "[RTS] Sec. V exact integer search (optimize.level_uniform)")
-def _best_cov_eq(s: Setting, cache) -> Candidate:
+def _best_cov_eq(s: Setting, cache: RowCache) -> Candidate:
     return _design_candidate(s, _search(s, "covering", "equal"), "covering")
 
 
 @ROWS.register("best_covering_optimal", "best tree, covering, optimal budgets",
                "[RTS] Thm IV.2(a) budgets + Sec. V search (optimize.level_uniform)")
-def _best_cov_opt(s: Setting, cache) -> Candidate:
+def _best_cov_opt(s: Setting, cache: RowCache) -> Candidate:
     return _design_candidate(s, _search(s, "covering", "optimal"), "covering")
 
 
 @ROWS.register("best_refined_equal", "best tree, refined, equal budgets",
                "[RTS] App. B estimator, exact search (optimize.level_uniform)")
-def _best_ref_eq(s: Setting, cache) -> Candidate:
+def _best_ref_eq(s: Setting, cache: RowCache) -> Candidate:
     if s.n_bins > MAX_REFINED_SEARCH_BINS:
         raise NotAvailable(f"skipped for K > {MAX_REFINED_SEARCH_BINS} (search takes > 15 s; "
                            "run dptree-opt optimize --estimator refined)")
@@ -301,7 +309,7 @@ def _best_ref_eq(s: Setting, cache) -> Candidate:
 
 
 # ------------------------------------------------------------------ the front door
-def _front_door_families(s: Setting) -> tuple[tuple, dict]:
+def _front_door_families(s: Setting) -> tuple[tuple[str, ...], dict[str, str]]:
     """(the families asked of the front door, {family: why not asked}): all 1-D families
     but the dense optimum above MAX_OPTIMIZED_BINS (its cost is cubic in K)."""
     limit = MAX_OPTIMIZED_BINS[s.noise]
@@ -347,7 +355,8 @@ def check_bins(n_bins: int, what: str) -> None:
     check_memory(n_bins * COMPARE_BYTES_PER_BIN, f"comparing {n_bins} bins", hint)
 
 
-def _opendp_run(setting: Setting, opendp, time_limit: float, rng):
+def _opendp_run(setting: Setting, opendp: bool | int, time_limit: float,
+                rng: int | np.random.Generator | None) -> tuple[anchors.OpenDPRun | None, str]:
     """(OpenDP's own run or None, a note or "")."""
     K, budget = setting.n_bins, setting.budget
     if importlib.util.find_spec("opendp") is None:
@@ -365,9 +374,11 @@ def _opendp_run(setting: Setting, opendp, time_limit: float, rng):
 
 
 def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
-            noise: str | None = None, neighbours: str = "add_remove", public_total=None,
-            workloads=WORKLOADS, rows=None, opendp: bool | int = False,
-            opendp_time_limit: float = 5.0, rng=0, time_limit: float = 60.0) -> Comparison:
+            noise: str | None = None, neighbours: str = "add_remove",
+            public_total: bool | None = None, workloads: Iterable[str] = WORKLOADS,
+            rows: Iterable[str] | None = None, opendp: bool | int = False,
+            opendp_time_limit: float = 5.0, rng: int | np.random.Generator | None = 0,
+            time_limit: float = 60.0) -> Comparison:
     """Exact mean and max per-query error of every registered row (or the keys in ``rows``)
     on ``workloads`` (a subset of ``("cdf", "identity", "all_range")``) over ``n_bins`` bins.
 
@@ -402,7 +413,7 @@ def compare(n_bins: int, epsilon: float | None = None, *, rho: float | None = No
                 or k[5:] in which]
     setting = Setting(int(K), budget, noise, neighbours, public_total, which, float(time_limit))
     bounds, missing = lower_bounds(setting)
-    cache = {"families": ROWS.families(keys, _front_door_families(setting)[0])}
+    cache: RowCache = {"families": ROWS.families(keys, _front_door_families(setting)[0])}
     out = run_rows(ROWS, keys, setting, bounds, cache)
     out.sort(key=lambda r: sort_key(r, which))
     notes = [bound_note(setting, missing)]

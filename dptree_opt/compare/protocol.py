@@ -43,9 +43,10 @@ import math
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypedDict, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import engines, optimize, workloads
 from ..engines.covering import covering_moments
@@ -54,6 +55,11 @@ from ..engines.refined import padded_refined_all_range_total
 from ..limits import rescaled
 from ..mechanism import Mechanism
 from ..privacy import resolve_public
+from ..strategies import Strategy
+from ..workloads import Workload
+
+if TYPE_CHECKING:
+    from ..optimize.design import Design
 
 __all__ = ["best_row", "WORKLOADS", "format_number", "BudgetSetting", "WorkloadError", "Candidate",
            "NotAvailable", "RowSpec", "RowRegistry", "CompareRow", "row_errors",
@@ -67,11 +73,18 @@ MAX_ALL_RANGE_MAX_BINS = 4096
 WORKLOAD_KINDS = {"cdf": "prefix", "identity": "identity", "all_range": "all_range"}
 
 
-def format_number(x) -> str:
+def format_number(x: float | None) -> str:
     """A table cell: "n/a" for None, 4 significant digits, exponent form from 10^6."""
     if x is None:
         return "n/a"
     return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
+
+
+class BudgetKwargs(TypedDict, total=False):
+    """The budget keyword of a Mechanism: ``epsilon`` (Laplace) or ``rho`` (Gaussian)."""
+
+    epsilon: float
+    rho: float
 
 
 class BudgetSetting:
@@ -79,8 +92,21 @@ class BudgetSetting:
     ``public_total``; property ``domain``: K or the grid shape): the budget keyword, whether
     N is public, a Mechanism and the workloads over the domain."""
 
+    # declared here, defined by the subclasses (frozen dataclasses)
+    budget: float
+    noise: str
+    neighbours: str
+    public_total: bool | None
+    workloads: tuple[str, ...]
+    time_limit: float
+
     @property
-    def budget_kwargs(self) -> dict:
+    def domain(self) -> int | tuple[int, ...]:
+        """K bins, or the grid shape."""
+        raise NotImplementedError
+
+    @property
+    def budget_kwargs(self) -> BudgetKwargs:
         """{"epsilon": budget} (Laplace) or {"rho": budget} (Gaussian)."""
         return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
 
@@ -89,17 +115,19 @@ class BudgetSetting:
         """Whether N is public (released exactly)."""
         return resolve_public(self.neighbours, self.public_total)
 
-    def mechanism(self, strategy, level_budgets=None) -> Mechanism:
+    def mechanism(self, strategy: Strategy,
+                  level_budgets: npt.ArrayLike | None = None) -> Mechanism:
         """A Mechanism for ``strategy`` in this setting."""
         return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
                          public_total=self.public_total, level_budgets=level_budgets,
                          **self.budget_kwargs)
 
-    def workload(self, name: str, domain=None):
+    def workload(self, name: str, domain: int | tuple[int, ...] | None = None) -> Workload:
         """The workload ``name`` ("cdf", "identity", "all_range") over ``domain`` (default
         the setting's: K bins, or the grid shape: a Kronecker workload)."""
-        return getattr(workloads, WORKLOAD_KINDS[name])(self.domain if domain is None
-                                                        else domain)
+        make: Callable[[int | tuple[int, ...]], Workload] = getattr(workloads,
+                                                                   WORKLOAD_KINDS[name])
+        return make(self.domain if domain is None else domain)
 
 
 @dataclass(frozen=True)
@@ -134,10 +162,17 @@ class Candidate:
     n_bins: int
     note: str = ""
     variance_factor: float = 1.0
-    per_workload: dict = field(default_factory=dict)
-    shape: tuple | None = None
+    per_workload: dict[str, Candidate | str] = field(default_factory=dict)
+    shape: tuple[int, ...] | None = None
     exact: Callable[[str], WorkloadError] | None = None
     label: str | None = None
+
+
+# the cache shared by the rows of one comparison: heterogeneous values by key ("families": the
+# front-door families; ("front door", workload): a Design or NotAvailable; built strategies)
+RowCache = dict[Union[str, tuple[str, str]], Any]
+# a row builder: (the comparison's own setting subclass, cache) -> Candidate
+RowBuilder = Callable[[Any, RowCache], Candidate]
 
 
 @dataclass(frozen=True)
@@ -148,25 +183,26 @@ class RowSpec:
     key: str
     label: str
     emulates: str
-    build: Callable
-    families: tuple = ()
+    build: RowBuilder
+    families: tuple[str, ...] = ()
 
 
 ALL_FAMILIES = ("*",)
 
 
-class RowRegistry(dict):
+class RowRegistry(dict[str, RowSpec]):
     """Rows by key, in registration order (the order they are computed)."""
 
-    def register(self, key: str, label: str, emulates: str, families: tuple = ()):
+    def register(self, key: str, label: str, emulates: str,
+                 families: tuple[str, ...] = ()) -> Callable[[RowBuilder], RowBuilder]:
         """Decorator: register ``build(setting, cache) -> Candidate`` as the row ``key``;
         ``families``: the front-door families it reads (ALL_FAMILIES: every one)."""
-        def deco(build):
+        def deco(build: RowBuilder) -> RowBuilder:
             self[key] = RowSpec(key, label, emulates, build, tuple(families))
             return build
         return deco
 
-    def families(self, keys, allowed: tuple) -> tuple:
+    def families(self, keys: Iterable[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
         """The front-door families the rows ``keys`` read, among ``allowed`` (in its order),
         with "histogram" (O(K), so that the front door always has a design)."""
         wanted = {f for key in keys for f in self[key].families}
@@ -174,7 +210,7 @@ class RowRegistry(dict):
             return ()
         return tuple(f for f in allowed if "*" in wanted or f in wanted or f == "histogram")
 
-    def check_keys(self, rows) -> list[str]:
+    def check_keys(self, rows: Iterable[str] | None) -> list[str]:
         """The keys to compute (all when ``rows`` is None); ValueError naming an unknown one."""
         keys = list(self) if rows is None else list(rows)
         for key in keys:
@@ -192,15 +228,15 @@ class CompareRow:
     emulates: str
     strategy: str
     estimator: str
-    errors: dict
+    errors: dict[str, WorkloadError]
     note: str = ""
     available: bool = True
     seconds: float = 0.0
-    ratio_to_bound: dict = field(default_factory=dict)
+    ratio_to_bound: dict[str, float | None] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ exact errors
-def _served(task: str, mech: Mechanism, workload, est: str) -> str | None:
+def _served(task: str, mech: Mechanism, workload: Workload | None, est: str) -> str | None:
     """None when an engine serves the request, else the registry's reason."""
     try:
         engines.select(task, mech, workload, est)
@@ -209,10 +245,11 @@ def _served(task: str, mech: Mechanism, workload, est: str) -> str | None:
     return None
 
 
-def row_errors(cand: Candidate, which=WORKLOADS) -> dict:
+def row_errors(cand: Candidate,
+               which: Iterable[str] = WORKLOADS) -> dict[str, WorkloadError]:
     """{workload: WorkloadError} for a candidate, exact (module docstring); a workload in
     ``cand.per_workload`` is answered by that candidate (or is n/a with its reason)."""
-    out = {}
+    out: dict[str, WorkloadError] = {}
     for wl in which:
         alt = cand.per_workload.get(wl, cand)
         if isinstance(alt, str):
@@ -228,6 +265,8 @@ def _candidate_error(cand: Candidate, wl: str) -> WorkloadError:
     """The error of one candidate's mechanism on ``wl``, computed on the normalised
     mechanism and rescaled exactly (ValueError when an error is not a double)."""
     orig = cand.mechanism
+    if orig is None:
+        raise ValueError("the candidate has no mechanism and no exact errors")
     mech, c = orig.normalised()
     try:
         if cand.shape is None:
@@ -237,7 +276,7 @@ def _candidate_error(cand: Candidate, wl: str) -> WorkloadError:
     except NotAvailable as exc:
         return WorkloadError(None, None, str(exc))
 
-    def scale(x):
+    def scale(x: float | None) -> float | None:
         if x is None:
             return None
         x = cand.variance_factor * x
@@ -250,7 +289,8 @@ def _not_served(reason: str) -> NotAvailable:
                         + ")")
 
 
-def _one_d_error(mech: Mechanism, est: str, K: int, wl: str):
+def _one_d_error(mech: Mechanism, est: str, K: int,
+                 wl: str) -> tuple[float, float | None, str]:
     """(mean, max or None, note) over the first K bins' queries of a 1-D mechanism."""
     kp = mech.n_bins
     if wl in ("cdf", "identity"):
@@ -301,13 +341,15 @@ def _first_bins_all_range_total(mech: Mechanism, est: str, K: int) -> float:
     return (K + 1) * tr - float(q @ engines.run("covariance", mech, None, est, y=q))
 
 
-def _grid_error(mech: Mechanism, est: str, shape: tuple, wl: str):
+def _grid_error(mech: Mechanism, est: str, shape: tuple[int, ...],
+                wl: str) -> tuple[float, float | None, str]:
     """(mean, max or None, note) of a grid mechanism on the Kronecker workload ``wl``."""
-    w = getattr(workloads, WORKLOAD_KINDS[wl])(shape)
+    w: Workload = getattr(workloads, WORKLOAD_KINDS[wl])(shape)
     why = _served("error", mech, w, est)
     if why is not None:
         raise _not_served(why)
     total = float(engines.run("error", mech, w, est))
+    mx: float | None
     try:
         mx, note = float(engines.run("max", mech, w, est).variance), ""
     except engines.NotServed as exc:
@@ -317,7 +359,8 @@ def _grid_error(mech: Mechanism, est: str, shape: tuple, wl: str):
 
 
 # ------------------------------------------------------------------ the front door
-def front_door(setting, wl: str, cache: dict, families: tuple, time_limit: float):
+def front_door(setting: BudgetSetting, wl: str, cache: RowCache, families: tuple[str, ...],
+               time_limit: float) -> Design:
     """``optimize.best_mechanism`` for the workload ``wl`` of ``setting``, once per
     comparison (``cache``), over ``families`` (the same for every row of a comparison:
     those its rows read); NotAvailable when the setting is not one the front door takes (a
@@ -344,7 +387,7 @@ def front_door(setting, wl: str, cache: dict, families: tuple, time_limit: float
 def short_name(name: str) -> str:
     """A strategy's name with runs of one factor written as powers: "tree(2,2,2,2)" ->
     "tree(2^4)"."""
-    def runs(match):
+    def runs(match: re.Match[str]) -> str:
         parts = match.group(0).split(",")
         out, i = [], 0
         while i < len(parts):
@@ -357,7 +400,7 @@ def short_name(name: str) -> str:
     return re.sub(r"\d+(?:,\d+)+", runs, name)
 
 
-def design_candidate(design, setting, extra: str = "") -> Candidate:
+def design_candidate(design: Design, setting: BudgetSetting, extra: str = "") -> Candidate:
     """A Candidate for a front-door ``Design`` over the setting's domain."""
     shape = getattr(setting, "shape", None)
     mech = design.mechanism()
@@ -365,10 +408,10 @@ def design_candidate(design, setting, extra: str = "") -> Candidate:
                      note=design.method + extra, shape=shape)
 
 
-def best_row(wl: str, column: str):
+def best_row(wl: str, column: str) -> RowBuilder:
     """A row builder: the front door's best mechanism for the workload ``wl`` (its column
     named ``column`` in the label), evaluated on every column (1-D and grid rows alike)."""
-    def build(s, cache) -> Candidate:
+    def build(s: BudgetSetting, cache: RowCache) -> Candidate:
         if wl not in s.workloads:
             raise NotAvailable(f"{wl} is not among the workloads compared")
         d = front_door(s, wl, cache, cache["families"], s.time_limit)
@@ -377,16 +420,19 @@ def best_row(wl: str, column: str):
     return build
 
 
-def register_front_door_rows(registry, family_rows, front_door_families, workloads,
-                             columns: dict, domain: str) -> None:
+def register_front_door_rows(
+        registry: RowRegistry,
+        family_rows: Iterable[tuple[str, str, str, tuple[str, ...]]],
+        front_door_families: Callable[[Any], tuple[tuple[str, ...], dict[str, str]]],
+        workloads: Iterable[str], columns: Mapping[str, str], domain: str) -> None:
     """Register in ``registry`` one row per optimised family (``family_rows``: (key, label,
     what, families) entries; each row is :func:`family_candidate` of those families, without
     the ones ``front_door_families(setting)[1]`` excludes for the setting) and one "best for
     <column>" row per workload (:func:`best_row`); ``domain`` ("" or "grid ") names the
     setting in the rows' descriptions. 1-D and grid comparisons register their front-door
     rows this way."""
-    def families_row(wanted):
-        def build(s, cache) -> Candidate:
+    def families_row(wanted: tuple[str, ...]) -> RowBuilder:
+        def build(s: BudgetSetting, cache: RowCache) -> Candidate:
             excluded = front_door_families(s)[1]
             return family_candidate(s, cache, cache["families"], s.time_limit, wanted, excluded)
         return build
@@ -400,14 +446,16 @@ def register_front_door_rows(registry, family_rows, front_door_families, workloa
                           "column", families=ALL_FAMILIES)(best_row(wl, columns[wl]))
 
 
-def family_candidate(setting, cache: dict, families: tuple, time_limit: float,
-                     wanted: tuple, excluded: dict | None = None) -> Candidate:
+def family_candidate(setting: BudgetSetting, cache: RowCache, families: tuple[str, ...],
+                     time_limit: float, wanted: tuple[str, ...],
+                     excluded: dict[str, str] | None = None) -> Candidate:
     """The row of one or more front-door families (``wanted``): per workload column, the
     best design among ``wanted`` that ``optimize.best_mechanism`` found for that column
     (asked for ``families``), or the reason there is none (``excluded``: family -> why the
     comparison did not ask for it). NotAvailable when no column has one."""
     excluded = excluded or {}
-    per, firsts = {}, []
+    per: dict[str, Candidate | str] = {}
+    firsts: list[Candidate] = []
     for wl in setting.workloads:
         try:
             best = front_door(setting, wl, cache, families, time_limit)
@@ -417,8 +465,9 @@ def family_candidate(setting, cache: dict, families: tuple, time_limit: float,
         found = [d for d in (best,) + tuple(best.alternatives) if d.family in wanted]
         if found:
             d = min(found, key=lambda d: d.error)
-            per[wl] = design_candidate(d, setting)
-            firsts.append(per[wl])
+            cand = design_candidate(d, setting)
+            per[wl] = cand
+            firsts.append(cand)
         else:
             why = [f"{name}: {reason}" for name, reason in best.skipped if name in wanted]
             why += [f"{name}: {reason}" for name, reason in excluded.items() if name in wanted]
@@ -434,13 +483,18 @@ def family_candidate(setting, cache: dict, families: tuple, time_limit: float,
 
 
 # ------------------------------------------------------------------ running the rows
-def _ratio(errs: dict, bounds: dict) -> dict:
-    return {wl: (e.mean / bounds[wl]) if bounds.get(wl) and e.mean is not None else None
-            for wl, e in errs.items()}
+def _ratio(errs: dict[str, WorkloadError],
+           bounds: Mapping[str, float | None]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for wl, e in errs.items():
+        b = bounds.get(wl)
+        out[wl] = e.mean / b if b and e.mean is not None else None
+    return out
 
 
-def run_rows(registry: RowRegistry, keys, setting, bounds: dict, cache: dict,
-             seconds: dict | None = None) -> list[CompareRow]:
+def run_rows(registry: RowRegistry, keys: Iterable[str], setting: BudgetSetting,
+             bounds: Mapping[str, float | None], cache: RowCache,
+             seconds: dict[str, float] | None = None) -> list[CompareRow]:
     """Build every row of ``keys`` and compute its errors on ``setting.workloads``, with
     its ratio to the lower bounds; a row that does not apply is listed unavailable with
     the reason. ``seconds`` (optional) receives each row's time."""
@@ -466,7 +520,7 @@ def run_rows(registry: RowRegistry, keys, setting, bounds: dict, cache: dict,
     return out
 
 
-def sort_key(row: CompareRow, which) -> tuple:
+def sort_key(row: CompareRow, which: Iterable[str]) -> tuple[bool | float, ...]:
     """Available rows first; rows with an exact error before rows with the noise variance
     only (estimator "spread"); then by the mean error of the first requested workload, then
     the next ones (a workload a row does not answer counts as inf)."""
@@ -476,7 +530,7 @@ def sort_key(row: CompareRow, which) -> tuple:
                     for e in means))
 
 
-def row_dict(r: CompareRow) -> dict:
+def row_dict(r: CompareRow) -> dict[str, Any]:
     """A JSON-ready dict of a row."""
     return {"key": r.key, "label": r.label, "emulates": r.emulates, "strategy": r.strategy,
             "estimator": r.estimator, "available": r.available, "note": r.note,

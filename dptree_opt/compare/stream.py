@@ -31,13 +31,15 @@ import math
 import time
 from dataclasses import dataclass, field
 from numbers import Integral
+from typing import Any, Iterator
 
 import numpy as np
 
 from .. import optimize, stream
 from ..limits import check_count
 from ..privacy import resolve_budget
-from .protocol import format_number
+from ..stream import Counter
+from .protocol import BudgetKwargs, format_number
 
 __all__ = ["StreamRow", "StreamComparison", "compare_stream", "MAX_STREAM_HORIZON",
            "BLT_BUFFERS"]
@@ -56,7 +58,7 @@ class StreamRow:
     it cannot be built: ``note`` says why), the seconds it took, and how it was chosen."""
 
     mechanism: str
-    options: dict
+    options: dict[str, Any]
     mean: float | None
     max: float | None
     note: str = ""
@@ -67,7 +69,7 @@ class StreamRow:
     def available(self) -> bool:
         return self.mean is not None
 
-    def call(self, horizon: int, budget_kwargs: dict) -> str:
+    def call(self, horizon: int, budget_kwargs: BudgetKwargs) -> str:
         """The ``stream.Counter(...)`` call that builds this counter (secure noise)."""
         (name, value), = budget_kwargs.items()
         args = [str(horizon), f"{name}={value:g}", f"mechanism={self.mechanism!r}"]
@@ -87,24 +89,26 @@ class StreamComparison:
     horizon: int
     noise: str
     budget: float
-    rows: tuple
+    rows: tuple[StreamRow, ...]
     default: StreamRow
-    notes: tuple = ()
+    notes: tuple[str, ...] = ()
     seconds: float = 0.0
-    skipped: tuple = field(default=())
+    skipped: tuple[dict[str, Any], ...] = field(default=())
 
     @property
-    def budget_kwargs(self) -> dict:
+    def budget_kwargs(self) -> BudgetKwargs:
+        """{"epsilon": budget} (Laplace) or {"rho": budget} (Gaussian)."""
         return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
-        def row(r):
+        def row(r: StreamRow) -> dict[str, Any]:
             return {"mechanism": r.mechanism, "options": r.options, "mean": r.mean,
                     "max": r.max, "available": r.available, "note": r.note,
                     "how": r.how, "seconds": r.seconds,
-                    "vs_default": (self.default.mean / r.mean if r.available
-                                   and self.default.available and r.mean > 0 else None),
+                    "vs_default": (self.default.mean / r.mean if r.mean is not None
+                                   and self.default.mean is not None and r.mean > 0
+                                   else None),
                     "call": r.call(self.horizon, self.budget_kwargs)}
         return {"horizon": self.horizon, "noise": self.noise, **self.budget_kwargs,
                 "units": "variance of the running count after each step, counts^2",
@@ -126,9 +130,10 @@ class StreamComparison:
                  f"{'vs default':>10}"]
         lines.append("-" * len(lines[-1]))
 
-        def line(i, r):
+        def line(i: int, r: StreamRow) -> str:
             opts = ", ".join(f"{k}={_short(v)}" for k, v in r.options.items()) or "(defaults)"
-            ratio = d.mean / r.mean if d.available and r.mean > 0 else math.nan
+            ratio = (d.mean / r.mean if d.mean is not None and r.mean is not None and r.mean > 0
+                     else math.nan)
             return (f"{i:>3} {r.mechanism:<16} {opts[:60]:<60} {format_number(r.mean):>10} "
                     f"{format_number(r.max):>10} {ratio:>9.3g}x")
         shown = ok if top is None else ok[:top]
@@ -136,7 +141,7 @@ class StreamComparison:
         if len(ok) > len(shown):
             lines.append(f"    ... {len(ok) - len(shown)} more (--top 0 lists all)")
         lines.append("\nbest of each mechanism:")
-        seen = set()
+        seen: set[str] = set()
         for i, r in enumerate(ok, start=1):
             if r.mechanism not in seen:
                 seen.add(r.mechanism)
@@ -156,7 +161,7 @@ class StreamComparison:
         return "\n".join(lines)
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     if isinstance(value, (list, tuple)):
         if value and isinstance(value[0], float):
             return "[" + ",".join(f"{v:.2g}" for v in value) + "]"
@@ -164,7 +169,8 @@ def _short(value) -> str:
     return str(value)
 
 
-def _configurations(T: int, noise: str, max_branching: int):
+def _configurations(T: int, noise: str,
+                    max_branching: int) -> Iterator[tuple[str, dict[str, Any], str]]:
     """(mechanism, options, how) to try, the default counter first."""
     yield "binary", {}, "the default counter"
     yield "binary", {"estimator": "causal"}, ""
@@ -185,15 +191,17 @@ def _configurations(T: int, noise: str, max_branching: int):
         yield "blt", {}, ""
 
 
-def _optimal_trees(T: int, noise: str, budget: float):
+def _optimal_trees(T: int, noise: str,
+                   budget: float) -> Iterator[tuple[list[int], list[float], str]]:
     """(branching, budgets root first, how): the trees optimize finds for the T prefixes."""
-    kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
-    common = dict(estimator="blue", neighbours="add_remove", workload="prefix", top=0, **kw)
-    eq = optimize.level_uniform(T, budgets="equal", **common)
+    kw: BudgetKwargs = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
+    eq = optimize.level_uniform(T, budgets="equal", estimator="blue", neighbours="add_remove",
+                                workload="prefix", top=0, **kw)
     yield (list(eq.branching), list(eq.budgets),
            "optimize.level_uniform(T, estimator='blue', budgets='equal')")
     if T <= MAX_OPTIMAL_SEARCH_HORIZON:
-        opt = optimize.level_uniform(T, budgets="optimal", **common)
+        opt = optimize.level_uniform(T, budgets="optimal", estimator="blue",
+                                     neighbours="add_remove", workload="prefix", top=0, **kw)
         how = "optimize.level_uniform(T, estimator='blue', budgets='optimal')"
     else:
         ks = optimize.finest_refinement(eq.branching)
@@ -203,10 +211,11 @@ def _optimal_trees(T: int, noise: str, budget: float):
     yield list(opt.branching), list(opt.budgets), how
 
 
-def _tree_blue(T: int, kw: dict, branching: list, budgets: list):
+def _tree_blue(T: int, kw: BudgetKwargs, branching: list[int],
+               budgets: list[float]) -> tuple[Counter, list[float]]:
     """A tree_blue counter with ``budgets`` (root first) on ``branching``, given in the order
     the engine reads them: its account lists the budget of each level from the root."""
-    error = None
+    error: ValueError | None = None
     for given in (budgets, budgets[::-1]):
         try:
             c = stream.Counter(T, **kw, mechanism="tree_blue", rng=np.random.default_rng(0),
@@ -221,7 +230,8 @@ def _tree_blue(T: int, kw: dict, branching: list, budgets: list):
     raise error or ValueError("tree_blue read the budgets in neither order")
 
 
-def _row(T: int, kw: dict, mechanism: str, options: dict, how: str) -> StreamRow:
+def _row(T: int, kw: BudgetKwargs, mechanism: str, options: dict[str, Any],
+         how: str) -> StreamRow:
     t0 = time.perf_counter()
     try:
         if mechanism == "tree_blue" and "level_budgets" in options:
@@ -267,13 +277,14 @@ def compare_stream(horizon: int, epsilon: float | None = None, *, rho: float | N
         raise ValueError(f"time_limit must be a finite number of seconds > 0, got "
                          f"{time_limit!r}")
     T = int(horizon)
-    kw = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
+    kw: BudgetKwargs = {"epsilon": budget} if noise == "laplace" else {"rho": budget}
     t0 = time.perf_counter()
     configs = list(_configurations(T, noise, max_branching))
     trees = [("tree_blue", {"branching": ks, "level_budgets": b}, how)
              for ks, b, how in _optimal_trees(T, noise, budget)]
     configs = configs[:1] + trees + configs[1:]
-    rows, skipped = [], []
+    rows: list[StreamRow] = []
+    skipped: list[dict[str, Any]] = []
     for mechanism, options, how in configs:
         if rows and time.perf_counter() - t0 > time_limit:
             skipped.append({"mechanism": mechanism, "options": options})

@@ -39,10 +39,12 @@ one ``np.bincount``: O(n) time, O(K + block) memory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["BinSpec", "HistogramAccumulator", "GridHistogramAccumulator", "OUT_OF_RANGE",
            "check_out_of_range", "MAX_BINS"]
@@ -57,20 +59,20 @@ def check_out_of_range(policy: str) -> str:
     return policy
 
 
-def _finite_number(value, name: str) -> float:
+def _finite_number(value: object, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
+    x = float(value)
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    return x
 
 
 MAX_BINS = 1 << 26  # the edges are computed (and kept) once: 8 (K + 1) bytes
 _MIN_NORMAL = float(np.finfo(np.float64).tiny)  # 2^-1022
 
 
-def _edges(lower: float, upper: float, bins: int) -> np.ndarray:
+def _edges(lower: float, upper: float, bins: int) -> npt.NDArray[np.float64]:
     """e_i = lower + ((upper - lower) * i) / K for i < K, e_K = upper; float64 (K + 1,).
 
     numpy evaluates the same IEEE operations in the same order as the Python expression
@@ -91,15 +93,17 @@ class BinSpec:
     The bin rule and the edges are in the module docstring (docs/math.md section 10). Refused at
     construction (ValueError naming lower, upper and bins): specs whose edges are not
     strictly increasing in double precision, or whose bins are narrower than the float
-    resolution (half the spacing of doubles at max(|lower|, |upper|), or the smallest normal
-    double), e.g. lower = 1e15, upper = 1e15 + 1, bins = 1024. The edges are computed once
+    resolution (half the spacing of doubles at max(abs(lower), abs(upper)), or the smallest
+    normal double), e.g. lower = 1e15, upper = 1e15 + 1, bins = 1024. The edges are computed once
     (O(K)) and kept, read-only."""
 
     lower: float
     upper: float
     bins: int
+    if TYPE_CHECKING:  # set by __post_init__ (not a dataclass field at run time)
+        _edges: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         lower = _finite_number(self.lower, "lower")
         upper = _finite_number(self.upper, "upper")
         if not lower < upper:
@@ -109,11 +113,11 @@ class BinSpec:
         bins = self.bins
         if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral):
             raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
+        bins = int(bins)
         if bins < 1:
             raise ValueError(f"bins must be >= 1, got {bins}")
         if bins > MAX_BINS:
             raise ValueError(f"bins must be <= 2^26 = {MAX_BINS}, got {bins}")
-        bins = int(bins)
         object.__setattr__(self, "lower", lower)
         object.__setattr__(self, "upper", upper)
         object.__setattr__(self, "bins", bins)
@@ -148,12 +152,12 @@ class BinSpec:
         return (self.upper - self.lower) / self.bins
 
     @property
-    def bin_edges(self) -> np.ndarray:
+    def bin_edges(self) -> npt.NDArray[np.float64]:
         """The published edges, float64 (K + 1,), read-only: e_i = lower + ((upper - lower) *
         i) / K in double for i < K, and e_K = upper exactly (module docstring)."""
         return self._edges
 
-    def bin_index(self, values) -> np.ndarray:
+    def bin_index(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Bin of each value (int64, same shape): i with e_i <= x < e_(i+1) (module docstring).
 
         Values below ``lower`` (or -inf) get 0 and values >= ``upper`` (or +inf) get K - 1
@@ -185,7 +189,8 @@ class BinSpec:
             moved = moved[step != 0]
         return g.reshape(x.shape)
 
-    def count(self, values, *, out_of_range: str = "error", name: str = "data") -> np.ndarray:
+    def count(self, values: npt.ArrayLike, *, out_of_range: str = "error",
+              name: str = "data") -> npt.NDArray[np.int64]:
         """Histogram (int64, shape (K,)) of one 1-D float array, validated (see
         ``HistogramAccumulator``, which this wraps). O(len(values))."""
         acc = HistogramAccumulator(self, out_of_range=out_of_range, name=name)
@@ -201,9 +206,10 @@ class _ColumnTally:
     def __init__(self, spec: BinSpec, out_of_range: str, name: str):
         self.spec, self.out_of_range, self.name = spec, out_of_range, name
         self._nan = self._inf = self._below = self._above = 0
-        self._first_nonfinite = self._first_outside = None
+        self._first_nonfinite: int | None = None
+        self._first_outside: int | None = None
 
-    def tally(self, v: np.ndarray, offset: int) -> np.ndarray:
+    def tally(self, v: npt.NDArray[np.float64], offset: int) -> npt.NDArray[np.bool_]:
         """Tally one block (float64 (n,), ``offset`` rows before it); return its finite mask."""
         finite = np.isfinite(v)
         if not finite.all():
@@ -263,7 +269,7 @@ class HistogramAccumulator:
         self._hist = np.zeros(spec.bins, dtype=np.int64)
         self._tally = _ColumnTally(spec, self.out_of_range, name)
 
-    def add(self, values, row_offset: int | None = None) -> None:
+    def add(self, values: npt.ArrayLike, row_offset: int | None = None) -> None:
         """Bin one block of values (float64-convertible 1-D array)."""
         v = np.asarray(values, dtype=np.float64).ravel()
         offset = self.rows if row_offset is None else int(row_offset)
@@ -273,7 +279,7 @@ class HistogramAccumulator:
         self._hist += np.bincount(self.spec.bin_index(v), minlength=self.spec.bins)
         self.rows = max(self.rows, offset + int(finite.size))
 
-    def histogram(self) -> np.ndarray:
+    def histogram(self) -> npt.NDArray[np.int64]:
         """The counts (int64, (K,)), or ValueError for an invalid or empty input."""
         msg = self._tally.error()
         if msg is not None:
@@ -291,7 +297,8 @@ class GridHistogramAccumulator:
     column with invalid values, its totals and first offending data row; empty input).
     Memory O(cells + block)."""
 
-    def __init__(self, specs, *, out_of_range: str = "error", names=None):
+    def __init__(self, specs: Iterable[BinSpec], *, out_of_range: str = "error",
+                 names: Sequence[str] | None = None):
         self.specs = tuple(specs)
         self.out_of_range = check_out_of_range(out_of_range)
         d = len(self.specs)
@@ -305,7 +312,7 @@ class GridHistogramAccumulator:
         self._tallies = [_ColumnTally(s, self.out_of_range, n)
                          for s, n in zip(self.specs, self.names)]
 
-    def add(self, values, row_offset: int | None = None) -> None:
+    def add(self, values: npt.ArrayLike, row_offset: int | None = None) -> None:
         """Bin one block of records (float64-convertible array of shape (n, d))."""
         v = np.asarray(values, dtype=np.float64)
         if v.ndim != 2 or v.shape[1] != len(self.specs):
@@ -320,7 +327,7 @@ class GridHistogramAccumulator:
         self._hist += np.bincount(cell, minlength=self._hist.size)
         self.rows = max(self.rows, offset + int(v.shape[0]))
 
-    def histogram(self) -> np.ndarray:
+    def histogram(self) -> npt.NDArray[np.int64]:
         """The cell counts (int64, shape (n_1, .., n_d)), or ValueError."""
         for t in self._tallies:
             msg = t.error()

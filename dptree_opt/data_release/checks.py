@@ -18,7 +18,12 @@ __all__ = ["DEFAULT_QUANTILES", "budget_choice", "check_budgets", "check_tiny_bu
 DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-def budget_choice(epsilon, rho) -> tuple[str, str, float]:
+def budget_pair(budget_name: str, budget: float) -> tuple[float | None, float | None]:
+    """(epsilon, rho) keywords of a Mechanism / search for the budget ``budget_name``."""
+    return (budget, None) if budget_name == "epsilon" else (None, budget)
+
+
+def budget_choice(epsilon: float | None, rho: float | None) -> tuple[str, str, float]:
     """(noise, budget name, value) from exactly one of epsilon / rho."""
     if (epsilon is None) == (rho is None):
         raise ValueError("give exactly one of epsilon (pure eps-DP, discrete Laplace noise) or "

@@ -61,10 +61,13 @@ from __future__ import annotations
 import functools
 import math
 import time
+import os
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any, Callable, Literal, Sequence, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import optimize, strategies
 from ..strategies import LevelUniformTree
@@ -88,6 +91,7 @@ from .sources import engine_counts, is_engine_input
 from .secure_noise import (SecureForm, check_private_total, design_budget, design_mechanism,
                            sampler_description, secure_form, secure_measure)
 from .grid import is_grid_bins, release_grid, release_grid_file
+from .grid_result import GridRelease
 
 __all__ = ["release", "release_file", "default_cdf_error", "DEFAULT_QUANTILES", "MAX_BINS",
            "MAX_LEAVES", "EXACT_LIMIT", "NOISE_TAIL", "exact_total"]
@@ -111,11 +115,11 @@ CALIBRATION_PREFIXES = (65, 225)
 
 
 # ------------------------------------------------------------------ argument checks
-def _check_quantiles(qs) -> tuple:
+def _check_quantiles(qs: npt.ArrayLike) -> tuple[float, ...]:
     return tuple(float(v) for v in check_probabilities(qs, "quantiles"))
 
 
-def _check_level(level) -> float:
+def _check_level(level: float) -> float:
     level = check_level(level, "interval_level")
     if 1 - float(level) < 1e-9:
         raise ValueError(f"interval_level must be <= 1 - 1e-9 (the critical values are not "
@@ -123,11 +127,11 @@ def _check_level(level) -> float:
     return float(level)
 
 
-def _check_bins(bins) -> int:
+def _check_bins(bins: object) -> int:
     """K: an integer in [1, MAX_BINS] (checked before the O(K) edges are built)."""
-    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral) or bins < 1:
+    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, Integral) or int(bins) < 1:
         raise ValueError(f"bins must be an integer >= 1, got {bins!r}")
-    if bins > MAX_BINS:
+    if int(bins) > MAX_BINS:
         raise ValueError(f"bins = {bins} is above the limit {MAX_BINS} (2^20): the default "
                          "release over 2^20 bins already needs ~9 GiB of memory and minutes; "
                          "use fewer bins")
@@ -171,7 +175,7 @@ def _check_plan_memory(mech: Mechanism, bins: int, quantiles: bool) -> None:
                   "tree")
 
 
-def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
+def _check_tree(tree: object, bins: int) -> tuple[int, ...] | None:
     """None for "optimal", else the validated branching factors (prod >= bins)."""
     if isinstance(tree, str):
         if tree != "optimal":
@@ -179,7 +183,7 @@ def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
                              f"{tree!r}")
         return None
     try:
-        ks = list(tree)
+        ks = list(tree)  # type: ignore[call-overload]  # any input: TypeError handled
     except TypeError:
         raise ValueError(f"tree must be 'optimal' or a list of branching factors, got "
                          f"{tree!r}") from None
@@ -195,7 +199,7 @@ def _check_tree(tree, bins: int) -> tuple[int, ...] | None:
     return tuple(int(k) for k in ks)
 
 
-def _check_counts(counts, bins: int) -> np.ndarray:
+def _check_counts(counts: npt.ArrayLike, bins: int) -> npt.NDArray[np.int64]:
     """Validated precomputed histogram (int64 (K,)); errors name ``counts``."""
     try:
         return check_histogram(counts, bins)
@@ -206,16 +210,17 @@ def _check_counts(counts, bins: int) -> np.ndarray:
 
 # ------------------------------------------------------------------ design
 @functools.lru_cache(maxsize=32)
-def _design(bins: int, branching, noise: str, budget_name: str, budget: float,
-            neighbours: str, budgets: str):
+def _design(bins: int, branching: tuple[int, ...] | None, noise: str, budget_name: str,
+            budget: float, neighbours: str,
+            budgets: str) -> tuple[tuple[int, ...], tuple[float, ...] | None, str]:
     """(branching, level budgets or None, note) of the tree to release with. Cached: the
     design depends on public parameters only (the search takes seconds for K = 2^16)."""
-    kw = {budget_name: budget}
+    eps, rho = (budget, None) if budget_name == "epsilon" else (None, budget)
     if branching is None:
         if bins == 1:
             return (), None, "one bin: the tree is the root alone"
         d = optimize.level_uniform(bins, estimator="blue", noise=noise, neighbours=neighbours,
-                                   budgets=budgets, **kw)
+                                   budgets=budgets, epsilon=eps, rho=rho)
         note = (f"optimize.level_uniform(estimator='blue', budgets='{budgets}'): {d.method}")
         return tuple(int(k) for k in d.branching), tuple(d.budgets), note
     if budgets == "optimal" and branching:
@@ -225,22 +230,23 @@ def _design(bins: int, branching, noise: str, budget_name: str, budget: float,
     return branching, None, "given branching, equal budgets"
 
 
-def _tree_mechanism(bins: int, given, noise: str, budget_name: str, budget: float,
-                    neighbours: str, budgets: str,
-                    discrete: bool = True) -> tuple[Mechanism, tuple, str]:
+def _tree_mechanism(bins: int, given: tuple[int, ...] | None, noise: str, budget_name: str,
+                    budget: float, neighbours: str, budgets: str,
+                    discrete: bool = True) -> tuple[Mechanism, tuple[int, ...], str]:
     """(Mechanism, branching, note) of the tree the release runs without a design
     (:func:`_design`; padded to K' = prod(branching) leaves; discrete noise unless asked)."""
     branching, level_budgets, note = _design(bins, given, noise, budget_name, budget,
                                              neighbours, budgets)
+    eps, rho = (budget, None) if budget_name == "epsilon" else (None, budget)
     mech = Mechanism(strategies.tree(math.prod(branching), list(branching)),
-                     **{budget_name: budget}, noise=noise, neighbours=neighbours,
+                     epsilon=eps, rho=rho, noise=noise, neighbours=neighbours,
                      level_budgets=None if level_budgets is None else list(level_budgets),
                      discrete=discrete)
     return mech, branching, note
 
 
-def default_cdf_error(bins: int, *, epsilon=None, rho=None, neighbours: str = "add_remove",
-                      discrete: bool = True) -> float:
+def default_cdf_error(bins: int, *, epsilon: float | None = None, rho: float | None = None,
+                      neighbours: str = "add_remove", discrete: bool = True) -> float:
     """The exact mean squared error per prefix (counts^2) of the raw CDF that ``release``
     publishes over ``bins`` bins without a design (``tree="optimal"``, ``budgets="optimal"``)
     under the discrete noise it draws: ``Release.expected_error["mean_prefix_mse"]`` of that
@@ -263,14 +269,14 @@ class _Plan:
     noise: str
     budget_name: str
     budget: float
-    branching: tuple
+    branching: tuple[int, ...]
     note: str
     mechanism: Mechanism
-    quantiles: tuple
-    consistency: str | None
+    quantiles: tuple[float, ...]
+    consistency: Literal["l2", "l1"] | None
     interval_level: float
     out_of_range: str
-    standard_errors: np.ndarray  # exact SEs of the raw CDF over the K' leaves
+    standard_errors: npt.NDArray[np.float64]  # exact SEs of the raw CDF over the K' leaves
     calibration: QuantileCalibration | None  # None when no quantile is asked
     form: SecureForm | None = None  # with design=: how the design is released
     design: object = None           # the design given (a Design has its own error)
@@ -281,7 +287,8 @@ class _Plan:
         return int(math.prod(self.branching))
 
 
-def _check_design(design, bins: int, tree, budgets, neighbours) -> Mechanism:
+def _check_design(design: object, bins: int, tree: object, budgets: str,
+                  neighbours: str) -> Mechanism:
     """The design's Mechanism for a 1-D release over ``bins`` bins: the tree options left
     at their defaults, one axis of ``bins`` bins, the same neighbour model (ValueError)."""
     mech = design_mechanism(design)
@@ -302,7 +309,7 @@ def _check_design(design, bins: int, tree, budgets, neighbours) -> Mechanism:
     return mech
 
 
-def _design_branching(mech: Mechanism) -> tuple:
+def _design_branching(mech: Mechanism) -> tuple[int, ...]:
     """The branching of a design's complete level-uniform tree, else (K,) (one level: the
     strategy is described in the privacy account)."""
     released = mech.released
@@ -311,8 +318,10 @@ def _design_branching(mech: Mechanism) -> tuple:
     return (mech.n_bins,)
 
 
-def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-          consistency, budgets, interval_level, before_design=None, design=None) -> _Plan:
+def _plan(lower: float, upper: float, bins: object, epsilon: float | None, rho: float | None,
+          tree: object, neighbours: str, out_of_range: str, quantiles: npt.ArrayLike,
+          consistency: str | None, budgets: str, interval_level: float,
+          before_design: Callable[[], None] | None = None, design: object = None) -> _Plan:
     """Validate every argument and build the mechanism before any data is read (cheap
     failures first, then ``before_design()`` (e.g. input files exist), then the design search
     (or the design's secure form) and the quantile tests' calibration, which take seconds
@@ -320,7 +329,7 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
     bins = _check_bins(bins)
     spec = BinSpec(lower, upper, bins)
     check_neighbours(neighbours)
-    source = None
+    source: Mechanism | None = None
     if design is not None:
         source = _check_design(design, spec.bins, tree, budgets, neighbours)
         noise, budget_name, budget = design_budget(source, epsilon, rho)
@@ -340,7 +349,7 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
                                if noise == "laplace" else 0), "bins")
     if before_design is not None:
         before_design()
-    form = None
+    form: SecureForm | None = None
     if source is None:
         mech, branching, note = _tree_mechanism(spec.bins, given, noise, budget_name, budget,
                                                 neighbours, budgets)
@@ -368,15 +377,16 @@ def _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quan
     calibration = calibrate_quantile_tests(mech, spec.bins, qs, level) if qs else None
     return _Plan(spec=spec, noise=noise, budget_name=budget_name, budget=budget,
                  branching=tuple(branching), note=note, mechanism=mech, quantiles=qs,
-                 consistency=consistency, interval_level=level, out_of_range=out_of_range,
+                 consistency="l2" if consistency == "l2" else "l1" if consistency else None,
+                 interval_level=level, out_of_range=out_of_range,
                  standard_errors=frozen_copy(se), calibration=calibration, form=form,
                  design=design)
 
 
-def _rows_account(mech: Mechanism) -> dict:
+def _rows_account(mech: Mechanism, b: npt.NDArray[np.float64]) -> dict[str, Any]:
     """Budgets per row (budgets per node): how many rows are noisy, exact, unmeasured, and
     the range of their budgets and noise scales (each row's own in ``mechanism``)."""
-    s, b = mech.scales, mech.row_budgets
+    s = mech.scales
     noisy = np.isfinite(s) & (s > 0)
     return {"noisy": int(noisy.sum()), "exact": int(np.sum(s == 0)),
             "unmeasured": int(np.isinf(s).sum()),
@@ -389,8 +399,8 @@ def _rows_account(mech: Mechanism) -> dict:
 
 
 def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec: BinSpec,
-             branching, out_of_range: str, design_note: str,
-             form: SecureForm | None = None) -> dict:
+             branching: tuple[int, ...], out_of_range: str, design_note: str,
+             form: SecureForm | None = None) -> dict[str, Any]:
     counts = np.bincount(mech.released.levels)
     levels = []
     for lvl in sorted(mech.level_scales):
@@ -419,9 +429,9 @@ def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec:
                if mech.neighbours == "add_remove" else
                "swap: changing one record's value; N is NOT protected and is released exactly")
     achieved = mech.epsilon if noise == "laplace" else mech.rho
-    extra = {}
+    extra: dict[str, Any] = {}
     if mech.row_budgets is not None:
-        extra["rows"] = _rows_account(mech)
+        extra["rows"] = _rows_account(mech, mech.row_budgets)
     if form is not None and form.route == "scaled":
         extra["scaled_integer"] = form.account()
     return {**extra,
@@ -444,7 +454,8 @@ def _privacy(mech: Mechanism, noise: str, budget_name: str, budget: float, spec:
     }
 
 
-def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching,
+def _description(mech: Mechanism, privacy: dict[str, Any], spec: BinSpec,
+                 branching: tuple[int, ...],
                  form: SecureForm | None = None) -> str:
     lines = []
     if mech.public_total:
@@ -472,12 +483,13 @@ def _description(mech: Mechanism, privacy: dict, spec: BinSpec, branching,
     return "\n".join(lines)
 
 
-def _expected_error(plan: _Plan) -> dict:
+def _expected_error(plan: _Plan) -> dict[str, Any]:
     """The exact error of the raw CDF the release publishes (data-independent)."""
     var = np.asarray(plan.standard_errors[:plan.spec.bins], dtype=np.float64) ** 2
-    out = {"mean_prefix_mse": float(np.mean(var)), "max_prefix_mse": float(np.max(var)),
-           "unit": "counts^2: E (C_hat_t - C_t)^2 of the raw BLUE cumulative counts, "
-                   "t over the K real bins, under the discrete noise actually drawn (exact)"}
+    out: dict[str, Any] = {
+        "mean_prefix_mse": float(np.mean(var)), "max_prefix_mse": float(np.max(var)),
+        "unit": "counts^2: E (C_hat_t - C_t)^2 of the raw BLUE cumulative counts, "
+                "t over the K real bins, under the discrete noise actually drawn (exact)"}
     form, design = plan.form, plan.design
     if form is not None:     # the design as optimised, and what its secure form costs
         mean = getattr(design, "mean", None)
@@ -491,7 +503,8 @@ def _expected_error(plan: _Plan) -> dict:
 
 
 # ------------------------------------------------------------------ the release
-def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
+def _release_histogram(hist: npt.NDArray[np.int64], plan: _Plan,
+                       timings: dict[str, float]) -> Release:
     """Measure the validated histogram with secure noise, then post-process (never raises
     after the noise is drawn)."""
     t0 = time.perf_counter()
@@ -518,16 +531,16 @@ def _release_histogram(hist: np.ndarray, plan: _Plan, timings: dict) -> Release:
         return _incomplete(plan, y, privacy, description, timings, exc)
 
 
-def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
-           timings: dict) -> Release:
+def _infer(plan: _Plan, y: npt.NDArray[np.float64], privacy: dict[str, Any], description: str,
+           timings: dict[str, float]) -> Release:
     """Post-processing of the noisy answers y: BLUE, consistency, quantiles, intervals."""
     t2 = time.perf_counter()
     mech, spec, K = plan.mechanism, plan.spec, plan.spec.bins
-    notes = []
+    notes: list[str] = []
     est = cdf_from_measurements(mech, y, consistency=None, estimator="blue")
     raw = np.asarray(est.raw, dtype=np.float64)
     se = np.asarray(plan.standard_errors, dtype=np.float64)
-    if mech.public_total:
+    if mech.public_total and est.total is not None:
         total, public = int(est.total), True
     else:  # the better (public SE) unbiased estimate of N: C_K, or C_K' (padding is empty)
         pick = K - 1 if se[K - 1] <= se[-1] else plan.padded - 1
@@ -537,6 +550,7 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
                          "the consistent CDF is all zeros and the quantiles are undefined (NaN)")
     t3 = time.perf_counter()
     raw, se = raw[:K], se[:K]
+    consistent: npt.NDArray[np.float64] | npt.NDArray[np.int64]
     if plan.consistency is None:
         consistent = raw.copy()
     else:
@@ -558,7 +572,8 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
         qi = quantile_intervals(mech, raw, edges, qs, total_public=public, total=total,
                                 level=plan.interval_level, estimates=qv,
                                 calibration=plan.calibration)
-        notes += [n for n in qi.notes if n not in plan.calibration.notes]  # in description
+        cal_notes = () if plan.calibration is None else plan.calibration.notes
+        notes += [n for n in qi.notes if n not in cal_notes]  # in description
         bounds = (qi.lower, qi.upper, qi.noise_lower, qi.noise_upper)
     else:
         bounds = (np.zeros(0),) * 4
@@ -575,8 +590,8 @@ def _infer(plan: _Plan, y: np.ndarray, privacy: dict, description: str,
                    expected_error=_expected_error(plan), notes=tuple(notes))
 
 
-def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, timings: dict,
-                exc: BaseException) -> Release:
+def _incomplete(plan: _Plan, y: npt.NDArray[np.float64], privacy: dict[str, Any],
+                description: str, timings: dict[str, float], exc: BaseException) -> Release:
     """A Release that keeps the noisy measurements y (the DP output) when post-processing
     failed unexpectedly (a bug: please report it) or was interrupted (Ctrl-C); every
     estimate is NaN."""
@@ -600,19 +615,23 @@ def _incomplete(plan: _Plan, y: np.ndarray, privacy: dict, description: str, tim
                    expected_error=_expected_error(plan), notes=(note,), complete=False)
 
 
-def _check_one_axis(workload, names) -> None:
+def _check_one_axis(workload: str | None, names: object) -> None:
     """The grid-only options must not be given for a 1-D release."""
     if workload is not None or names is not None:
         raise ValueError("workload and names are options of a grid release (per-axis lower, "
                          "upper and bins); a 1-D release optimises for the CDF")
 
 
-def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
-            tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
-            quantiles=DEFAULT_QUANTILES, consistency: str | None = "l2",
+def release(data: object = None, *, lower: float | Sequence[float],
+            upper: float | Sequence[float], bins: int | Sequence[int],
+            epsilon: float | None = None, rho: float | None = None,
+            counts: npt.ArrayLike | None = None, tree: str | Sequence[Any] = "optimal",
+            neighbours: str = "add_remove", out_of_range: str = "error",
+            quantiles: npt.ArrayLike = DEFAULT_QUANTILES, consistency: str | None = "l2",
             budgets: str = "optimal", interval_level: float = 0.95,
-            workload: str | None = None, names=None, design=None, column: str | None = None,
-            columns=None):
+            workload: str | None = None, names: Sequence[str] | None = None,
+            design: object = None, column: str | None = None,
+            columns: Sequence[str] | None = None) -> Release | GridRelease:
     """Release a differentially private CDF and quantiles of real data (secure noise); with
     per-axis ``lower``, ``upper`` and ``bins`` (sequences), a d-D histogram of records
     (N, d) with box counts (:func:`~dptree_opt.data_release.grid.release_grid`, a
@@ -652,41 +671,52 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
 
     workload, names : grid releases only (``release_grid``).
 
-    Returns a :class:`Release` (a :class:`GridRelease` for a grid). Every argument and the
-    data are validated BEFORE the secure noise is drawn (ValueError naming the input); after
-    it nothing raises (module docstring).
-    Privacy: ``Release.description``; module docstring.
+    Returns
+    -------
+    Release or GridRelease
+        A :class:`Release` (a :class:`GridRelease` for a grid).
+
+    Notes
+    -----
+    Every argument and the data are validated BEFORE the secure noise is drawn (ValueError
+    naming the input); after it nothing raises (module docstring). Privacy:
+    ``Release.description``; module docstring.
     """
     if is_grid_bins(bins):
-        return release_grid(data, lower=lower, upper=upper, bins=bins, epsilon=epsilon,
-                            rho=rho, counts=counts, tree=tree, neighbours=neighbours,
+        gl, gu, gb = (cast(Sequence[float], v) for v in (lower, upper, bins))  # per axis
+        return release_grid(data, lower=gl, upper=gu, bins=cast(Sequence[int], gb),
+                            epsilon=epsilon, rho=rho, counts=counts, tree=tree,
+                            neighbours=neighbours,
                             out_of_range=out_of_range, quantiles=quantiles,
                             consistency=consistency, budgets=budgets,
                             interval_level=interval_level,
                             workload="all_range" if workload is None else workload,
                             names=names, design=design, column=column, columns=columns)
     _check_one_axis(workload, names)
-    timings: dict = {}
+    lo, hi, k = cast(float, lower), cast(float, upper), cast(int, bins)  # 1-D: checked below
+    timings: dict[str, float] = {}
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (the values) or counts (the K bin counts)")
     engine = is_engine_input(data, column, columns)
 
-    def counts_ready():  # bins is validated here; the counts before the (slow) design
-        nonlocal counts  # (an engine's table is counted here, where it lives)
+    checked: npt.NDArray[np.int64] | None = None
+
+    def counts_ready() -> None:  # bins is validated here; the counts before the (slow)
+        nonlocal checked  # design (an engine's table is counted here, where it lives)
         if counts is not None:
-            counts = _check_counts(counts, int(bins))
+            checked = _check_counts(counts, int(k))
             timings["read_and_bin"] = 0.0
         elif engine:
             t0 = time.perf_counter()
-            counts = engine_counts(data, BinSpec(lower, upper, int(bins)), column=column,
-                                   columns=columns, out_of_range=out_of_range)
+            checked = engine_counts(data, BinSpec(lo, hi, int(k)), column=column,
+                                    columns=columns, out_of_range=out_of_range)
             timings["read_and_bin"] = time.perf_counter() - t0
 
-    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+    plan = _plan(lo, hi, k, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                  consistency, budgets, interval_level, before_design=counts_ready,
                  design=design)
-    if counts is not None:
-        hist = counts   # checked or counted by counts_ready
+    if checked is not None:
+        hist = checked   # checked or counted by counts_ready
     else:
         t0 = time.perf_counter()
         hist, _ = histogram_from_values(data, plan.spec, out_of_range=out_of_range, name="data")
@@ -694,13 +724,17 @@ def release(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=Non
     return _release_histogram(hist, plan, timings)
 
 
-def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins,
-                 epsilon=None, rho=None, tree="optimal", neighbours: str = "add_remove",
-                 out_of_range: str = "error", quantiles=DEFAULT_QUANTILES,
+def release_file(path: str | os.PathLike[str] | None = None, *, column: str | None = None,
+                 counts_file: str | os.PathLike[str] | None = None,
+                 lower: float | Sequence[float], upper: float | Sequence[float],
+                 bins: int | Sequence[int], epsilon: float | None = None,
+                 rho: float | None = None, tree: str | Sequence[Any] = "optimal",
+                 neighbours: str = "add_remove", out_of_range: str = "error",
+                 quantiles: npt.ArrayLike = DEFAULT_QUANTILES,
                  consistency: str | None = "l2", budgets: str = "optimal",
-                 interval_level: float = 0.95, delimiter=None,
-                 chunk_bytes: int | None = None, columns=None, workload: str | None = None,
-                 design=None):
+                 interval_level: float = 0.95, delimiter: str | None = None,
+                 chunk_bytes: int | None = None, columns: Sequence[str] | None = None,
+                 workload: str | None = None, design: object = None) -> Release | GridRelease:
     """``release`` of one column of a CSV/TSV/Parquet file read in bounded memory (blocks of
     ``chunk_bytes``), or of a counts file (``counts_file``: one count per bin, or
     ``bin,count`` lines). With ``columns`` (one per axis) and per-axis ``lower``, ``upper``,
@@ -717,7 +751,9 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
             raise ValueError("columns: name one column of the file per axis")
         if path is None:
             raise ValueError("give the data file to read the columns from")
-        return release_grid_file(path, columns=columns, lower=lower, upper=upper, bins=bins,
+        gl, gu, gb = (cast(Sequence[float], v) for v in (lower, upper, bins))  # per axis
+        return release_grid_file(path, columns=columns, lower=gl, upper=gu,
+                                 bins=cast(Sequence[int], gb),
                                  epsilon=epsilon, rho=rho, tree=tree, neighbours=neighbours,
                                  out_of_range=out_of_range, quantiles=quantiles,
                                  consistency=consistency, budgets=budgets,
@@ -725,7 +761,8 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
                                  workload="all_range" if workload is None else workload,
                                  delimiter=delimiter, chunk_bytes=chunk_bytes, design=design)
     _check_one_axis(workload, None)
-    timings: dict = {}
+    lo, hi, k = cast(float, lower), cast(float, upper), cast(int, bins)  # 1-D: checked below
+    timings: dict[str, float] = {}
     if (path is None) == (counts_file is None):
         raise ValueError("give exactly one of a data file (with column) or a counts file")
     if counts_file is None and (not isinstance(column, str) or not column):
@@ -733,26 +770,27 @@ def release_file(path=None, *, column=None, counts_file=None, lower, upper, bins
     if chunk_bytes is not None:
         chunk_bytes = check_chunk_bytes(chunk_bytes)
 
-    kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
+    kw: dict[str, Any] = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
     if delimiter is not None:
         kw["delimiter"] = delimiter
 
-    hist = None
+    hist: npt.NDArray[np.int64] | None = None
 
-    def inputs_ready():  # bins is validated here; before the (slow) design: the counts file
-        nonlocal hist    # (O(K), read whole), or the data file and its header
+    def inputs_ready() -> None:  # bins is validated here; before the (slow) design: the
+        nonlocal hist  # counts file (O(K), read whole), or the data file and its header
         if counts_file is not None:
             t0 = time.perf_counter()
-            hist = read_counts(counts_file, int(bins))
+            hist = read_counts(counts_file, int(k))
             timings["read_and_bin"] = time.perf_counter() - t0
         else:
-            check_columns(path, (column,), **kw)
+            check_columns(path, (column,), **kw)  # type: ignore[arg-type]  # given: checked
 
-    plan = _plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
+    plan = _plan(lo, hi, k, epsilon, rho, tree, neighbours, out_of_range, quantiles,
                  consistency, budgets, interval_level, before_design=inputs_ready,
                  design=design)
-    if counts_file is None:
+    if hist is None:  # a data file (a counts file was read by inputs_ready)
         t0 = time.perf_counter()
-        hist, _ = histogram_from_file(path, column, plan.spec, out_of_range=out_of_range, **kw)
+        hist, _ = histogram_from_file(path, column, plan.spec,  # type: ignore[arg-type]  # given
+                                      out_of_range=out_of_range, **kw)
         timings["read_and_bin"] = time.perf_counter() - t0
     return _release_histogram(hist, plan, timings)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import re
 from numbers import Integral
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["check_input_path", "utf8_start", "read_counts", "count_lines", "MAX_COUNT_LINE",
            "COUNT_RULE"]
@@ -21,7 +22,7 @@ _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def utf8_start(raw: bytes, where: str) -> int:
+def utf8_start(raw: bytes | bytearray, where: str) -> int:
     """Where the text of ``raw`` (the first bytes of a file or stream) starts: after a UTF-8
     byte-order mark, if any; ValueError (naming ``where``) for a UTF-16 / UTF-32 text."""
     for bom, name in _WIDE_BOMS:
@@ -30,7 +31,7 @@ def utf8_start(raw: bytes, where: str) -> int:
     return len(_UTF8_BOM) if raw.startswith(_UTF8_BOM) else 0
 
 
-def check_input_path(path, name: str = "file") -> str:
+def check_input_path(path: object, name: str = "file") -> str:
     """The path of an existing regular file as a str. Accepted: ``str`` and ``os.PathLike``
     (``pathlib.Path``); refused with a ValueError naming ``name``: bytes paths and open file
     objects (a reader needs the file's name: its suffix says CSV, TSV, Parquet or which
@@ -63,7 +64,7 @@ _INTEGER = r"^\+?[0-9]+(?:\.0*)?$"  # a non-negative integer, "3" or "3.0" (ASCI
 _NUMBER = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$|^[+-]?(?:nan|inf|infinity)$"
 
 
-def read_counts(path, bins: int | None) -> np.ndarray:
+def read_counts(path: str | os.PathLike[str], bins: int | None) -> npt.NDArray[np.int64]:
     """The K bin counts (int64, shape (K,)) from a counts file (``bins`` None: a stream's
     steps, one count per line, as many as the file gives).
 
@@ -150,7 +151,8 @@ def read_counts(path, bins: int | None) -> np.ndarray:
     return out
 
 
-def _exact_integers(pa, pc, field, line_no: np.ndarray, path: str, what: str) -> np.ndarray:
+def _exact_integers(pa: Any, pc: Any, field: Any, line_no: npt.NDArray[np.int64], path: str,
+                    what: str) -> npt.NDArray[np.int64]:
     """int64 values of a string column of non-negative integers < 2^53, parsed exactly."""
     field = pc.replace_substring_regex(pc.utf8_trim_whitespace(field), r'^"(.*)"$', r"\1")
     ok = pc.match_substring_regex(field, _INTEGER).to_numpy(zero_copy_only=False)
@@ -178,7 +180,7 @@ def _exact_integers(pa, pc, field, line_no: np.ndarray, path: str, what: str) ->
     return values.astype(np.int64, copy=False)
 
 
-def _check_total(counts: np.ndarray, path: str) -> None:
+def _check_total(counts: npt.NDArray[np.int64], path: str) -> None:
     """Refuse a total >= 2^53, summed exactly: every count < 2^53 = 2^27 * 2^26, so the high
     and low 26-bit halves each sum below 2^63 for up to 2^36 counts (int64 never wraps)."""
     low = int(np.sum(counts & ((1 << 26) - 1), dtype=np.int64))
@@ -194,7 +196,7 @@ COUNT_RULE = ("a non-negative integer below 2^53 in plain decimal digits, like 7
               "no exponent")
 
 
-def count_lines(lines, source: str = "standard input", *,
+def count_lines(lines: Iterable[str | bytes | bytearray], source: str = "standard input", *,
                 quote: bool = True) -> Iterator[tuple[int, int]]:
     """A counts stream read line by line (a file or standard input): yields (line number,
     count) for each non-blank line; a first line ``count`` is a header; blank lines are
@@ -276,7 +278,7 @@ def count_lines(lines, source: str = "standard input", *,
         yield line_no, value
 
 
-def _line_end_length(line) -> int:
+def _line_end_length(line: str | bytes | bytearray) -> int:
     """Length of the line end (CRLF, LF, CR or none) at the end of a str / bytes line."""
     if line[-2:] in ("\r\n", b"\r\n"):
         return 2

@@ -51,11 +51,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import optimize, strategies, workloads
 from ..consistency import project_histogram
@@ -71,7 +74,8 @@ from ..strategies.base import check_neighbours, frozen_copy
 from .binning import BinSpec, check_out_of_range
 from .grid_result import GridRelease
 from .result import incomplete_note
-from .checks import (DEFAULT_QUANTILES, budget_choice, check_budgets, check_histogram_total,
+from .checks import (DEFAULT_QUANTILES, budget_choice, budget_pair, check_budgets,
+                     check_histogram_total,
                      check_mechanism_noise, check_tiny_budget)
 from .io import (check_chunk_bytes, check_column_names, check_columns, grid_histogram_from_file,
                  grid_histogram_from_values)
@@ -96,13 +100,17 @@ GRID_WORKLOADS = ("all_range", "prefix")
 
 
 # ------------------------------------------------------------------ argument checks
-def is_grid_bins(bins) -> bool:
+# per-axis branching factors of a Kronecker product of trees
+Branchings = tuple[tuple[int, ...], ...]
+
+
+def is_grid_bins(bins: object) -> bool:
     """Whether ``bins`` asks for a grid release (a sequence of per-axis bin counts)."""
     return (not isinstance(bins, (Integral, str, bytes))
             and isinstance(bins, (list, tuple, np.ndarray)))
 
 
-def _axis_values(value, name: str, d: int) -> tuple:
+def _axis_values(value: object, name: str, d: int) -> tuple[float, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
         raise ValueError(f"{name} must be a sequence of {d} numbers (one per axis) for a grid "
                          f"release, got {value!r}")
@@ -113,14 +121,14 @@ def _axis_values(value, name: str, d: int) -> tuple:
     return vals
 
 
-def _check_grid(lower, upper, bins) -> tuple[BinSpec, ...]:
+def _check_grid(lower: object, upper: object, bins: object) -> tuple[BinSpec, ...]:
     """One BinSpec per axis (>= 2 axes, >= 2 bins each, cells <= MAX_GRID_CELLS)."""
     if not is_grid_bins(bins):
         raise ValueError(f"bins must give one number of bins per axis for a grid release "
                          f"(e.g. (64, 64)), got {bins!r}")
     if isinstance(bins, np.ndarray):
         bins = bins.tolist()
-    bins = tuple(bins)
+    bins = tuple(cast(Sequence[Any], bins))  # a list or tuple (is_grid_bins)
     if len(bins) < 2:
         raise ValueError(f"bins={list(bins)!r}: a grid release needs >= 2 axes; for one "
                          "axis pass an integer (bins=K)")
@@ -149,7 +157,7 @@ def _check_grid(lower, upper, bins) -> tuple[BinSpec, ...]:
     return tuple(specs)
 
 
-def _check_grid_tree(tree, specs) -> tuple | None:
+def _check_grid_tree(tree: object, specs: tuple[BinSpec, ...]) -> Branchings | None:
     """None for "optimal", else per-axis branching tuples (product >= the axis's bins)."""
     if isinstance(tree, str):
         if tree != "optimal":
@@ -157,7 +165,8 @@ def _check_grid_tree(tree, specs) -> tuple | None:
                              f"axis, got {tree!r}")
         return None
     try:
-        per_axis = [list(t) for t in tree]
+        # any input: its TypeError is the ValueError below
+        per_axis = [list(t) for t in tree]  # type: ignore[attr-defined]  # caught
     except TypeError:
         raise ValueError(f"tree: for a grid give one list of branching factors per axis, e.g. "
                          f"[[2, 2, 4], [4, 4]], got {tree!r}") from None
@@ -186,7 +195,7 @@ def _check_grid_tree(tree, specs) -> tuple | None:
     return tuple(out)
 
 
-def _tree_rows(branchings) -> int:
+def _tree_rows(branchings: Branchings) -> int:
     """Rows of the Kronecker product of complete trees (nodes per axis multiplied)."""
     rows = 1
     for ks in branchings:
@@ -198,7 +207,7 @@ def _tree_rows(branchings) -> int:
     return rows
 
 
-def _check_rows(branchings) -> None:
+def _check_rows(branchings: Branchings) -> None:
     rows = _tree_rows(branchings)
     if rows > MAX_GRID_ROWS:
         raise ValueError(f"the hierarchy {[list(k) for k in branchings]} has {rows} rows "
@@ -209,12 +218,13 @@ def _check_rows(branchings) -> None:
 
 
 # ------------------------------------------------------------------ design
-def _refine(ks) -> tuple[int, ...]:
+def _refine(ks: Sequence[int]) -> tuple[int, ...]:
     """Every branching factor split into its primes (ascending): a refinement of the tree."""
     return optimize.finest_refinement(ks)
 
 
-def _real_error(mech: Mechanism, branchings, shape, workload: str) -> float:
+def _real_error(mech: Mechanism, branchings: Branchings, shape: tuple[int, ...],
+                workload: str) -> float:
     """Exact error of ``workload`` over the REAL cells (the first n_i bins of each padded
     axis): sum_j prod_i q_i(j_i) / lambda_j with q_i the axis's Haar weights restricted to its
     first n_i bins (``error.tree.haar_workload_weights(n_queries=n_i)``)."""
@@ -231,23 +241,28 @@ def _real_error(mech: Mechanism, branchings, shape, workload: str) -> float:
     return float(np.sum(np.where(q > 0, q / np.where(lam > 0, lam, 1.0), 0.0)))
 
 
-def _score(branchings, shape, noise, budget_name, budget, neighbours, budgets, workload):
+def _score(branchings: Branchings, shape: tuple[int, ...], noise: str, budget_name: str,
+           budget: float, neighbours: str, budgets: str,
+           workload: str) -> tuple[float, tuple[float, ...] | None]:
     """(exact error on the real cells' workload, level budgets or None) of one product; the
     optimal budgets are those of the padded grid's workload (``optimal_grid_budgets``)."""
-    kw = {budget_name: budget}
+    eps, rho = budget_pair(budget_name, budget)
     strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
     padded = tuple(math.prod(ks) for ks in branchings)
     if budgets == "optimal":
         w = (workloads.all_range(padded) if workload == "all_range"
              else workloads.prefix(padded))
-        g = optimize.optimal_grid_budgets(strat, w, noise=noise, neighbours=neighbours, **kw)
+        assert isinstance(w, workloads.KroneckerWorkload)  # a grid: >= 2 axes
+        g = optimize.optimal_grid_budgets(strat, w, noise=noise, neighbours=neighbours,
+                                          epsilon=eps, rho=rho)
         mech, lb = g.mechanism, tuple(float(b) for b in g.budgets)
     else:
-        mech, lb = Mechanism(strat, noise=noise, neighbours=neighbours, **kw), None
+        mech, lb = Mechanism(strat, noise=noise, neighbours=neighbours, epsilon=eps,
+                             rho=rho), None
     return _real_error(mech, branchings, shape, workload), lb
 
 
-def _axis_options(n: int, design) -> list[tuple[int, ...]]:
+def _axis_options(n: int, design: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Per-axis trees to try: the 1-D design, its prime refinement, the finest tree of n
     itself when n is 7-smooth, and the binary tree of the next power of two."""
     opts = [design, _refine(design)]
@@ -261,8 +276,9 @@ def _axis_options(n: int, design) -> list[tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=16)
-def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float,
-                 neighbours: str, budgets: str, workload: str):
+def _grid_design(bins: tuple[int, ...], given: Branchings | None, noise: str,
+                 budget_name: str, budget: float, neighbours: str, budgets: str,
+                 workload: str) -> tuple[Branchings, tuple[float, ...] | None, str]:
     """(per-axis branchings, level budgets or None, note); public parameters only (cached).
 
     ``optimize.best_grid_hierarchy(family="kron")`` over every Kronecker product of per-axis
@@ -271,16 +287,17 @@ def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float
     the per-axis 1-D designs, their prime refinements, the finest trees and the binary trees
     of the next power of two (``_axis_options``), all scored by the same exact real-cell error
     (``_real_error``)."""
-    kw = {budget_name: budget}
+    eps, rho = budget_pair(budget_name, budget)
     if given is not None:
         err, lb = _score(given, bins, noise, budget_name, budget, neighbours, budgets,
                          workload)
         return given, lb, f"given per-axis trees, {budgets} budgets (exact {workload} error " \
                           f"over the real cells {err:.6g}, counts^2)"
     search = optimize.best_grid_hierarchy(bins, workload, noise=noise, neighbours=neighbours,
-                                          budgets=budgets, family="kron", **kw)
+                                          budgets=budgets, family="kron", epsilon=eps,
+                                          rho=rho)
     found = [d for d in search.ranked if _tree_rows(d.branching) <= MAX_GRID_ROWS]
-    best = None
+    best: tuple[float, Branchings, tuple[float, ...] | None] | None = None
     if found:
         d = found[0]
         mech = d.mechanism()
@@ -291,7 +308,7 @@ def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float
         for n in bins:
             one = optimize.level_uniform(n, estimator="blue", noise=noise,
                                          neighbours="add_remove", budgets="optimal",
-                                         workload=workload, **kw)
+                                         workload=workload, epsilon=eps, rho=rho)
             per_axis.append(_axis_options(n, tuple(int(k) for k in one.branching)))
         candidates = [tuple(opts[min(i, len(opts) - 1)] for opts in per_axis)
                       for i in range(max(len(o) for o in per_axis))]
@@ -313,7 +330,8 @@ def _grid_design(bins: tuple, given, noise: str, budget_name: str, budget: float
     return best[1], best[2], note
 
 
-def default_grid_error(bins, *, epsilon=None, rho=None, neighbours: str = "add_remove",
+def default_grid_error(bins: Sequence[int], *, epsilon: float | None = None,
+                       rho: float | None = None, neighbours: str = "add_remove",
                        workload: str = "all_range") -> float:
     """The exact mean squared error per query (counts^2) of ``workload`` ("all_range": every
     box of the real cells, or "prefix": the d-D CDF) of the hierarchy the grid release runs
@@ -330,7 +348,8 @@ def default_grid_error(bins, *, epsilon=None, rho=None, neighbours: str = "add_r
     branchings, level_budgets, _ = _grid_design(shape, None, noise, name, budget, neighbours,
                                                 "optimal", workload)
     strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks)) for ks in branchings])
-    mech = Mechanism(strat, noise=noise, neighbours=neighbours, **{name: budget},
+    eps, rho_ = budget_pair(name, budget)
+    mech = Mechanism(strat, noise=noise, neighbours=neighbours, epsilon=eps, rho=rho_,
                      level_budgets=None if level_budgets is None else list(level_budgets))
     queries = math.prod(n * (n + 1) // 2 if workload == "all_range" else n for n in shape)
     return _real_error(mech, branchings, shape, workload) / queries
@@ -341,11 +360,11 @@ def default_grid_error(bins, *, epsilon=None, rho=None, neighbours: str = "add_r
 class _GridPlan:
     """Everything about a grid release that does not depend on the data, validated."""
 
-    specs: tuple
+    specs: tuple[BinSpec, ...]
     noise: str
     budget_name: str
     budget: float
-    branchings: tuple
+    branchings: Branchings
     note: str
     mechanism: Mechanism
     consistency: str | None
@@ -361,7 +380,8 @@ class _GridPlan:
         return tuple(math.prod(ks) for ks in self.branchings)
 
 
-def _check_grid_design(design, specs, tree, budgets, neighbours, workload) -> Mechanism:
+def _check_grid_design(design: object, specs: tuple[BinSpec, ...], tree: object,
+                       budgets: str, neighbours: str, workload: str) -> Mechanism:
     """The Mechanism of a grid design for these cells: a Kronecker product of complete trees
     or a quadtree over exactly the real cells, the tree options left at their defaults, the
     same neighbour model (ValueError otherwise)."""
@@ -390,12 +410,15 @@ def _check_grid_design(design, specs, tree, budgets, neighbours, workload) -> Me
     return mech
 
 
-def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range, quantiles,
-               consistency, budgets, interval_level, workload, before_design=None,
-               design=None) -> _GridPlan:
+def _grid_plan(lower: object, upper: object, bins: object, epsilon: float | None,
+               rho: float | None, tree: object, neighbours: str, out_of_range: str,
+               quantiles: object, consistency: str | None, budgets: str,
+               interval_level: float, workload: str,
+               before_design: Callable[[], None] | None = None,
+               design: object = None) -> _GridPlan:
     specs = _check_grid(lower, upper, bins)
     check_neighbours(neighbours)
-    source = None
+    source: Mechanism | None = None
     if design is not None:
         source = _check_grid_design(design, specs, tree, budgets, neighbours, workload)
         noise, budget_name, budget = design_budget(source, epsilon, rho)
@@ -405,8 +428,9 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
     if consistency not in ("l2", None):
         raise ValueError(f"consistency for a grid must be 'l2' (the nearest non-negative "
                          f"integer cells summing to N) or None, got {consistency!r}")
+    qs: tuple[object, ...] | None
     try:
-        qs = tuple(quantiles)
+        qs = tuple(quantiles)  # type: ignore[arg-type]  # any input: TypeError handled
     except TypeError:
         qs = None
     if qs not in (tuple(DEFAULT_QUANTILES), ()):
@@ -441,9 +465,10 @@ def _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
         _check_rows(branchings)
         strat = strategies.kron(*[strategies.tree(math.prod(ks), list(ks))
                                   for ks in branchings])
+        eps, rho_ = budget_pair(budget_name, budget)
         mech = Mechanism(strat, noise=noise, neighbours=neighbours,
                          level_budgets=None if level_budgets is None else list(level_budgets),
-                         discrete=True, **{budget_name: budget})
+                         discrete=True, epsilon=eps, rho=rho_)
     else:
         mech = secure_form(source).mechanism
         branchings = tuple(tuple(int(k) for k in t.branching)
@@ -472,7 +497,7 @@ def _dry_run(plan: _GridPlan) -> None:
 
 
 # ------------------------------------------------------------------ account
-def _privacy(plan: _GridPlan) -> dict:
+def _privacy(plan: _GridPlan) -> dict[str, Any]:
     mech, strat = plan.mechanism, plan.mechanism.released
     counts = np.bincount(strat.levels)
     levels = []
@@ -518,7 +543,7 @@ def _privacy(plan: _GridPlan) -> dict:
     }
 
 
-def _description(plan: _GridPlan, privacy: dict) -> str:
+def _description(plan: _GridPlan, privacy: dict[str, Any]) -> str:
     mech = plan.mechanism
     lines = []
     if mech.public_total:
@@ -538,7 +563,7 @@ def _description(plan: _GridPlan, privacy: dict) -> str:
     return "\n".join(lines)
 
 
-def _expected_error(plan: _GridPlan) -> dict:
+def _expected_error(plan: _GridPlan) -> dict[str, Any]:
     """Exact, data-independent errors of the raw BLUE over the real cells: the d-D CDF
     (boxes [0, a), mean and max), all boxes (mean), one cell, the total N."""
     mech, shape = plan.mechanism, plan.shape
@@ -567,7 +592,8 @@ def _expected_error(plan: _GridPlan) -> dict:
 
 
 # ------------------------------------------------------------------ the release
-def _total_estimate(plan: _GridPlan, y: np.ndarray, raw_padded: np.ndarray):
+def _total_estimate(plan: _GridPlan, y: npt.NDArray[np.float64],
+                    raw_padded: npt.NDArray[np.float64]) -> tuple[int, bool]:
     """(N, public): exact under swap (the grand total's exact row); else the rounded BLUE of
     N over the real cells or over the whole padded grid, whichever has the smaller SE."""
     mech = plan.mechanism
@@ -576,22 +602,29 @@ def _total_estimate(plan: _GridPlan, y: np.ndarray, raw_padded: np.ndarray):
     d = len(plan.shape)
     real = np.asarray(plan.shape, dtype=float)
     full = np.asarray(plan.padded_shape, dtype=float)
-    v_real, v_full = kron_box_variances(mech, np.zeros((2, d)), np.stack([real, full]))
+    v_real, v_full = np.asarray(kron_box_variances(mech, np.zeros((2, d)),
+                                                   np.stack([real, full])), dtype=float)
     grid = raw_padded.reshape(plan.padded_shape)
     block = grid[tuple(slice(0, n) for n in plan.shape)]
     value = float(block.sum()) if v_real <= v_full else float(grid.sum())
     return max(0, int(np.rint(value))), False
 
 
-def _estimate(plan: _GridPlan, y: np.ndarray, timings: dict):
+# (raw cells, consistent cells or None, N, whether N is public, notes)
+_Estimate = tuple[npt.NDArray[np.float64], npt.NDArray[np.int64] | npt.NDArray[np.float64] | None,
+                  int, bool, list[str]]
+
+
+def _estimate(plan: _GridPlan, y: npt.NDArray[np.float64], timings: dict[str, float]) -> _Estimate:
     """Post-processing of the noisy answers y (rows,): (raw BLUE cells, consistent cells or
     None, N, whether N is public, notes); the real cells only, shape ``plan.shape``."""
     t2 = time.perf_counter()
     raw_padded = blue(plan.mechanism, y)      # the registry: Kronecker trees or quadtree
     raw = raw_padded.reshape(plan.padded_shape)[tuple(slice(0, n) for n in plan.shape)]
     total, public = _total_estimate(plan, y, raw_padded)
-    notes = []
+    notes: list[str] = []
     t3 = time.perf_counter()
+    consistent: npt.NDArray[np.int64] | npt.NDArray[np.float64] | None
     if plan.consistency is None:
         consistent = None
     elif total == 0:
@@ -606,7 +639,8 @@ def _estimate(plan: _GridPlan, y: np.ndarray, timings: dict):
     return raw, consistent, total, public, notes
 
 
-def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> GridRelease:
+def _release_cells(hist: npt.NDArray[np.int64], plan: _GridPlan, timings: dict[str, float],
+                   names: Sequence[str]) -> GridRelease:
     """Measure the validated cell counts with secure noise, then post-process (never raises
     after the noise is drawn)."""
     t0 = time.perf_counter()
@@ -639,7 +673,8 @@ def _release_cells(hist: np.ndarray, plan: _GridPlan, timings: dict, names) -> G
                            notes=(incomplete_note(exc),), complete=False)
 
 
-def _check_grid_counts(counts, shape) -> np.ndarray:
+def _check_grid_counts(counts: npt.ArrayLike,
+                       shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
     """Validated precomputed cell counts: non-negative integers of shape ``shape``."""
     try:
         arr = np.asarray(counts)
@@ -655,12 +690,16 @@ def _check_grid_counts(counts, shape) -> np.ndarray:
                          ) from None
 
 
-def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, counts=None,
-                 tree="optimal", neighbours: str = "add_remove", out_of_range: str = "error",
-                 quantiles=(), consistency: str | None = "l2", budgets: str = "optimal",
-                 interval_level: float = 0.95, workload: str = "all_range",
-                 names=None, design=None, column: str | None = None,
-                 columns=None) -> GridRelease:
+def release_grid(data: object = None, *, lower: Sequence[float], upper: Sequence[float],
+                 bins: Sequence[int], epsilon: float | None = None,
+                 rho: float | None = None, counts: npt.ArrayLike | None = None,
+                 tree: str | Sequence[Sequence[int]] = "optimal",
+                 neighbours: str = "add_remove", out_of_range: str = "error",
+                 quantiles: npt.ArrayLike = (), consistency: str | None = "l2",
+                 budgets: str = "optimal", interval_level: float = 0.95,
+                 workload: str = "all_range", names: str | Sequence[str] | None = None,
+                 design: object = None, column: str | None = None,
+                 columns: Sequence[str] | None = None) -> GridRelease:
     """A differentially private d-D histogram of records (N, d), or of ``counts`` (shape
     ``bins``), with box counts and exact standard errors (module docstring). ``lower``,
     ``upper``, ``bins``: one entry per axis; ``tree``: "optimal" or one branching list per
@@ -672,64 +711,72 @@ def release_grid(data=None, *, lower, upper, bins, epsilon=None, rho=None, count
     ``columns``: one column per axis, also the default axis names), counted where it lives
     before the design. Every argument and the data are validated BEFORE the noise
     (ValueError); after it nothing raises."""
-    timings: dict = {}
+    timings: dict[str, float] = {}
+    checked: npt.NDArray[np.int64] | None = None
+    axis_names: tuple[str, ...] = ()
     if (data is None) == (counts is None):
         raise ValueError("give exactly one of data (records of shape (N, d)) or counts (the "
                          "cell counts)")
     engine = is_engine_input(data, column, columns)
 
-    def inputs_ready():  # bins is a validated sequence here; before the (slow) design
-        nonlocal names, counts
+    def inputs_ready() -> None:  # bins is a validated sequence here; before the design
+        nonlocal axis_names, checked
         picked = pick(column, columns, len(bins)) if engine else None
-        names = _check_names(picked if names is None and picked is not None else names,
+        axis_names = _check_names(picked if names is None and picked is not None else names,
                              len(bins))
         if counts is not None:
-            counts = _check_grid_counts(counts, tuple(int(k) for k in bins))
+            checked = _check_grid_counts(counts, tuple(int(k) for k in bins))
         elif engine:  # counted where it lives
             t0 = time.perf_counter()
-            counts = engine_counts(data, _check_grid(lower, upper, bins), column=column,
-                                   columns=columns, out_of_range=out_of_range)
+            checked = engine_counts(data, _check_grid(lower, upper, bins), column=column,
+                                    columns=columns, out_of_range=out_of_range)
             timings["read_and_bin"] = time.perf_counter() - t0
 
     plan = _grid_plan(lower, upper, bins, epsilon, rho, tree, neighbours, out_of_range,
                       quantiles, consistency, budgets, interval_level, workload,
                       before_design=inputs_ready, design=design)
     t0 = time.perf_counter()
-    hist = counts if counts is not None else grid_histogram_from_values(
+    hist = checked if checked is not None else grid_histogram_from_values(
         data, plan.specs, out_of_range=out_of_range)[0]  # counts: checked by inputs_ready
     timings.setdefault("read_and_bin", time.perf_counter() - t0)
-    return _release_cells(hist, plan, timings, names)
+    return _release_cells(hist, plan, timings, axis_names)
 
 
-def _check_names(names, d: int) -> tuple[str, ...]:
+def _check_names(names: object, d: int) -> tuple[str, ...]:
     if names is None:
         return tuple(f"x{i}" for i in range(d))
-    names = tuple(names) if not isinstance(names, str) else (names,)
-    if len(names) != d or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"names: need {d} axis names (str), got {names!r}")
-    return names
+    try:
+        got = ((names,) if isinstance(names, str)
+               else tuple(names))  # type: ignore[arg-type]  # any input: refused below
+    except TypeError:
+        raise ValueError(f"names: need {d} axis names (str), got {names!r}") from None
+    if len(got) != d or not all(isinstance(n, str) for n in got):
+        raise ValueError(f"names: need {d} axis names (str), got {got!r}")
+    return tuple(str(n) for n in got)
 
 
-def release_grid_file(path, *, columns, lower, upper, bins, epsilon=None, rho=None,
-                      tree="optimal", neighbours: str = "add_remove",
-                      out_of_range: str = "error", quantiles=(),
-                      consistency: str | None = "l2", budgets: str = "optimal",
-                      interval_level: float = 0.95, workload: str = "all_range",
-                      delimiter=None, chunk_bytes: int | None = None,
-                      design=None) -> GridRelease:
+def release_grid_file(path: str | os.PathLike[str], *, columns: Sequence[str],
+                      lower: Sequence[float], upper: Sequence[float], bins: Sequence[int],
+                      epsilon: float | None = None, rho: float | None = None,
+                      tree: str | Sequence[Sequence[int]] = "optimal",
+                      neighbours: str = "add_remove", out_of_range: str = "error",
+                      quantiles: npt.ArrayLike = (), consistency: str | None = "l2",
+                      budgets: str = "optimal", interval_level: float = 0.95,
+                      workload: str = "all_range", delimiter: str | None = None,
+                      chunk_bytes: int | None = None, design: object = None) -> GridRelease:
     """:func:`release_grid` of d columns of a CSV/TSV/Parquet file, read together in bounded
     memory (``io.read_columns``); the columns name the axes. ``path``: str or os.PathLike (a
     bytes path or an open file object is a ValueError); the number of columns, the file and
     its header are checked before the hierarchy design."""
-    timings: dict = {}
+    timings: dict[str, float] = {}
     columns = check_column_names(columns)
     if chunk_bytes is not None:
         chunk_bytes = check_chunk_bytes(chunk_bytes)
-    kw = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
+    kw: dict[str, Any] = {} if chunk_bytes is None else {"chunk_bytes": int(chunk_bytes)}
     if delimiter is not None:
         kw["delimiter"] = delimiter
 
-    def inputs_ready():  # bins is a validated sequence here; before the (slow) design
+    def inputs_ready() -> None:  # bins is a validated sequence here; before the (slow) design
         d = len(bins)
         if len(columns) != d:
             raise ValueError(f"columns: {d} axes need {d} columns, got {list(columns)!r}")

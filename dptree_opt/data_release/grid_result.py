@@ -6,10 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ..engines.kronecker import kron_box_variances
 from ..mechanism import Mechanism
@@ -17,6 +20,10 @@ from .. import plotting
 from ..files import check_writable_path, write_text_atomic
 from .result import (BIN_RULE, BoxCount, PGMMeasurement, json_floats, mechanism_record,
                      pgm_measurements, with_checksum)
+from .binning import BinSpec
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["GridRelease", "BoxCount", "GRID_FORMAT"]
 
@@ -79,8 +86,8 @@ class GridRelease:
     post-processing failed: the estimates are NaN and the JSON keeps ``measurements``).
     """
 
-    specs: tuple
-    names: tuple
+    specs: tuple[BinSpec, ...]
+    names: tuple[str, ...]
     raw: np.ndarray = field(repr=False)
     consistent: np.ndarray | None = field(repr=False)
     consistency: str | None
@@ -127,7 +134,7 @@ class GridRelease:
     def _consistent_cumulative(self) -> np.ndarray | None:
         return None if self.consistent is None else _cumulative(self.consistent)
 
-    def _to_bins(self, corner, name: str) -> np.ndarray:
+    def _to_bins(self, corner: npt.ArrayLike, name: str) -> npt.NDArray[np.float64]:
         x = np.asarray(corner, dtype=float)
         d = len(self.specs)
         if x.ndim not in (1, 2) or x.shape[-1] != d:
@@ -138,7 +145,7 @@ class GridRelease:
         return np.stack([np.interp(x[:, i], s.bin_edges, np.arange(s.bins + 1.0))
                          for i, s in enumerate(self.specs)], axis=1)
 
-    def range_count(self, lo_corner, hi_corner) -> BoxCount:
+    def range_count(self, lo_corner: npt.ArrayLike, hi_corner: npt.ArrayLike) -> BoxCount:
         """Counts in the boxes [lo_1, hi_1) x .. x [lo_d, hi_d) (value units, half-open per
         axis as in 1-D; lo <= hi), with exact standard errors.
 
@@ -162,8 +169,8 @@ class GridRelease:
             raise ValueError("range_count needs lo_corner <= hi_corner on every axis")
         est = _box(self._raw_cumulative, a, b)
         se = np.sqrt(kron_box_variances(self.mechanism, a, b))
-        cons = (_box(self._consistent_cumulative, a, b) if self.consistent is not None
-                else np.full(est.shape, np.nan))
+        cc = self._consistent_cumulative  # None without consistency
+        cons = _box(cc, a, b) if cc is not None else np.full(est.shape, np.nan)
         if single:
             return BoxCount(float(est[0]), float(se[0]), float(cons[0]))
         return BoxCount(est, se, cons)
@@ -206,8 +213,8 @@ class GridRelease:
         row-major, stddev; clique = the axis names); docs/interop.md."""
         return pgm_measurements(self.mechanism, self.measurements, tuple(self.names))
 
-    def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
-                **kwargs) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None, *, indent: int | None = 2,
+                force: bool = False, **kwargs: bool) -> str:
         """The release as JSON text; written atomically to ``path`` when given, as
         :meth:`Release.to_json` writes (never over an existing file unless ``force``; a bad
         path is a ValueError before anything is done). Returns the text."""
@@ -218,7 +225,8 @@ class GridRelease:
             write_text_atomic(path, text + "\n", force=force)
         return text
 
-    def plot(self, ax=None, truth=None):
+    def plot(self, ax: Axes | Sequence[Axes] | None = None,
+             truth: npt.ArrayLike | None = None) -> Axes | list[Axes]:
         """Heat map of the consistent cells (raw without consistency) over the first two
         axes (others summed), with the cell SE in the title; with ``truth`` (the true cell
         counts, for a simulation) a second panel shows it on the same colour scale. Returns

@@ -66,9 +66,11 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Integral
-from typing import Iterator
+import os
+from typing import Any, Generator, Iterable
 
 import numpy as np
+import numpy.typing as npt
 
 from .binning import BinSpec, GridHistogramAccumulator, HistogramAccumulator
 from .counts_io import (COUNT_RULE, MAX_COUNT_LINE, check_input_path, count_lines, read_counts,
@@ -87,13 +89,17 @@ _EXACT = 1 << 53  # integers up to 2^53 are exact in double (and sums below it)
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _LINE_END = re.compile(rb"[\r\n]")
 _TEXT_BYTE = re.compile(rb"[^\r\n]")
+# blocks of a file: (values float64 (n,) or (n, columns), data rows before the block)
+Blocks = Generator[tuple[npt.NDArray[np.float64], int], None, None]
+# a path accepted by the readers (checked by check_input_path)
+FilePath = str | os.PathLike[str]
 
 
-def check_chunk_bytes(chunk_bytes) -> int:
+def check_chunk_bytes(chunk_bytes: object) -> int:
     """``chunk_bytes``: an integer in 1..2^30 - 1 (bytes per CSV block, also the longest line)."""
     if isinstance(chunk_bytes, (bool, np.bool_)) or not isinstance(chunk_bytes, Integral):
         raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
-    if not 0 < chunk_bytes <= _MAX_CHUNK_BYTES:
+    if not 0 < int(chunk_bytes) <= _MAX_CHUNK_BYTES:
         raise ValueError(f"chunk_bytes must be in 1..{_MAX_CHUNK_BYTES} (bytes per block), got "
                          f"{chunk_bytes}")
     return int(chunk_bytes)
@@ -107,7 +113,7 @@ def _strip_compression(path: str) -> str:
     return low
 
 
-def _delimiter(path: str, delimiter) -> str:
+def _delimiter(path: str, delimiter: object) -> str:
     if delimiter is None:
         return "\t" if _strip_compression(path).endswith((".tsv", ".tab")) else ","
     if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\"\r\n":
@@ -116,14 +122,14 @@ def _delimiter(path: str, delimiter) -> str:
     return delimiter
 
 
-def _pyarrow():
+def _pyarrow() -> tuple[Any, Any]:
     """(pyarrow, pyarrow.csv), imported on first use (a main dependency)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     return pa, pacsv
 
 
-def _open_stream(pa, path: str):
+def _open_stream(pa: Any, path: str) -> Any:
     """A binary input stream, decompressed by extension (.gz, .bz2, .zst, .lz4)."""
     try:
         return pa.input_stream(path, compression="detect")
@@ -132,20 +138,22 @@ def _open_stream(pa, path: str):
 
 
 # ------------------------------------------------------------------ CSV
-def _read(pa, stream, n: int, path: str) -> bytes:
+def _read(pa: Any, stream: Any, n: int, path: str) -> bytes:
     try:
-        return stream.read(n)
+        out: bytes = stream.read(n)
+        return out
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read ({exc})") from None
 
 
-def _split_header(pa, stream, path: str, limit: int) -> tuple[bytes, bytes]:
+def _split_header(pa: Any, stream: Any, path: str, limit: int) -> tuple[bytes, bytes]:
     """(header line, bytes read after its line end) from the start of ``stream``: the first
     non-blank line (no BOM, no line end), read in pieces of min(64 KiB, limit) bytes (so the
     bytes after it are at most ``limit``); a header longer than ``limit`` bytes is an error.
     O(header) time and memory."""
     buf = bytearray()
-    start = scanned = None  # start of the header line; bytes already searched for a line end
+    start: int | None = None  # start of the header line
+    scanned = 0  # bytes already searched for a line end (once start is found)
     while True:
         piece = _read(pa, stream, min(1 << 16, limit), path)
         buf += piece
@@ -172,7 +180,7 @@ def _split_header(pa, stream, path: str, limit: int) -> tuple[bytes, bytes]:
             return bytes(buf[start:]), b""
 
 
-def _header_names(pa, pacsv, path: str, line: bytes, parse) -> list[str]:
+def _header_names(pa: Any, pacsv: Any, path: str, line: bytes, parse: Any) -> list[str]:
     if b"\x00" in line:
         raise ValueError(f"{path}: not a UTF-8 text (CSV) file (NUL bytes in the header row)")
     try:
@@ -207,8 +215,8 @@ def _pick_column(names: list[str], column: str, path: str) -> str:
     return names[trimmed.index(column)]
 
 
-def read_csv_column(path, column: str, *, delimiter=None,
-                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[np.ndarray, int]]:
+def read_csv_column(path: FilePath, column: str, *, delimiter: str | None = None,
+                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Blocks:
     """Yield (values float64 (n,), data rows before this block) for one CSV/TSV column.
 
     The text is read in blocks of ``chunk_bytes`` bytes cut at the last line end, each
@@ -222,46 +230,47 @@ def read_csv_column(path, column: str, *, delimiter=None,
     return ((values[:, 0], rows) for values, rows in blocks)
 
 
-def read_csv_columns(path, columns, *, delimiter=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
-                     ) -> Iterator[tuple[np.ndarray, int]]:
+def read_csv_columns(path: FilePath, columns: Iterable[str], *, delimiter: str | None = None,
+                     chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Blocks:
     """Yield (values float64 (n, len(columns)), data rows before this block) for several
     CSV/TSV columns read together (same rules as :func:`read_csv_column`; a bad cell names
     its own column). ``columns``: distinct names of the header."""
-    path = check_input_path(path)
+    where = check_input_path(path)
     chunk = check_chunk_bytes(chunk_bytes)
-    delim = _delimiter(path, delimiter)
-    columns = check_column_names(columns)
+    delim = _delimiter(where, delimiter)
+    names_ = check_column_names(columns)
     pa, pacsv = _pyarrow()
     parse = pacsv.ParseOptions(delimiter=delim, quote_char='"', double_quote=True,
                                escape_char=False, newlines_in_values=False,
                                ignore_empty_lines=True)
-    stream = _open_stream(pa, path)
+    stream = _open_stream(pa, where)
     try:
-        line, _ = _split_header(pa, stream, path, chunk)
+        line, _ = _split_header(pa, stream, where, chunk)
     finally:
         stream.close()
-    names = _header_names(pa, pacsv, path, line, parse)
-    raws = [_pick_column(names, c, path) for c in columns]
+    names = _header_names(pa, pacsv, where, line, parse)
+    raws = [_pick_column(names, c, where) for c in names_]
     convert = pacsv.ConvertOptions(include_columns=raws,
                                    column_types={r: pa.float64() for r in raws},
                                    null_values=[], strings_can_be_null=False,
                                    quoted_strings_can_be_null=False)
-    return _csv_blocks(pa, pacsv, path, columns, chunk, names, parse, convert)
+    return _csv_blocks(pa, pacsv, where, names_, chunk, names, parse, convert)
 
 
-def check_column_names(columns) -> tuple[str, ...]:
+def check_column_names(columns: object) -> tuple[str, ...]:
     """A non-empty tuple of distinct column names."""
     if isinstance(columns, str) or not hasattr(columns, "__iter__"):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
-    columns = tuple(columns)
-    if not columns or not all(isinstance(c, str) and c for c in columns):
-        raise ValueError(f"columns must be non-empty column names (str), got {columns!r}")
-    if len(set(columns)) != len(columns):
-        raise ValueError(f"columns must be distinct, got {list(columns)!r}")
-    return columns
+    got = tuple(columns)
+    if not got or not all(isinstance(c, str) and c for c in got):
+        raise ValueError(f"columns must be non-empty column names (str), got {got!r}")
+    if len(set(got)) != len(got):
+        raise ValueError(f"columns must be distinct, got {list(got)!r}")
+    return tuple(str(c) for c in got)
 
 
-def _csv_blocks(pa, pacsv, path, columns, chunk, names, parse, convert):
+def _csv_blocks(pa: Any, pacsv: Any, path: str, columns: tuple[str, ...], chunk: int,
+                names: list[str], parse: Any, convert: Any) -> Blocks:
     """The blocks of ``read_csv_columns``. Blocks are cut here, not by pyarrow's streaming
     reader: ``pyarrow.csv.open_csv`` reads ahead of a slower consumer without bound (the whole
     of a 670 MB file was buffered), so each block is parsed alone with ``read_csv`` (one
@@ -354,8 +363,7 @@ def _csv_error(exc: Exception, path: str, column: str, rows: int) -> ValueError:
 
 
 # ------------------------------------------------------------------ Parquet
-def read_parquet_column(path, column: str, *, batch_rows: int = 1 << 20
-                        ) -> Iterator[tuple[np.ndarray, int]]:
+def read_parquet_column(path: FilePath, column: str, *, batch_rows: int = 1 << 20) -> Blocks:
     """Yield (values float64 (n,), data rows before this batch) for one Parquet column.
 
     ``pyarrow.parquet.ParquetFile.iter_batches`` over the one column. The column must be
@@ -368,12 +376,12 @@ def read_parquet_column(path, column: str, *, batch_rows: int = 1 << 20
     return ((values[:, 0], rows) for values, rows in blocks)
 
 
-def read_parquet_columns(path, columns, *, batch_rows: int = 1 << 20
-                         ) -> Iterator[tuple[np.ndarray, int]]:
+def read_parquet_columns(path: FilePath, columns: Iterable[str], *,
+                         batch_rows: int = 1 << 20) -> Blocks:
     """Yield (values float64 (n, len(columns)), data rows before this batch) for several
     Parquet columns read together (rules of :func:`read_parquet_column` per column)."""
-    path = check_input_path(path)
-    columns = check_column_names(columns)
+    where = check_input_path(path)
+    names_ = check_column_names(columns)
     if (isinstance(batch_rows, (bool, np.bool_)) or not isinstance(batch_rows, Integral)
             or batch_rows < 1):
         raise ValueError(f"batch_rows must be a positive integer, got {batch_rows!r}")
@@ -381,25 +389,26 @@ def read_parquet_columns(path, columns, *, batch_rows: int = 1 << 20
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(where)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from None
+        raise ValueError(f"{where}: not a readable Parquet file ({exc})") from None
     names = pf.schema_arrow.names
     is_int = []
-    for column in columns:
+    for column in names_:
         if column not in names:
-            raise ValueError(f"column {column!r} not found in {path} (columns: "
+            raise ValueError(f"column {column!r} not found in {where} (columns: "
                              f"{', '.join(names)})")
         if names.count(column) > 1:
-            raise ValueError(f"{path}: duplicate column name {column!r}")
+            raise ValueError(f"{where}: duplicate column name {column!r}")
         kind = pf.schema_arrow.field(column).type
         is_int.append(pa.types.is_integer(kind))
         if not (is_int[-1] or pa.types.is_floating(kind) or pa.types.is_decimal(kind)):
-            raise ValueError(f"{path}: column {column!r} has type {kind}, not numeric")
-    return _parquet_batches(pa, pc, pf, path, columns, int(batch_rows), is_int)
+            raise ValueError(f"{where}: column {column!r} has type {kind}, not numeric")
+    return _parquet_batches(pa, pc, pf, where, names_, int(batch_rows), is_int)
 
 
-def _parquet_batches(pa, pc, pf, path, columns, batch_rows, is_int):
+def _parquet_batches(pa: Any, pc: Any, pf: Any, path: str, columns: tuple[str, ...],
+                     batch_rows: int, is_int: list[bool]) -> Blocks:
     rows = 0
     it = pf.iter_batches(batch_size=batch_rows, columns=list(columns))
     while True:
@@ -410,7 +419,7 @@ def _parquet_batches(pa, pc, pf, path, columns, batch_rows, is_int):
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise ValueError(f"{path}: cannot read column(s) {', '.join(map(repr, columns))} "
                              f"after data row {rows} ({exc})") from None
-        out = []
+        out: list[npt.NDArray[np.float64]] = []
         for i, column in enumerate(columns):
             col = batch.column(batch.schema.get_field_index(column))
             if col.null_count:
@@ -431,7 +440,7 @@ def _parquet_batches(pa, pc, pf, path, columns, batch_rows, is_int):
         rows += values.shape[0]
 
 
-def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
+def read_column(path: FilePath, column: str, **kwargs: Any) -> Blocks:
     """Blocks (values float64 (n,), data rows before) of one column of a CSV/TSV file
     (optionally compressed; options ``delimiter``, ``chunk_bytes``), or of a Parquet file
     (``.parquet``/``.pq``; option ``batch_rows``; ``chunk_bytes`` is checked but unused)."""
@@ -440,11 +449,11 @@ def read_column(path, column: str, **kwargs) -> Iterator[tuple[np.ndarray, int]]
     return ((values[:, 0], rows) for values, rows in read_columns(path, (column,), **kwargs))
 
 
-def read_columns(path, columns, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
+def read_columns(path: FilePath, columns: Iterable[str], **kwargs: Any) -> Blocks:
     """Blocks (values float64 (n, len(columns)), data rows before) of several columns of a
     CSV/TSV or Parquet file, read together (options as for :func:`read_column`)."""
-    path = check_input_path(path)
-    parquet = path.lower().endswith((".parquet", ".pq"))
+    where = check_input_path(path)
+    parquet = where.lower().endswith((".parquet", ".pq"))
     allowed = {"chunk_bytes", "batch_rows"} if parquet else {"chunk_bytes", "delimiter"}
     extra = sorted(set(kwargs) - allowed - {"delimiter"})
     if extra:
@@ -455,53 +464,54 @@ def read_columns(path, columns, **kwargs) -> Iterator[tuple[np.ndarray, int]]:
             raise ValueError("delimiter: a Parquet file has no delimiter")
         if "chunk_bytes" in kwargs:
             check_chunk_bytes(kwargs["chunk_bytes"])
-        return read_parquet_columns(path, columns, **{k: v for k, v in kwargs.items()
-                                                      if k == "batch_rows"})
-    return read_csv_columns(path, columns, **kwargs)
+        return read_parquet_columns(where, columns, **{k: v for k, v in kwargs.items()
+                                                       if k == "batch_rows"})
+    return read_csv_columns(where, columns, **kwargs)
 
 
-def check_columns(path, columns, **kwargs) -> None:
+def check_columns(path: FilePath, columns: Iterable[str], **kwargs: Any) -> None:
     """Check that the file can be read and its header (CSV) or schema (Parquet) has
     ``columns``, reading nothing but the header: the cheap checks of :func:`read_columns`
     (same options), run before anything slow. ValueError as :func:`read_columns`."""
     read_columns(path, columns, **kwargs).close()
 
 
-def histogram_from_file(path, column: str, spec: BinSpec, *, out_of_range: str = "error",
-                        **kwargs) -> tuple[np.ndarray, int]:
+def histogram_from_file(path: FilePath, column: str, spec: BinSpec, *, out_of_range: str = "error",
+                        **kwargs: Any) -> tuple[npt.NDArray[np.int64], int]:
     """(histogram int64 (K,), rows read) of one file column, block by block (bounded memory).
 
     Validation over the whole file (``HistogramAccumulator``): NaN / infinite / out-of-range
     values raise ValueError naming the column, counting the offending rows and naming the
     first; a cell that does not parse raises at once (``read_csv_column``); no rows ->
     ValueError. ``kwargs``: ``delimiter``, ``chunk_bytes`` (CSV), ``batch_rows`` (Parquet)."""
-    path = check_input_path(path)
+    where = check_input_path(path)
     acc = HistogramAccumulator(spec, out_of_range=out_of_range,
-                               name=f"{path}: column {column!r}")
-    for values, offset in read_column(path, column, **kwargs):
+                               name=f"{where}: column {column!r}")
+    for values, offset in read_column(where, column, **kwargs):
         acc.add(values, offset)
     if acc.rows == 0:
         raise ValueError(f"{acc.name}: no data rows (empty input)")
     return acc.histogram(), acc.rows
 
 
-def grid_histogram_from_file(path, columns, specs, *, out_of_range: str = "error",
-                             **kwargs) -> tuple[np.ndarray, int]:
+def grid_histogram_from_file(path: FilePath, columns: Iterable[str], specs: Iterable[BinSpec], *,
+                             out_of_range: str = "error",
+                             **kwargs: Any) -> tuple[npt.NDArray[np.int64], int]:
     """(cell counts int64 (n_1, .., n_d), rows read) of d file columns binned on a grid (one
     ``BinSpec`` per column), block by block with the validation of
     :func:`histogram_from_file` for every column (``GridHistogramAccumulator``)."""
-    columns = check_column_names(columns)
+    cols = check_column_names(columns)
     specs = tuple(specs)
-    if len(specs) != len(columns):
-        raise ValueError(f"{len(columns)} columns need {len(columns)} bin specifications, got "
+    if len(specs) != len(cols):
+        raise ValueError(f"{len(cols)} columns need {len(cols)} bin specifications, got "
                          f"{len(specs)}")
-    where = path = check_input_path(path)
+    where = check_input_path(path)
     acc = GridHistogramAccumulator(specs, out_of_range=out_of_range,
-                                   names=[f"{where}: column {c!r}" for c in columns])
-    for values, offset in read_columns(path, columns, **kwargs):
+                                   names=[f"{where}: column {c!r}" for c in cols])
+    for values, offset in read_columns(where, cols, **kwargs):
         acc.add(values, offset)
     if acc.rows == 0:
-        raise ValueError(f"{where}: columns {', '.join(map(repr, columns))}: no data rows "
+        raise ValueError(f"{where}: columns {', '.join(map(repr, cols))}: no data rows "
                          "(empty input)")
     return acc.histogram(), acc.rows
 
@@ -516,7 +526,7 @@ def _number_type(t: type) -> bool:
     return issubclass(t, (int, float, np.integer, Decimal, Fraction))
 
 
-def _describe_bad(v) -> str:
+def _describe_bad(v: object) -> str:
     if v is None:
         return "missing value None"
     if isinstance(v, (str, bytes, np.str_, np.bytes_)):
@@ -528,7 +538,7 @@ def _describe_bad(v) -> str:
     return f"non-numeric value {v!r} of type {type(v).__name__}"
 
 
-def _as_float_values(data, name: str) -> np.ndarray:
+def _as_float_values(data: object, name: str) -> npt.NDArray[np.float64]:
     """A 1-D float64 view/copy of in-memory numbers, or a ValueError naming the first bad
     entry (data row, 1-based).
 
@@ -584,7 +594,7 @@ def _as_float_values(data, name: str) -> np.ndarray:
     raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
 
 
-def _object_array(data, name: str) -> np.ndarray:
+def _object_array(data: object, name: str) -> npt.NDArray[Any]:
     """float64 values of a sequence that needs element type checks (or the array itself when
     it is not 1-D, for the shape error)."""
     try:
@@ -594,7 +604,7 @@ def _object_array(data, name: str) -> np.ndarray:
     return _object_values(arr, name) if arr.ndim == 1 else arr
 
 
-def _object_values(arr: np.ndarray, name: str) -> np.ndarray:
+def _object_values(arr: npt.NDArray[np.object_], name: str) -> npt.NDArray[np.float64]:
     """float64 values of a 1-D object array of numbers (see ``_as_float_values``)."""
     types = list(map(type, arr))  # one C-level pass
     kinds = set(types)  # the distinct element types (a handful)
@@ -625,8 +635,8 @@ def _object_values(arr: np.ndarray, name: str) -> np.ndarray:
     return out
 
 
-def histogram_from_values(data, spec: BinSpec, *, out_of_range: str = "error",
-                          name: str = "data") -> tuple[np.ndarray, int]:
+def histogram_from_values(data: object, spec: BinSpec, *, out_of_range: str = "error",
+                          name: str = "data") -> tuple[npt.NDArray[np.int64], int]:
     """(histogram int64 (K,), rows) of an in-memory 1-D array of numbers, in blocks of 4M
     values (bounded temporaries). Accepted inputs: ``_as_float_values``; same validation as
     ``histogram_from_file``."""
@@ -637,8 +647,9 @@ def histogram_from_values(data, spec: BinSpec, *, out_of_range: str = "error",
     return acc.histogram(), acc.rows
 
 
-def grid_histogram_from_values(data, specs, *, out_of_range: str = "error",
-                               name: str = "data") -> tuple[np.ndarray, int]:
+def grid_histogram_from_values(data: object, specs: Iterable[BinSpec], *,
+                               out_of_range: str = "error",
+                               name: str = "data") -> tuple[npt.NDArray[np.int64], int]:
     """(cell counts int64 (n_1, .., n_d), rows) of in-memory records of shape (N, d): row r
     is one record, column i its coordinate on axis i (binned by ``specs[i]``). Each column is
     checked as :func:`histogram_from_values` checks a 1-D input (its messages name "data

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from ..mechanism import Mechanism
@@ -18,6 +20,9 @@ from .. import plotting
 from ..strategies.records import strategy_record
 from .binning import BinSpec
 from ..files import check_writable_path, write_text_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["Release", "FORMAT", "MECHANISM_FORMAT", "BoxCount", "PGMMeasurement", "json_floats",
            "mechanism_record", "document_checksum", "with_checksum", "pgm_measurements"]
@@ -47,7 +52,7 @@ def incomplete_note(exc: BaseException, rerun: str = "") -> str:
             + ("" if interrupted else ". This is a bug: please report it"))
 
 
-def json_floats(a) -> list:
+def json_floats(a: npt.ArrayLike) -> list[Any]:
     """JSON-safe list: integers kept, floats as floats, NaN/inf as None (null)."""
     arr = np.asarray(a)
     if np.issubdtype(arr.dtype, np.integer):
@@ -55,7 +60,9 @@ def json_floats(a) -> list:
     arr = arr.astype(np.float64)
     if np.all(np.isfinite(arr)):
         return arr.tolist()
-    return np.where(np.isfinite(arr), arr.astype(object), None).tolist()
+    out: list[Any] = np.where(np.isfinite(arr), arr.astype(object),
+                              np.array(None, dtype=object)).tolist()
+    return out
 
 
 class BoxCount(NamedTuple):
@@ -64,9 +71,9 @@ class BoxCount(NamedTuple):
     query over the consistent CDF / cells; no exact SE, NaN without consistency). Arrays of
     shape (m,), or floats for one query."""
 
-    estimate: np.ndarray
-    standard_error: np.ndarray
-    consistent: np.ndarray
+    estimate: float | npt.NDArray[np.float64]
+    standard_error: float | npt.NDArray[np.float64]
+    consistent: float | npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -277,7 +284,7 @@ class Release:
         return self.cdf.standard_errors
 
     @property
-    def total(self):
+    def total(self) -> int | None:
         """N the consistent CDF ends at (exact if ``cdf.total_public``, else an estimate)."""
         return self.cdf.total
 
@@ -286,14 +293,14 @@ class Release:
         """Whether N is released exactly (swap neighbours)."""
         return self.cdf.total_public
 
-    def cumulative_count(self, x) -> np.ndarray:
+    def cumulative_count(self, x: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Consistent count of values < x (array-like x in value units), linear inside bins
         (the quantile rule's interpolation); 0 below ``lower``, the total at/above ``upper``."""
         edges = self.bin_edges
         c = np.concatenate([[0.0], np.asarray(self.cdf.consistent, dtype=float)])
         return np.interp(np.asarray(x, dtype=float), edges, c)
 
-    def range_count(self, a, b) -> np.ndarray:
+    def range_count(self, a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Consistent count of values in [a, b) (value units, a <= b), interpolated inside
         bins; exact post-processing of the release when a and b are bin edges."""
         a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -448,8 +455,8 @@ class Release:
         out["mechanism"] = mechanism_record(self.mechanism)
         return with_checksum(out)
 
-    def to_json(self, path=None, *, indent: int | None = 2, force: bool = False,
-                **kwargs) -> str:
+    def to_json(self, path: str | os.PathLike[str] | None = None, *, indent: int | None = 2,
+                force: bool = False, **kwargs: bool) -> str:
         """The release as JSON text (``to_dict`` keywords pass through); written to ``path``
         when given: atomically (a temporary file in the same directory, then a rename), never
         over an existing file unless ``force`` (FileExistsError), with the permissions
@@ -463,7 +470,7 @@ class Release:
             write_text_atomic(path, text + "\n", force=force)
         return text
 
-    def plot(self, ax=None, truth=None):
+    def plot(self, ax: Axes | None = None, truth: npt.ArrayLike | None = None) -> Axes:
         """The private CDF with its band, the quantiles with their intervals and, for a
         simulation, the ``truth`` (true cumulative counts, (K,)); returns the matplotlib Axes
         (``plotting.plot_release``)."""

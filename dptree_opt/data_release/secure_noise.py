@@ -41,8 +41,10 @@ import math
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from .. import workloads
@@ -75,7 +77,23 @@ _SCALE_STEP = 4
 _FORMS: weakref.WeakKeyDictionary[Mechanism, SecureForm] = weakref.WeakKeyDictionary()
 
 
-def opendp_prelude():
+class _SamplerArgs(TypedDict):
+    """The keyword arguments of :func:`opendp_measurement` for one noise group."""
+
+    noise: str
+    scale: float
+    sensitivity: float
+    budget: float
+    exact: NotRequired[int]
+
+
+# [(rows, sampler arguments)]: one OpenDP measurement per group of rows
+_Plan = list[tuple[npt.NDArray[np.intp], _SamplerArgs]]
+
+
+def opendp_prelude() -> Any:
+    """``opendp.prelude`` with the contrib features enabled (an opaque third-party module);
+    ValueError when OpenDP is not installed."""
     try:
         import opendp.prelude as odp
     except ImportError:  # pragma: no cover - opendp is a main dependency
@@ -94,7 +112,7 @@ def sampler_description(noise: str) -> str:
 
 
 def opendp_measurement(*, noise: str, scale: float, sensitivity: float, budget: float,
-                        exact: int | None = None):
+                        exact: int | None = None) -> Any:
     """OpenDP's integer-noise measurement of ``scale`` for one group of rows, after checking
     its privacy map at ``sensitivity`` against ``budget`` (ValueError; nothing drawn).
 
@@ -141,8 +159,9 @@ def _exact_loss_ok(noise: str, exact: int, scale: float, budget: float) -> bool:
     return Fraction(int(exact)) <= 2 * Fraction(budget) * Fraction(scale) ** 2
 
 
-def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity: float,
-                   budget: float, exact: int | None = None) -> np.ndarray:
+def _opendp_sample(values: npt.NDArray[np.int64], *, noise: str, scale: float,
+                   sensitivity: float, budget: float,
+                   exact: int | None = None) -> npt.NDArray[np.int64]:
     """values + integer noise of ``scale`` from OpenDP, for one group of rows (int64 in,
     int64 out), after checking OpenDP's privacy map (:func:`opendp_measurement`)."""
     meas = opendp_measurement(noise=noise, scale=scale, sensitivity=sensitivity,
@@ -150,7 +169,8 @@ def _opendp_sample(values: np.ndarray, *, noise: str, scale: float, sensitivity:
     return np.asarray(meas(values.tolist()), dtype=np.int64)
 
 
-def _draw(plan, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _draw(plan: _Plan, answers: npt.NDArray[np.int64],
+          y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """y[rows] = answers[rows] + noise for every (rows, sampler arguments) of ``plan``:
     called once every group's measurement has been built and its privacy map checked, so
     nothing is refused after the first noise is drawn."""
@@ -159,7 +179,7 @@ def _draw(plan, answers: np.ndarray, y: np.ndarray) -> np.ndarray:
     return y
 
 
-def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
+def exact_answers(mechanism: Mechanism, histogram: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """The exact integer answers A h of the released rows (int64, shape (rows,)).
 
     Interval strategies (trees): int64 cumulative sums, O(rows + bins), exact for any count.
@@ -205,7 +225,7 @@ def exact_answers(mechanism: Mechanism, histogram) -> np.ndarray:
     return np.asarray(a @ h, dtype=np.int64)
 
 
-def _check_discrete(mechanism) -> None:
+def _check_discrete(mechanism: object) -> None:
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a Mechanism, got {type(mechanism).__name__}")
     if not mechanism.discrete:
@@ -214,14 +234,24 @@ def _check_discrete(mechanism) -> None:
                          "the integer noise actually added")
 
 
-def _noise_groups(mechanism: Mechanism) -> tuple[list, np.ndarray]:
+def _row_sensitivities_of(mechanism: Mechanism) -> npt.NDArray[np.float64]:
+    """The per-row sensitivities of a mechanism with budgets per row (the Mechanism sets both
+    together; ValueError, before any draw, if they are not)."""
+    sens = mechanism.row_sensitivities
+    if sens is None:
+        raise ValueError("mechanism: budgets per row without per-row sensitivities")
+    return sens
+
+
+def _noise_groups(mechanism: Mechanism) -> tuple[_Plan, npt.NDArray[np.intp]]:
     """([(rows, sampler arguments)], unmeasured rows): one group per noisy level (tuple), or
     with budgets per row one per distinct (scale, own sensitivity), checked against the
     least budget of its rows; exact rows (scale 0) are in no group."""
     scale = mechanism.scales
-    groups = []
-    if mechanism.row_budgets is not None:
-        sens, budget = mechanism.row_sensitivities, mechanism.row_budgets
+    groups: _Plan = []
+    sens, budget = mechanism.row_sensitivities, mechanism.row_budgets
+    if budget is not None:                             # budgets per row
+        sens = _row_sensitivities_of(mechanism)
         noisy = np.flatnonzero(np.isfinite(scale) & (scale > 0))
         keys, inv = np.unique(np.stack([scale[noisy], sens[noisy]]), axis=1,
                               return_inverse=True)
@@ -229,18 +259,19 @@ def _noise_groups(mechanism: Mechanism) -> tuple[list, np.ndarray]:
         bounds = np.searchsorted(inv[order], np.arange(keys.shape[1] + 1))
         for g in range(keys.shape[1]):
             rows = noisy[order[bounds[g]:bounds[g + 1]]]
-            groups.append((rows, dict(noise=mechanism.noise, scale=float(keys[0, g]),
-                                      sensitivity=float(keys[1, g]),
-                                      budget=float(budget[rows].min()))))
+            groups.append((rows, _SamplerArgs(noise=mechanism.noise, scale=float(keys[0, g]),
+                                              sensitivity=float(keys[1, g]),
+                                              budget=float(budget[rows].min()))))
         return groups, np.flatnonzero(np.isinf(scale))
     levels = mechanism.released.levels
-    budgets, sens = mechanism.level_budgets, mechanism.level_sensitivities
+    budgets, lsens = mechanism.level_budgets, mechanism.level_sensitivities
     order = np.argsort(levels, kind="stable")          # the rows of each level, in one pass
     bounds = np.searchsorted(levels[order], np.arange(int(levels.max()) + 2))
     for lvl, sc in mechanism.level_scales.items():     # one group per level (tuple)
         if sc == 0 or np.isinf(sc):
             continue  # exact (public or data-independent) rows, or not measured
-        kw = dict(noise=mechanism.noise, scale=sc, sensitivity=sens[lvl], budget=budgets[lvl])
+        kw = _SamplerArgs(noise=mechanism.noise, scale=sc, sensitivity=lsens[lvl],
+                          budget=budgets[lvl])
         exact = _exact_level_sensitivity(mechanism, lvl)
         if exact is not None:
             kw["exact"] = exact
@@ -248,7 +279,7 @@ def _noise_groups(mechanism: Mechanism) -> tuple[list, np.ndarray]:
     return groups, np.flatnonzero(np.isinf(scale))
 
 
-def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
+def secure_measure(mechanism: Mechanism, histogram: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Noisy answers y = A h + z of a discrete mechanism, z from OpenDP's exact samplers.
 
     ``mechanism`` must have ``discrete=True`` (so its variances are those of the noise added
@@ -266,7 +297,7 @@ def secure_measure(mechanism: Mechanism, histogram) -> np.ndarray:
     return _draw(groups, answers, y)
 
 
-def noise_ahead(mechanism: Mechanism) -> np.ndarray:
+def noise_ahead(mechanism: Mechanism) -> npt.NDArray[np.float64]:
     """The noise z of every released row, drawn before any data (a counter's noise drawn
     ahead, ``stream.ahead``): OpenDP's exact samplers on zero answers, each group's
     measurement (:func:`_noise_groups`) built and its privacy map checked once, all before
@@ -295,7 +326,7 @@ def _exact_level_sensitivity(mechanism: Mechanism, level: int) -> int | None:
     return int(np.sum(released.levels == 0)) if mechanism.neighbours == "add_remove" else 0
 
 
-def _matrix_backed(strategy) -> bool:
+def _matrix_backed(strategy: Strategy) -> bool:
     """Whether the strategy's answers and sensitivities are read from its stored explicit
     matrix (a hand-built ``Strategy``; its arrays are the caller's and writeable), rather
     than from read-only structure (trees, interval strategies, Haar, quadtrees, Kronecker
@@ -322,9 +353,10 @@ def check_unchanged(mechanism: Mechanism) -> None:
     p = 1 if noise == "laplace" else 2
     scales = mechanism.scales
     noisy = np.isfinite(scales) & (scales > 0)
+    same: bool | np.bool_
     if mechanism.row_budgets is not None:
         same = np.array_equal(row_sensitivities(released, nb)[noisy],
-                              mechanism.row_sensitivities[noisy])
+                              _row_sensitivities_of(mechanism)[noisy])
     else:
         sens = mechanism.level_sensitivities
         same = all(released.level_sensitivity(lvl, nb, p) == sens[lvl]
@@ -346,7 +378,7 @@ def check_unchanged(mechanism: Mechanism) -> None:
                          "build the Mechanism again from the strategy as it is")
 
 
-def largest_answer(strategy, total: int) -> int:
+def largest_answer(strategy: Strategy, total: int) -> int:
     """An upper bound on |(A h)_r| for counts h summing to ``total``: max |A_rj| x total
     (1 for 0/1 and +-1 strategies, the largest entry of a scaled integer strategy, the
     product of the factors' for a Kronecker product)."""
@@ -363,7 +395,7 @@ def largest_answer(strategy, total: int) -> int:
 
 
 # ------------------------------------------------------------------ designs
-def design_mechanism(design) -> Mechanism:
+def design_mechanism(design: object) -> Mechanism:
     """The Mechanism of ``design``: a ``Design`` (``optimize.best_mechanism``), any
     optimiser's result with a ``mechanism()`` method (``TreeDesign``, ``NodeBudgets``,
     ``GridDesign``), or a ``Mechanism``; ValueError naming ``design`` otherwise, and for a
@@ -396,7 +428,8 @@ def check_private_total(mechanism: Mechanism) -> None:
                          "when N is public")
 
 
-def design_budget(mechanism: Mechanism, epsilon=None, rho=None) -> tuple[str, str, float]:
+def design_budget(mechanism: Mechanism, epsilon: float | None = None,
+                  rho: float | None = None) -> tuple[str, str, float]:
     """(noise, budget name, budget) of a release of the design ``mechanism``: its own when
     neither ``epsilon`` nor ``rho`` is given; a given one must be of the design's kind and
     equal its budget exactly (a design is optimised for one budget, and a release never
@@ -449,16 +482,18 @@ class SecureForm:
             return 0.0
         return self.rounded_error / self.design_error - 1.0
 
-    def account(self) -> dict:
+    def account(self) -> dict[str, Any]:
         """JSON-able: the strategy released, its route and, for a scaled one, s, the exact
         integer sensitivity the noise is calibrated to and the measured rounding cost."""
         mech = self.mechanism
-        out = {"strategy": mech.released.name, "source": self.source.released.name,
+        out: dict[str, Any] = {"strategy": mech.released.name, "source": self.source.released.name,
                "route": self.route, "note": self.note}
-        if self.route == "scaled":
+        released = mech.released
+        if (self.route == "scaled" and self.scale_bits is not None
+                and isinstance(released, (IntegerStrategy, IntegerToeplitz))):
             p = 1 if mech.noise == "laplace" else 2
             out.update(scale=2 ** self.scale_bits,
-                       exact_sensitivity=mech.released.exact_sensitivity(mech.neighbours, p),
+                       exact_sensitivity=released.exact_sensitivity(mech.neighbours, p),
                        exact_sensitivity_is="l1 (an integer)" if p == 1
                        else "squared l2 (an integer)",
                        design_cdf_error=self.design_error, rounded_cdf_error=self.rounded_error,
@@ -466,19 +501,20 @@ class SecureForm:
         return out
 
 
-def _rebuilt(source: Mechanism, strategy) -> Mechanism:
+def _rebuilt(source: Mechanism, strategy: Strategy) -> Mechanism:
     """A Mechanism on ``strategy`` with the setting of ``source`` (noise, budget, neighbours,
     public total, budgets of its noisy levels in level order)."""
-    kw = {"epsilon" if source.noise == "laplace" else "rho": source.requested_budget}
+    laplace = source.noise == "laplace"
     budgets = source.level_budgets
-    if len(budgets) > 1:
-        kw["level_budgets"] = [budgets[lvl] for lvl in sorted(budgets)]
+    levels = [budgets[lvl] for lvl in sorted(budgets)] if len(budgets) > 1 else None
     public = True if source.public_total and source.neighbours == "add_remove" else None
     return Mechanism(strategy, noise=source.noise, neighbours=source.neighbours,
-                     public_total=public, **kw)
+                     public_total=public, level_budgets=levels,
+                     epsilon=source.requested_budget if laplace else None,
+                     rho=None if laplace else source.requested_budget)
 
 
-def secure_form(design) -> SecureForm:
+def secure_form(design: object) -> SecureForm:
     """The form in which ``design`` (:func:`design_mechanism`) is released securely.
 
     Integer strategies (trees with budgets per level or per node, interval strategies, Haar,

@@ -74,13 +74,17 @@ one SVD of Y (pending rows x pending columns), and O(pending) per query.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
 import scipy.linalg as sla
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
-from ..strategies import IntervalStrategy, LevelUniformTree
+from ..strategies import IntervalStrategy, LevelUniformTree, Strategy
 from ..strategies.toeplitz import ToeplitzStrategy
 from ..validation import check_choice
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
@@ -111,9 +115,12 @@ _MAX_PENDING = 512
 _RANK_RTOL = 1e-9
 _IDENT_RTOL = 1e-6
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
+
 
 # ------------------------------------------------------------------------ steps and queries
-def completion_steps(strategy) -> np.ndarray:
+def completion_steps(strategy: Strategy) -> _I:
     """e_r = 1 + the last non-zero column of every row (0 for an empty row), int64.
 
     Interval strategies: hi; Toeplitz strategies: i + 1 for core row i (a_0 != 0), n for the
@@ -134,7 +141,7 @@ def completion_steps(strategy) -> np.ndarray:
     return e
 
 
-def check_causal_workload(workload) -> None:
+def check_causal_workload(workload: Workload) -> None:
     """Refuse anything but a 1-D interval workload (bins = time steps)."""
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a dptree_opt Workload, got {type(workload).__name__}")
@@ -144,7 +151,7 @@ def check_causal_workload(workload) -> None:
                          f"steps); a {workload.kind!r} grid workload has no time order")
 
 
-def check_causal_inputs(workload, mechanism, method: str) -> None:
+def check_causal_inputs(workload: Workload, mechanism: Mechanism, method: str) -> None:
     """ValueError unless ``method`` is in CAUSAL_METHODS, ``mechanism`` is a Mechanism and
     ``workload`` a 1-D interval workload on its bins (the entry points' shared check)."""
     check_choice(method, "method", CAUSAL_METHODS)
@@ -156,7 +163,7 @@ def check_causal_inputs(workload, mechanism, method: str) -> None:
                          f"{mechanism.n_bins}")
 
 
-def query_intervals(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+def query_intervals(workload: Workload) -> tuple[_I, _I]:
     """(lo, hi) of a 1-D interval workload (query [lo, hi) is answered at step hi)."""
     check_causal_workload(workload)
     lo, hi = workload.intervals()
@@ -170,7 +177,7 @@ def not_identified(index: int, lo: int, hi: int, why: str = "") -> ValueError:
                       f"estimate{' (' + why + ')' if why else ''}")
 
 
-def _answers(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _answers(x: _F, lo: _I, hi: _I) -> _F:
     """sum x[:, lo:hi] per query for histogram estimates x of shape (trials, n)."""
     cs = np.zeros((x.shape[0], x.shape[1] + 1))
     np.cumsum(x, axis=1, out=cs[:, 1:])
@@ -178,7 +185,7 @@ def _answers(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ trees
-def from_below_variances(branching, level_variances) -> np.ndarray:
+def from_below_variances(branching: Sequence[int], level_variances: ArrayLike) -> _F:
     """F_l = Var(t^-) of a level-l node (the BLUE of its count from its own subtree), root first.
 
     F_h = v_h (leaves), F_l = 1 / (1/v_l + 1/(k_(l+1) F_(l+1))) ([HON] eq. (10), docs/math.md
@@ -190,12 +197,13 @@ def from_below_variances(branching, level_variances) -> np.ndarray:
     return level_stats(ks, check_level_variances(level_variances, len(ks)))[0]
 
 
-def tree_widths(ks) -> np.ndarray:
+def tree_widths(ks: Sequence[int]) -> _I:
     """Node widths w_0 = K, .., w_h = 1 of a level-uniform tree (int64; [HON] layout)."""
     return tree_layout(ks)[2]
 
 
-def maximal_nodes(branching, lo: np.ndarray, hi: np.ndarray):
+def maximal_nodes(branching: Sequence[int], lo: _I, hi: _I
+                  ) -> Iterator[tuple[int, _I, _I, _I, npt.NDArray[np.bool_], _I]]:
     """Per level l (root first): (l, g0, g1, gs, straddle, r) for the queries [lo, hi).
 
     The maximal complete nodes of [0, t), t = hi, at level l are the nodes g0 <= g < g1
@@ -216,11 +224,11 @@ def maximal_nodes(branching, lo: np.ndarray, hi: np.ndarray):
         yield lvl, g0, g1, gs, straddle, r
 
 
-def check_tree_prefixes_identified(ks, F) -> None:
+def check_tree_prefixes_identified(ks: Sequence[int], F: _F) -> None:
     """Raise for the first prefix C_t whose maximal nodes include one with F_l = inf."""
     w = tree_widths(ks)
     K = int(w[0])
-    bad_t = []
+    bad_t: list[int] = []
     if not np.isfinite(F[0]):
         bad_t.append(K)
     for lvl in range(1, len(ks) + 1):
@@ -232,7 +240,7 @@ def check_tree_prefixes_identified(ks, F) -> None:
                              "by its subtree")
 
 
-def _subtree_leaf_estimates(ks, v, y: np.ndarray, lvl: int) -> np.ndarray:
+def _subtree_leaf_estimates(ks: Sequence[int], v: _F, y: _F, lvl: int) -> _F:
     """BLUE of every bin from its level-``lvl`` subtree alone (each level-lvl node as the
     root of a level-uniform tree measured with v_lvl.. v_h, no information from above):
     all m_lvl subtrees batched as trials through Honaker's recursions. (trials, K)."""
@@ -245,7 +253,7 @@ def _subtree_leaf_estimates(ks, v, y: np.ndarray, lvl: int) -> np.ndarray:
     return est.efficient[:, -int(w[lvl]):].reshape(T, -1)
 
 
-def _tree_answers(mechanism: Mechanism, y: np.ndarray, lo, hi, prefix: bool) -> np.ndarray:
+def _tree_answers(mechanism: Mechanism, y: _F, lo: _I, hi: _I, prefix: bool) -> _F:
     """Causal tree estimates (trials, q): the maximal nodes' t^- plus, for a straddled node,
     the suffix of its subtree's own BLUE (module docstring). NaN where not identified."""
     ks, v = tree_parameters(mechanism)
@@ -268,10 +276,11 @@ def _tree_answers(mechanism: Mechanism, y: np.ndarray, lo, hi, prefix: bool) -> 
 
 
 # ---------------------------------------------------------------- lower-triangular cores
-_RESTRICTED: "weakref.WeakKeyDictionary[Mechanism, object]" = weakref.WeakKeyDictionary()
+_RESTRICTED: "weakref.WeakKeyDictionary[Mechanism, Mechanism | None]" = (
+    weakref.WeakKeyDictionary())
 
 
-def restrict_rows(mechanism: Mechanism, keep) -> Mechanism:
+def restrict_rows(mechanism: Mechanism, keep: ArrayLike) -> Mechanism:
     """The same mechanism with the rows outside ``keep`` unmeasured (variance and scale inf):
     the sub-mechanism of the kept rows, for the offline engines. Budgets, guarantee and the
     other attributes are shared (it is an analysis device, not a release)."""
@@ -292,7 +301,7 @@ def restrict_rows(mechanism: Mechanism, keep) -> Mechanism:
     return new
 
 
-def triangular_restriction(mechanism: Mechanism):
+def triangular_restriction(mechanism: Mechanism) -> Mechanism | None:
     """The square lower-triangular core of ``mechanism`` (module docstring), or None.
 
     Applies when exactly one measured row completes at every step t < n and at least one at
@@ -338,7 +347,7 @@ class DenseCausal:
     causal estimates (trials, q). Raises ValueError for the first query that is not
     identified. n <= MAX_CAUSAL_DENSE_BINS; O(n^2 (m + n)) time, O(n^2) memory."""
 
-    def __init__(self, mechanism: Mechanism):
+    def __init__(self, mechanism: Mechanism) -> None:
         n = mechanism.n_bins
         if n > MAX_CAUSAL_DENSE_BINS:
             raise ValueError(f"the dense causal path is refused for {n} > "
@@ -363,7 +372,7 @@ class DenseCausal:
         self._b = sp.csr_matrix(sp.diags(self._w) @ sp.csr_matrix(strat.matrix)[rows])
 
     @staticmethod
-    def _suffix_quad(P: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    def _suffix_quad(P: _F, starts: _I) -> _F:
         """q_U' P q_U = sum of P[a:, a:] for each a in ``starts`` (a = t0 gives 0). O(t0^2):
         directly for a few distinct starts (prefixes: one), else T[a] = T[a + 1] + P[a, a] +
         2 sum_(j > a) P[a, j] for all a."""
@@ -377,7 +386,12 @@ class DenseCausal:
         out[:t0] = np.cumsum(row[::-1])[::-1]
         return out[starts]
 
-    def run(self, lo, hi, y=None):
+    @overload
+    def run(self, lo: ArrayLike, hi: ArrayLike, y: None = ...) -> tuple[_F, None]: ...
+    @overload
+    def run(self, lo: ArrayLike, hi: ArrayLike, y: ArrayLike) -> tuple[_F, _F]: ...
+    def run(self, lo: ArrayLike, hi: ArrayLike,
+            y: ArrayLike | None = None) -> tuple[_F, _F | None]:
         """(causal variances (q,), estimates (trials, q) or None) of the queries [lo, hi)
         answered before n; NaN for those answered at n (class and module docstrings)."""
         lo = np.asarray(lo, dtype=np.int64)
@@ -464,7 +478,7 @@ class DenseCausal:
                         raise not_identified(j, int(lo[j]), int(hi[j]))
                     cs = c / s[:k, None]
                     var[q_ids] = quad[jj] - np.sum(z * z, axis=0) + np.sum(cs * cs, axis=0)
-                    if y is not None:  # q'x^ = q_U'u^ + z'y~ + r'Y^+ y~ (module docstring)
+                    if est is not None:  # q'x^ = q_U'u^ + z'y~ + r'Y^+ y~ (module docstring)
                         ytt = yt[:pt]
                         est[:, q_ids] = (base[:, jj] + (z.T @ ytt).T
                                          + (cs.T @ (U[:, :k].T @ ytt)).T)
@@ -552,6 +566,6 @@ def _blue(mechanism: Mechanism, y: np.ndarray) -> np.ndarray:
     return registry.run("estimate", mechanism, None, "blue", y=y)
 
 
-def check_causal_answers(mechanism: Mechanism, y) -> np.ndarray:
+def check_causal_answers(mechanism: Mechanism, y: ArrayLike) -> _F:
     """y as floats of shape (..., rows) for the causal BLUE (ValueError otherwise)."""
     return check_answers(mechanism, y)

@@ -24,8 +24,11 @@ tests/test_engine_conformance.py).
 
 from __future__ import annotations
 
+from typing import TypeAlias, TypedDict
+
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .gls import gls
 from .base import ANY_WORKLOAD, Capability, Engine
@@ -50,14 +53,37 @@ LAMINAR_WORKLOADS = ("prefix", "identity", "all_range", "total", "ranges")
 
 MAX_LAMINAR_DENSE_BINS = 2048  # interval_blue_errors: dense M^-1 for the all-range max
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
 
-def _laminar_system(mech: Mechanism):
+
+class LaminarErrors(TypedDict):
+    """What :func:`laminar_errors` returns (a plain dict at run time)."""
+
+    cdf: _F
+    identity: _F
+    total: float
+    all_range_total: float | None
+
+
+class IntervalErrors(TypedDict):
+    """What :func:`interval_blue_errors` returns (a plain dict at run time)."""
+
+    cdf: _F
+    identity: _F | None
+    all_range_total: float | None
+    all_range_max: float | None
+
+
+def _laminar_system(mech: Mechanism) -> tuple[_I, _I, _I, _F, _I]:
     """Cumulative-coordinate information matrix of an interval strategy.
 
     Unknowns c_1..c_K' (c_0 = 0); row r measures c_hi - c_lo with variance v_r. Exact rows
     must be totals (then c_K' is known). Returns (unknown index of each vertex 0..K' or -1,
     weights per noisy edge (lo, hi, w))."""
     strat = mech.released
+    if not isinstance(strat, IntervalStrategy):
+        raise ValueError(f"an interval (laminar) strategy is needed, got {strat.name!r}")
     kp = strat.n_bins
     var = np.asarray(mech.variances)
     lo, hi = np.asarray(strat.lo), np.asarray(strat.hi)
@@ -80,7 +106,7 @@ def has_bridge_structure(mechanism: Mechanism) -> bool:
 
 
 def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
-                   all_range: bool = True) -> dict:
+                   all_range: bool = True) -> LaminarErrors:
     """Exact BLUE variances of an interval strategy on its first ``n_bins`` bins (default
     K'), from the bridge decomposition (:mod:`dptree_opt.engines.laminar`).
 
@@ -99,14 +125,20 @@ def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
     if star is not None:  # prefix sums: independent x_p
         var = star[0]
         bins = var[1:] + var[:-1]
-        sum_var = lambda u: float(np.sum(u * u * var))  # noqa: E731
+        star_var = var
+
+        def sum_var(u: _F) -> float:
+            return float(np.sum(u * u * star_var))
     else:
         lam = haar_model(mechanism) if is_haar_mechanism(mechanism) else laminar_model(mechanism)
         mom = point_moments(lam)
         var, bins = mom.var, mom.bin_var
-        sum_var = lambda u: point_sum_variance(lam, u)  # noqa: E731
-    out = {"cdf": var[1:K + 1].copy(), "identity": bins[:K].copy(),
-           "total": float(var[kp]), "all_range_total": None}
+
+        def sum_var(u: _F) -> float:
+            return point_sum_variance(lam, u)
+
+    out: LaminarErrors = {"cdf": var[1:K + 1].copy(), "identity": bins[:K].copy(),
+                          "total": float(var[kp]), "all_range_total": None}
     if all_range:
         cdf = out["cdf"]
         if not np.all(np.isfinite(cdf)):
@@ -118,22 +150,22 @@ def laminar_errors(mechanism: Mechanism, n_bins: int | None = None,
     return out
 
 
-def laminar_range_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
+def laminar_range_variances(mechanism: Mechanism, lo: ArrayLike, hi: ArrayLike) -> _F:
     """Var of the BLUE of sum x[lo:hi] for half-open ranges on an interval strategy or Haar
     (2^L): :func:`~dptree_opt.engines.laminar.range_variances`, O(depth) per range
     (prefix sums: v_hi + v_lo, independent points). inf where not identified."""
-    lo = np.asarray(lo, dtype=np.int64)
-    hi = np.asarray(hi, dtype=np.int64)
+    lo_a = np.asarray(lo, dtype=np.int64)
+    hi_a = np.asarray(hi, dtype=np.int64)
     star = None if is_haar_mechanism(mechanism) else star_moments(mechanism)
     if star is not None:
         var = star[0]
-        return np.where(lo == hi, 0.0, var[hi] + var[lo])
+        return np.where(lo_a == hi_a, 0.0, var[hi_a] + var[lo_a])
     lam = haar_model(mechanism) if is_haar_mechanism(mechanism) else laminar_model(mechanism)
-    return range_variances(lam, lo, hi)
+    return range_variances(lam, lo_a, hi_a)
 
 
 def interval_blue_errors(mechanism: Mechanism, n_bins: int | None = None,
-                         all_range: bool = True) -> dict:
+                         all_range: bool = True) -> IntervalErrors:
     """Exact BLUE error of an interval (laminar) strategy, O(K) for trees.
 
     In cumulative coordinates c_t = x_0 + ... + x_{t-1} (c_0 = 0) every row of a laminar
@@ -163,12 +195,16 @@ def interval_blue_errors(mechanism: Mechanism, n_bins: int | None = None,
     res = _interval_blue_errors(twin, n_bins, all_range)
     if c == 1.0:
         return res
-    return {key: None if val is None else rescaled(val, c, mechanism.noise,
-                                                   mechanism.requested_budget)
-            for key, val in res.items()}
+    noise, budget = mechanism.noise, mechanism.requested_budget
+    ident, total, mx = res["identity"], res["all_range_total"], res["all_range_max"]
+    return {"cdf": rescaled(res["cdf"], c, noise, budget),
+            "identity": None if ident is None else rescaled(ident, c, noise, budget),
+            "all_range_total": None if total is None else rescaled(total, c, noise, budget),
+            "all_range_max": None if mx is None else rescaled(mx, c, noise, budget)}
 
 
-def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict:
+def _interval_blue_errors(mechanism: Mechanism, n_bins: int | None,
+                          all_range: bool) -> IntervalErrors:
     """interval_blue_errors on a normalised mechanism."""
     strat = mechanism.released
     kp = strat.n_bins
@@ -198,7 +234,7 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
     order = free[np.lexsort((free, -inside[free]))]
     order = index[order]
     diag = np.zeros(n)
-    adj: list[dict] = [dict() for _ in range(n)]
+    adj: list[dict[int, float]] = [dict() for _ in range(n)]
     a_idx, b_idx = index[lo], index[hi]
     for a, b, wt in zip(a_idx.tolist(), b_idx.tolist(), w.tolist()):
         if a >= 0:
@@ -212,7 +248,7 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
         raise ValueError("nothing to estimate")
     dg = diag.tolist()
     D = [0.0] * n
-    Lcols: list = [None] * n
+    Lcols: list[list[tuple[int, float]]] = [[] for _ in range(n)]
     for v in order.tolist():
         d = dg[v]
         if not d > 1e-300:
@@ -233,10 +269,10 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
                 adj[k][j] = adj[k].get(j, 0.0) + val
     # Takahashi selected inversion, reverse elimination order
     zd = [0.0] * n
-    zo: dict = {}
+    zo: dict[tuple[int, int], float] = {}
     for v in reversed(order.tolist()):
         col = Lcols[v]
-        zv = []
+        zv: list[float] = []
         for j, _ in col:
             acc = 0.0
             for k, lk in col:
@@ -247,17 +283,18 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
             zo[(v, j) if v < j else (j, v)] = val
             dv -= lj * val
         zd[v] = dv
-    zd = np.asarray(zd)
+    zarr = np.asarray(zd)
     pts = np.arange(1, K + 1)
     idx = index[pts]
-    cdf = np.where(idx >= 0, zd[np.maximum(idx, 0)], 0.0)
-    out = {"cdf": cdf, "identity": None, "all_range_total": None, "all_range_max": None}
+    cdf = np.where(idx >= 0, zarr[np.maximum(idx, 0)], 0.0)
+    out: IntervalErrors = {"cdf": cdf, "identity": None, "all_range_total": None,
+                           "all_range_max": None}
     ident = np.empty(K)
     ok = True
     il = index.tolist()
     for i in range(K):  # bin i = c_{i+1} - c_i
         a, b = il[i], il[i + 1]
-        val = (zd[a] if a >= 0 else 0.0) + (zd[b] if b >= 0 else 0.0)
+        val = (zarr[a] if a >= 0 else 0.0) + (zarr[b] if b >= 0 else 0.0)
         if a >= 0 and b >= 0:
             key = (a, b) if a < b else (b, a)
             if key not in zo:
@@ -311,7 +348,7 @@ def _interval_blue_errors(mechanism: Mechanism, n_bins, all_range: bool) -> dict
 
 
 # ----------------------------------------------------------------------------- the engines
-def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
+def _check_identified(var: _F, mechanism: Mechanism, kind: str) -> None:
     """Decline a workload the bridge decomposition leaves unidentified (infinite variances):
     the dense engine decides whether it is still estimable."""
     if not np.all(np.isfinite(var)):
@@ -319,16 +356,17 @@ def _check_identified(var: np.ndarray, mechanism: Mechanism, kind: str) -> None:
                        "(rank-deficient strategy)")
 
 
-def _bridge_error(mechanism: Mechanism, workload, per_query: bool):
+def _bridge_error(mechanism: Mechanism, workload: Workload, per_query: bool) -> float | _F:
     """BLUE errors of an interval or Haar strategy from the bridge decomposition."""
     kind = workload.kind
     if kind == "ranges":
-        var = laminar_range_variances(mechanism, workload.lo, workload.hi)
+        var = laminar_range_variances(mechanism, *workload.intervals())
     else:
         res = laminar_errors(mechanism, all_range=kind == "all_range" and not per_query)
+        art = res["all_range_total"]
         var = {"prefix": res["cdf"], "identity": res["identity"],
                "total": np.array([res["total"]]),
-               "all_range": np.array([res.get("all_range_total", np.nan)])}[kind]
+               "all_range": np.array([np.nan if art is None else art])}[kind]
     _check_identified(var, mechanism, kind)
     return var.copy() if per_query else float(var.sum())
 
@@ -374,16 +412,17 @@ class IntervalEngine(Engine):
         if task == "covariance" and not has_noisy_leaves(mechanism):
             return ("the structured covariance needs depth < 256 and every bin measured by "
                     "a noisy row of its own")
-        if estimator == "covering" and task != "estimate":
+        if estimator == "covering" and task != "estimate" and workload is not None:
             structured = (workload.kind in ("prefix", "identity", "ranges", "total")
                           or (workload.kind == "all_range" and task == "error"))
             if not structured and mechanism.n_bins > MAX_COVERING_DENSE_BINS:
                 return (f"{workload.kind!r} errors of the covering estimator need its dense "
                         f"covariance: refused for {mechanism.n_bins} > "
                         f"{MAX_COVERING_DENSE_BINS} bins")
+        strat = mechanism.released
         if estimator == "causal" and not (
-                is_laminar_mechanism(mechanism)
-                and int(mechanism.released.depth.max(initial=0)) < MAX_DEPTH):
+                is_laminar_mechanism(mechanism) and isinstance(strat, IntervalStrategy)
+                and int(strat.depth.max(initial=0)) < MAX_DEPTH):
             return "the causal prefix recursion needs depth < 256 and no exact row but the total"
         return None
 
@@ -415,7 +454,7 @@ class IntervalEngine(Engine):
         if not dense and kind == "all_range" and not per_query:
             return covering_moments(mechanism)["all_range_total"]
         if not dense and kind in ("ranges", "total"):   # O(nnz) per range, no matrix
-            var = covering_range_variances(mechanism, workload.lo, workload.hi)
+            var = covering_range_variances(mechanism, *workload.intervals())
             return var if per_query else float(var.sum())
         if mechanism.n_bins > MAX_COVERING_DENSE_BINS:
             raise ValueError(f"{kind!r} errors of the covering estimator need its dense "

@@ -43,10 +43,13 @@ maxima of Kronecker trees and quadtrees are in :mod:`dptree_opt.engines.kronecke
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, TypeAlias, overload
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 import scipy.linalg as sla
 
 from ..mechanism import Mechanism
@@ -63,6 +66,16 @@ __all__ = ["KronProductEngine", "kron_product_blue", "MAX_AXIS_BINS", "MAX_PER_Q
 
 MAX_AXIS_BINS = 4096        # per-axis dense X_i, G_i and inverse: n_i^2 floats, O(n_i^3)
 MAX_PER_QUERY = 10**8       # per-query output (prod q_i floats)
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
+
+
+def _kron_strategy(mechanism: Mechanism) -> KroneckerStrategy:
+    """The mechanism's released strategy, which must be a Kronecker product."""
+    strat = mechanism.released
+    if not isinstance(strat, KroneckerStrategy):
+        raise ValueError(f"a Kronecker strategy is needed, got {strat.name!r}")
+    return strat
 
 
 # ----------------------------------------------------------------- single noise scale
@@ -112,13 +125,14 @@ def is_kron_product_mechanism(mechanism: Mechanism) -> bool:
     return kron_product_noise(mechanism) is not None
 
 
-def kron_product_supports(mechanism: Mechanism, workload, per_query: bool = False) -> bool:
+def kron_product_supports(mechanism: Mechanism, workload: Workload | None,
+                          per_query: bool = False) -> bool:
     """Whether :func:`kron_product_error` answers this pair: a single-scale Kronecker
     mechanism, a Kronecker workload over the same grid, axes of at most MAX_AXIS_BINS bins
     and (per query) at most MAX_PER_QUERY queries."""
     if not isinstance(workload, KroneckerWorkload) or not is_kron_product_mechanism(mechanism):
         return False
-    strat = mechanism.released
+    strat = _kron_strategy(mechanism)
     if workload.grid_shape != strat.grid_shape or len(strat.factors) != len(workload.factors):
         return False
     if max(strat.grid_shape) > MAX_AXIS_BINS:
@@ -133,8 +147,14 @@ class _Axis:
     t: float
     a: float
     b: float
-    s: np.ndarray | None
-    r: np.ndarray | None
+    s: _F | None
+    r: _F | None
+
+    def per_query(self) -> tuple[_F, _F]:
+        """(s, r): the per-query moments (r zeros when there is no total row)."""
+        if self.s is None:
+            raise ValueError("the per-query moments were not computed")
+        return self.s, np.zeros_like(self.s) if self.r is None else self.r
 
 
 def _axis_moments(factor: Strategy, w: Workload, totals: bool, per_query: bool) -> _Axis:
@@ -185,13 +205,14 @@ def _axis_moments(factor: Strategy, w: Workload, totals: bool, per_query: bool) 
     return _Axis(t, a, b, s, r)
 
 
-def _moments(mechanism: Mechanism, workload: KroneckerWorkload, per_query: bool):
+def _moments(mechanism: Mechanism, workload: Workload,
+             per_query: bool) -> tuple[KronNoise, list[_Axis], float]:
     """(noise, per-axis moments, kappa) after the checks; identical axes computed once."""
     noise = kron_product_noise(mechanism)
     if noise is None:
         raise ValueError("the Kronecker-product error formula needs a Kronecker strategy whose "
                          "noisy rows all have one variance (exact rows only all-ones totals)")
-    strat = mechanism.released
+    strat = _kron_strategy(mechanism)
     if (not isinstance(workload, KroneckerWorkload)
             or workload.grid_shape != strat.grid_shape
             or len(workload.factors) != len(strat.factors)):
@@ -201,8 +222,8 @@ def _moments(mechanism: Mechanism, workload: KroneckerWorkload, per_query: bool)
         raise ValueError(f"kron_product_error inverts each axis densely: refused for an axis "
                          f"of more than {MAX_AXIS_BINS} bins")
     totals = noise.exact_total or noise.total_precision > 0
-    cache: dict = {}
-    axes = []
+    cache: dict[tuple[object, ...], _Axis] = {}
+    axes: list[_Axis] = []
     for f, w in zip(strat.factors, workload.factors):
         key = (id(f), w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
                None if w.hi is None else w.hi.tobytes())
@@ -220,8 +241,17 @@ def _moments(mechanism: Mechanism, workload: KroneckerWorkload, per_query: bool)
     return noise, axes, kappa
 
 
-def kron_product_error(mechanism: Mechanism, workload: KroneckerWorkload,
-                       per_query: bool = False):
+@overload
+def kron_product_error(mechanism: Mechanism, workload: Workload,
+                       per_query: Literal[False] = ...) -> float: ...
+@overload
+def kron_product_error(mechanism: Mechanism, workload: Workload,
+                       per_query: Literal[True]) -> _F: ...
+@overload
+def kron_product_error(mechanism: Mechanism, workload: Workload,
+                       per_query: bool) -> float | _F: ...
+def kron_product_error(mechanism: Mechanism, workload: Workload,
+                       per_query: bool = False) -> float | _F:
     """Exact expected squared error (counts^2) of the BLUE of a single-noise-scale Kronecker
     mechanism on a Kronecker workload: the total sum_q Var(answer_q) (float) or, with
     ``per_query``, every query's variance in the workload's (np.kron) order, shape
@@ -240,24 +270,25 @@ def kron_product_error(mechanism: Mechanism, workload: KroneckerWorkload,
                              "queries refused (use the total, or the largest per-query error)")
     var = np.ones(1)
     for ax in axes:
-        var = np.multiply.outer(var, ax.s).ravel()
+        var = np.multiply.outer(var, ax.per_query()[0]).ravel()
     if kappa:
         rr = np.ones(1)
         for ax in axes:
-            rr = np.multiply.outer(rr, ax.r * ax.r).ravel()
+            r = ax.per_query()[1]
+            rr = np.multiply.outer(rr, r * r).ravel()
         var = var - kappa * rr
     return v * np.maximum(var, 0.0)
 
 
-def _hull_vertices(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _hull_vertices(x: _F, y: _F) -> npt.NDArray[np.intp]:
     """Indices of the vertices of the convex hull of the points (x, y) (Andrew's monotone
     chain on the distinct points; every point if there are fewer than 3). O(m log m)."""
     pts, idx = np.unique(np.stack([x, y], axis=1), axis=0, return_index=True)
     if pts.shape[0] < 3:
         return idx
 
-    def chain(order):
-        out = []
+    def chain(order: Iterable[int]) -> list[int]:
+        out: list[int] = []
         for k in order:
             while len(out) >= 2:
                 o, a = pts[out[-2]], pts[out[-1]]
@@ -274,7 +305,8 @@ def _hull_vertices(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return idx[np.unique(np.array(lower[:-1] + upper[:-1]))]
 
 
-def product_form_argmax(s, r2, kappa: float = 0.0) -> tuple[float, int]:
+def product_form_argmax(s: Sequence[ArrayLike], r2: Sequence[ArrayLike] | None,
+                        kappa: float = 0.0) -> tuple[float, int]:
     """(max, argmax) over query tuples (q_1, .., q_d) of prod_i s_i[q_i] - kappa prod_i
     r2_i[q_i], for per-axis arrays s_i >= 0 and r2_i >= 0 (the per-query variances of a
     single-scale Kronecker mechanism, or of any estimator of that product form), exact,
@@ -283,45 +315,49 @@ def product_form_argmax(s, r2, kappa: float = 0.0) -> tuple[float, int]:
     (x, y) = (prod s_i, prod r2_i) (at most MAX_ENUMERATED of them) are reduced to the
     vertices of their convex hull, and every first-axis query is scored against those (a
     linear function of (x, y) attains its maximum over a finite set at a hull vertex)."""
-    s = [np.asarray(a, dtype=float) for a in s]
-    sizes = tuple(a.size for a in s)
+    sa = [np.asarray(a, dtype=float) for a in s]
+    sizes = tuple(a.size for a in sa)
     if not kappa:
-        best = tuple(int(np.argmax(a)) for a in s)
-        return (float(math.prod(float(a[i]) for a, i in zip(s, best))),
+        best = tuple(int(np.argmax(a)) for a in sa)
+        return (float(math.prod(float(a[i]) for a, i in zip(sa, best))),
                 int(np.ravel_multi_index(best, sizes)))
-    r2 = [np.asarray(a, dtype=float) for a in r2]
+    if r2 is None:
+        raise ValueError("r2 is needed when kappa != 0")
+    r2a = [np.asarray(a, dtype=float) for a in r2]
     rest = math.prod(sizes[1:])
     if rest > MAX_ENUMERATED:
         raise TooManyQueries(f"the largest per-query error needs {rest} > {MAX_ENUMERATED} "
                              "query combinations on the axes after the first")
     xs, ys = np.ones(1), np.ones(1)
-    for a, b in zip(s[1:], r2[1:]):
+    for a, b in zip(sa[1:], r2a[1:]):
         xs = np.multiply.outer(xs, a).ravel()
         ys = np.multiply.outer(ys, b).ravel()
     hv = _hull_vertices(xs, ys)
-    score = s[0][:, None] * xs[hv][None, :] - kappa * r2[0][:, None] * ys[hv][None, :]
+    score = sa[0][:, None] * xs[hv][None, :] - kappa * r2a[0][:, None] * ys[hv][None, :]
     first, vertex = np.unravel_index(int(np.argmax(score)), score.shape)
     return float(score[first, vertex]), int(first) * rest + int(hv[vertex])
 
 
-def product_form_max(s, r2, kappa: float = 0.0) -> float:
+def product_form_max(s: Sequence[ArrayLike], r2: Sequence[ArrayLike] | None,
+                     kappa: float = 0.0) -> float:
     """The max of :func:`product_form_argmax` (same arguments)."""
     return product_form_argmax(s, r2, kappa)[0]
 
 
-def kron_product_max(mechanism: Mechanism, workload: KroneckerWorkload) -> QueryMax:
+def kron_product_max(mechanism: Mechanism, workload: Workload) -> QueryMax:
     """The largest per-query variance (counts^2) of :func:`kron_product_error` and its query
     (index in the workload's np.kron order), exact, without listing the prod q_i queries
     (:func:`product_form_argmax` on the per-axis s_i and r_i^2). ValueError as
     kron_product_error; TooManyQueries when the axes after the first have more than
     MAX_ENUMERATED query combinations and total rows are present."""
     noise, axes, kappa = _moments(mechanism, workload, per_query=True)
-    best, query = product_form_argmax([ax.s for ax in axes],
-                                      [ax.r * ax.r for ax in axes] if kappa else None, kappa)
+    moments = [ax.per_query() for ax in axes]
+    best, query = product_form_argmax([s for s, _ in moments],
+                                      [r * r for _, r in moments] if kappa else None, kappa)
     return QueryMax(float(noise.variance * max(best, 0.0)), query)
 
 
-def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
+def kron_product_blue(mechanism: Mechanism, y: ArrayLike) -> _F:
     """The BLUE of the cells for a single-scale Kronecker product A_1 x .. x A_d: every core
     row noisy with one variance v, so the GLS is least squares and factorises per axis,
     x = (L_1 x .. x L_d) y_core with L_i = (A_i'A_i)^-1 A_i' (one dense solve per axis,
@@ -332,12 +368,13 @@ def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
     for y of shape (rows,) or (trials, rows). Declined when a core row is exact or a factor
     does not identify its axis (the generic GLS decides)."""
     noise = kron_product_noise(mechanism)
-    strat = mechanism.released
+    strat = _kron_strategy(mechanism)
     n_core = math.prod(f.n_rows for f in strat.factors)
     var = np.asarray(mechanism.variances, dtype=float)
     if noise is None or np.any(var[:n_core] == 0):
         raise Declined("an exact core row (the total inside the product)")
-    solves, ones = [], []
+    solves: list[_F] = []
+    ones: list[_F] = []
     for f in strat.factors:
         a = f.matrix.toarray()
         g = a.T @ a
@@ -351,7 +388,10 @@ def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
     flat = y.reshape(-1, y.shape[-1])
     t = flat[:, :n_core].T.reshape(tuple(f.n_rows for f in strat.factors) + (flat.shape[0],))
     for axis, solve in enumerate(solves):
-        t = along_axis(t, axis, lambda z, s=solve: s @ z)
+        def apply(z: _F, s: _F = solve) -> _F:
+            return s @ z
+
+        t = along_axis(t, axis, apply)
     x = t.reshape(strat.n_bins, flat.shape[0]).T
     extra = var[n_core:]
     exact, noisy = np.flatnonzero(extra == 0), (extra > 0) & np.isfinite(extra)
@@ -361,7 +401,7 @@ def kron_product_blue(mechanism: Mechanism, y) -> np.ndarray:
         else:
             w = np.where(noisy, 1.0 / np.where(noisy, extra, 1.0), 0.0)
             n_hat, r = flat[:, n_core:] @ (w / w.sum()), 1.0 / (w.sum() * noise.variance)
-        h = ones[0]
+        h: npt.NDArray[np.floating] = ones[0]
         for hi in ones[1:]:
             h = np.kron(h, hi)
         x = x - np.multiply.outer(x.sum(axis=-1) - n_hat, h / (float(h.sum()) + r))
@@ -388,7 +428,7 @@ class KronProductEngine(Engine):
     def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
                 estimator: str) -> str | None:
         if task == "estimate":
-            big = max(mechanism.released.grid_shape) > MAX_AXIS_BINS
+            big = max(_kron_strategy(mechanism).grid_shape) > MAX_AXIS_BINS
             return f"axes of at most {MAX_AXIS_BINS} bins" if big else None
         per_query = task == "per_query"       # "max" does not list the queries
         if kron_product_supports(mechanism, workload, per_query):

@@ -57,12 +57,15 @@ scored against that in blocks (BLAS products). An axis may carry a permutation o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
-from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy
+from ..strategies import KroneckerStrategy, LevelUniformTree, QuadtreeStrategy, Strategy
 from ..workloads import KroneckerWorkload, Workload, along_axis
 from .base import ANY_WORKLOAD, Capability, Engine, QueryMax, TooManyQueries
 from .honaker import honaker_recursions
@@ -82,6 +85,17 @@ MAX_TREE_MAX_QUERIES = 40000
 MAX_ENUMERATED = 1 << 24    # entries per block / of the "other axes" tensor in the maxima
 MAX_PAIRS = 5 * 10**8       # distinct query combinations scored by the grid-tree maximum
 _BLOCK_FLOATS = 1 << 22     # floats per block of an enumerated maximum
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
+
+
+def _grid_strategy(mechanism: Mechanism) -> KroneckerStrategy | QuadtreeStrategy:
+    """The released strategy, which must be a Kronecker product or a quadtree."""
+    strat = mechanism.released
+    if not isinstance(strat, (KroneckerStrategy, QuadtreeStrategy)):
+        raise ValueError(f"a Kronecker product of trees or a quadtree is needed, got "
+                         f"{strat.name!r}")
+    return strat
 
 
 def is_kron_tree_mechanism(mechanism: Mechanism) -> bool:
@@ -107,20 +121,29 @@ def is_quadtree_mechanism(mechanism: Mechanism) -> bool:
             and all(v > 0 for lvl, v in mechanism.level_variances.items() if lvl > 0))
 
 
-def grid_trees(strategy) -> tuple[LevelUniformTree, ...]:
+def grid_trees(strategy: Strategy) -> tuple[LevelUniformTree, ...]:
     """The per-axis trees of a Kronecker product of trees or of a quadtree."""
-    return strategy.factors if isinstance(strategy, KroneckerStrategy) else strategy.axis_trees
+    if isinstance(strategy, QuadtreeStrategy):
+        return strategy.axis_trees
+    factors = strategy.factors if isinstance(strategy, KroneckerStrategy) else ()
+    trees = tuple(f for f in factors if isinstance(f, LevelUniformTree))
+    if not trees or len(trees) != len(factors):
+        raise ValueError("a Kronecker product of level-uniform trees or a quadtree is needed, "
+                         f"got {strategy.name!r}")
+    return trees
 
 
-def level_tuple_of(strategy, level: int) -> tuple[int, ...]:
+def level_tuple_of(strategy: Strategy, level: int) -> tuple[int, ...]:
     """The per-axis levels (l_1, .., l_d) of a budget level: the mixed-radix code of a
     Kronecker product, the diagonal (l, .., l) of a quadtree."""
     if isinstance(strategy, QuadtreeStrategy):
         return (level,) * len(strategy.axis_trees)
+    if not isinstance(strategy, KroneckerStrategy):
+        raise ValueError(f"a Kronecker product or a quadtree is needed, got {strategy.name!r}")
     return strategy.level_tuple(level)
 
 
-def _level_tuple_variances(mechanism: Mechanism, trees) -> np.ndarray:
+def _level_tuple_variances(mechanism: Mechanism, trees: Sequence[LevelUniformTree]) -> _F:
     """v_l per level tuple (inf where nothing is measured)."""
     var = np.full(tuple(t.height + 1 for t in trees), np.inf)
     for code, v in mechanism.level_variances.items():
@@ -128,7 +151,7 @@ def _level_tuple_variances(mechanism: Mechanism, trees) -> np.ndarray:
     return var
 
 
-def level_tuple_lambdas(mechanism: Mechanism) -> tuple[np.ndarray, bool]:
+def level_tuple_lambdas(mechanism: Mechanism) -> tuple[_F, bool]:
     """(lambda, public) for a Kronecker product of trees or a quadtree: lambda_j = sum over
     level tuples l >= j (componentwise) of prod_i w_(i, l_i) / v_l, shape (h_1 + 1, ..,
     h_d + 1), the eigenvalues of the information matrix on the product Haar subspaces
@@ -152,7 +175,7 @@ def level_tuple_lambdas(mechanism: Mechanism) -> tuple[np.ndarray, bool]:
     return lam, bool(exact.flat[0])
 
 
-def helmert(k: int) -> np.ndarray:
+def helmert(k: int) -> _F:
     """The k x k orthonormal Helmert matrix: row 0 = 1 / sqrt(k); row i = (1, .., 1, -i, 0,
     ..) / sqrt(i (i + 1)) with i ones."""
     H = np.zeros((k, k))
@@ -164,7 +187,7 @@ def helmert(k: int) -> np.ndarray:
     return H
 
 
-def _levels_of_coefficients(ks) -> np.ndarray:
+def _levels_of_coefficients(ks: Sequence[int]) -> npt.NDArray[np.int64]:
     """Detail level j of every coefficient in haar_analysis order: 0 (the root's), then
     n_(j-1) (k_j - 1) coefficients of level j for j = 1..h."""
     out = [np.zeros(1, np.int64)]
@@ -175,11 +198,11 @@ def _levels_of_coefficients(ks) -> np.ndarray:
     return np.concatenate(out)
 
 
-def haar_analysis(ks, X: np.ndarray) -> np.ndarray:
+def haar_analysis(ks: Sequence[int], X: _F) -> _F:
     """Orthonormal tree-Haar coefficients of the columns of X (shape (K, r), K = prod ks):
     root coefficient first, then the details of level 1, 2, .., h (node order)."""
     a = X
-    details = []
+    details: list[_F] = []
     n = a.shape[0]
     for k in reversed(ks):
         n //= k
@@ -189,7 +212,7 @@ def haar_analysis(ks, X: np.ndarray) -> np.ndarray:
     return np.concatenate([a] + details[::-1])
 
 
-def haar_synthesis(ks, C: np.ndarray) -> np.ndarray:
+def haar_synthesis(ks: Sequence[int], C: _F) -> _F:
     """The inverse (= transpose) of :func:`haar_analysis`."""
     a = C[:1]
     pos = 1
@@ -203,7 +226,7 @@ def haar_synthesis(ks, C: np.ndarray) -> np.ndarray:
     return a
 
 
-def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
+def kron_tree_blue(mechanism: Mechanism, y: ArrayLike) -> _F:
     """The BLUE of the grid's cells (row-major, shape (cells,), or (trials, cells) for y of
     shape (trials, rows)) for a Kronecker product of complete trees with a variance per level
     tuple (module docstring)."""
@@ -211,6 +234,8 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
         raise ValueError("kron_tree_blue needs a Kronecker product of complete level-uniform "
                          "trees with budgets per level tuple")
     strat = mechanism.released
+    if not isinstance(strat, KroneckerStrategy):  # is_kron_tree_mechanism checked it
+        raise ValueError("kron_tree_blue needs a Kronecker product of trees")
     y = np.asarray(y, dtype=float)
     if y.ndim not in (1, 2) or y.shape[-1] != strat.n_rows:
         raise ValueError(f"y must have {strat.n_rows} entries per trial, got shape {y.shape}")
@@ -220,13 +245,16 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
     if not np.all(np.isfinite(y[..., noisy | exact])):
         raise ValueError("y has NaN or infinite answers on measured rows")
     lam, exact_total = level_tuple_lambdas(mechanism)
-    trees = strat.factors
+    trees = grid_trees(strat)
     yy = np.atleast_2d(y)
     weighted = np.where(noisy, yy / np.where(noisy, var, 1.0), 0.0)
     b = strat.rmatvec(weighted.T).T                                 # A' V^-1 y per trial
     grid = b.reshape((b.shape[0],) + strat.grid_shape)
     for i, t in enumerate(trees):
-        grid = along_axis(grid, i + 1, lambda X, ks=t.branching: haar_analysis(ks, X))
+        def analysis(X: _F, ks: tuple[int, ...] = t.branching) -> _F:
+            return haar_analysis(ks, X)
+
+        grid = along_axis(grid, i + 1, analysis)
     levels = [_levels_of_coefficients(t.branching) for t in trees]
     lam_c = lam[np.ix_(*levels)]
     need_zero = lam_c <= 0
@@ -239,18 +267,23 @@ def kron_tree_blue(mechanism: Mechanism, y) -> np.ndarray:
         n_total = yy[:, np.flatnonzero(exact)[0]]
         coef[(slice(None),) + (0,) * len(trees)] = n_total / math.sqrt(strat.n_bins)
     for i, t in enumerate(trees):
-        coef = along_axis(coef, i + 1, lambda X, ks=t.branching: haar_synthesis(ks, X))
+        def synthesis(X: _F, ks: tuple[int, ...] = t.branching) -> _F:
+            return haar_synthesis(ks, X)
+
+        coef = along_axis(coef, i + 1, synthesis)
     out = coef.reshape(coef.shape[0], -1)
     return out[0] if y.ndim == 1 else out
 
 
-def quadtree_blue(mechanism: Mechanism, y) -> np.ndarray:
+def quadtree_blue(mechanism: Mechanism, y: ArrayLike) -> _F:
     """The BLUE of the row-major cells for a quadtree: Honaker's recursions on its Morton
     tree (``QuadtreeStrategy.tree``), the leaves read back in row-major order. O(rows)."""
     if not is_quadtree_mechanism(mechanism):
         raise ValueError("quadtree_blue needs a QuadtreeStrategy with budgets per level and "
                          "noisy or unmeasured non-root levels")
     strat = mechanism.released
+    if not isinstance(strat, QuadtreeStrategy):  # is_quadtree_mechanism checked it
+        raise ValueError("quadtree_blue needs a QuadtreeStrategy")
     tree = strat.tree
     y = np.asarray(y, dtype=float)
     if y.ndim not in (1, 2) or y.shape[-1] != strat.n_rows:
@@ -274,7 +307,7 @@ def is_grid_tree_mechanism(mechanism: Mechanism) -> bool:
     return is_kron_tree_mechanism(mechanism) or is_quadtree_mechanism(mechanism)
 
 
-def axis_workload_weights(tree: LevelUniformTree, workload) -> np.ndarray:
+def axis_workload_weights(tree: LevelUniformTree, workload: Workload) -> _F:
     """q_0..q_h of a 1-D workload factor on one axis's tree (``error.tree.
     haar_workload_weights``; the total: (K, 0, .., 0), all of 1'1 on the constants)."""
     if workload.kind == "total":
@@ -284,13 +317,13 @@ def axis_workload_weights(tree: LevelUniformTree, workload) -> np.ndarray:
     return haar_workload_weights(tree.branching, workload.kind)
 
 
-def kron_tree_error(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
+def kron_tree_error(mechanism: Mechanism, workload: Workload) -> float:
     """sum_q Var(answer_q) of the BLUE for ``workload`` (module docstring). Raises
     ValueError when the structure does not apply or the grid is not identified."""
     if not is_grid_tree_mechanism(mechanism):
         raise ValueError("kron_tree_error needs a Kronecker product of complete level-uniform "
                          "trees or a quadtree, with budgets per level (tuple)")
-    strat = mechanism.released
+    strat = _grid_strategy(mechanism)
     if not isinstance(workload, KroneckerWorkload) or workload.grid_shape != strat.grid_shape:
         raise ValueError("the workload must be a Kronecker workload over the strategy's grid "
                          f"{strat.grid_shape}")
@@ -314,7 +347,7 @@ def kron_tree_error(mechanism: Mechanism, workload: KroneckerWorkload) -> float:
 
 
 # ------------------------------------------------------------------ boxes, one at a time
-def axis_interval_weights(tree: LevelUniformTree, lo, hi) -> np.ndarray:
+def axis_interval_weights(tree: LevelUniformTree, lo: ArrayLike, hi: ArrayLike) -> _F:
     """||D_j u||^2, j = 0..h, of the fractional interval indicators u on one axis's tree.
 
     u is the indicator of [lo, hi) in bin coordinates (real 0 <= lo <= hi <= K; bin t is
@@ -344,7 +377,7 @@ def axis_interval_weights(tree: LevelUniformTree, lo, hi) -> np.ndarray:
     return np.maximum(p, 0.0)                                      # rounding below 0
 
 
-def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
+def kron_box_variances(mechanism: Mechanism, lo: ArrayLike, hi: ArrayLike) -> float | _F:
     """Exact variances of the BLUE's answers to boxes [lo_1, hi_1) x .. x [lo_d, hi_d) (bin
     coordinates of the mechanism's grid, fractions allowed: linear interpolation inside
     cells), for a Kronecker product of complete trees with a variance per level tuple, or a
@@ -370,7 +403,8 @@ def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
     inv = np.where(lam > 0, 1.0 / np.where(lam > 0, lam, 1.0), np.inf)
     if public:
         inv.flat[0] = 0.0
-    acc = None                                    # contract axis by axis: (m, rest of lambda)
+    acc: _F | None = None                         # contract axis by axis: (m, rest of lambda)
+    bad: _F | None = None
     for i, t in enumerate(trees):
         p = axis_interval_weights(t, lo_a[:, i], hi_a[:, i])    # (m, h_i + 1)
         big = (p > 1e-12 * t.n_bins).astype(float)          # above the rounding of p
@@ -379,7 +413,9 @@ def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
             bad = np.einsum("mj,j...->m...", big, np.isinf(inv).astype(float))
         else:
             acc = np.einsum("mj,mj...->m...", p, acc)
-            bad = np.einsum("mj,mj...->m...", big, bad)
+            bad = np.einsum("mj,mj...->m...", big, bad)  # type: ignore[arg-type]  # set on axis 0
+    if acc is None or bad is None:
+        raise ValueError("the strategy has no grid axes")
     if np.any(bad > 0):
         raise ValueError("a box depends on an unmeasured level tuple: the strategy cannot "
                          "estimate it")
@@ -387,7 +423,8 @@ def kron_box_variances(mechanism: Mechanism, lo, hi) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ per-query maxima
-def grid_tree_axis_weights(tree, workload: Workload, order=None) -> np.ndarray:
+def grid_tree_axis_weights(tree: LevelUniformTree, workload: Workload,
+                           order: ArrayLike | None = None) -> _F:
     """u(q, j) = ||D_j w_q||^2 for every query q of a 1-D workload on one axis tree (a
     complete ``LevelUniformTree``), shape (q, h + 1): the query's energy on the tree's Haar
     subspace j (module docstring). ``order``: the tree measures the axis cells order[0],
@@ -415,7 +452,8 @@ def grid_tree_axis_weights(tree, workload: Workload, order=None) -> np.ndarray:
     return np.maximum(np.diff(e, axis=1, prepend=0.0), 0.0)
 
 
-def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
+def _axis_total_weights(tree: LevelUniformTree, workload: Workload,
+                        order: ArrayLike | None = None) -> _F:
     """sum over the queries of u(q, j) (:func:`grid_tree_axis_weights`), shape (h + 1,):
     intervals in the identity order summed directly (O(q h)); with a permutation from the
     Gram, tr(E_l P G P') = sum over level-l nodes of 1'(P G P')1 / w_l (O(n^2 h))."""
@@ -425,7 +463,7 @@ def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
     g = workload.gram_dense()
     order = np.asarray(order)
     gp = g[np.ix_(order, order)]
-    e = []
+    e: list[float] = []
     for w in (int(x) for x in tree.level_widths):
         m = n // w
         blocks = gp.reshape(m, w, m, w).sum(axis=(1, 3))
@@ -433,14 +471,14 @@ def _axis_total_weights(tree, workload: Workload, order=None) -> np.ndarray:
     return np.maximum(np.diff(np.array(e), prepend=0.0), 0.0)
 
 
-def _unique_rows(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _unique_rows(u: _F) -> tuple[_F, npt.NDArray[np.intp]]:
     """(the distinct rows of u, the index of a row equal to each)."""
     if u.shape[0] <= 1:
         return u, np.arange(u.shape[0])
     return np.unique(u, axis=0, return_index=True)
 
 
-def _max_multilinear(us, m: np.ndarray) -> tuple[float, tuple[int, ...]]:
+def _max_multilinear(us: Sequence[_F], m: _F) -> tuple[float, tuple[int, ...]]:
     """max over query tuples of sum_j prod_i u_i[q_i, j_i] m[j] (every u_i, m >= 0 or not)
     and a tuple (q_1, .., q_d) attaining it: the other axes' distinct rows contracted into
     T ((h_1 + 1) x R), then the first axis's distinct rows against T in blocks."""
@@ -471,8 +509,9 @@ def _max_multilinear(us, m: np.ndarray) -> tuple[float, tuple[int, ...]]:
         int(idx[r]) for (_, idx), r in zip(distinct[1:], rest))
 
 
-def _grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders,
-                       want_max: bool):
+def _grid_tree_summary(mechanism: Mechanism, workload: Workload,
+                       orders: Sequence[ArrayLike | None] | None,
+                       want_max: bool) -> tuple[float, float | None, tuple[int, ...] | None]:
     """(total, max or None, the maximising query tuple or None) of :func:`grid_tree_summary`."""
     if not is_grid_tree_mechanism(mechanism):
         raise ValueError("the grid-tree errors need a Kronecker product of complete trees or a "
@@ -481,13 +520,15 @@ def _grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders
     if (not isinstance(workload, KroneckerWorkload) or len(workload.factors) != len(trees)
             or workload.grid_shape != tuple(t.n_bins for t in trees)):
         raise ValueError("the workload must be a Kronecker workload over the strategy's grid")
-    orders = [None] * len(trees) if orders is None else list(orders)
+    order_list = [None] * len(trees) if orders is None else list(orders)
+    us: list[_F] = []
     if want_max:
         us = [grid_tree_axis_weights(t, w, o)
-              for t, w, o in zip(trees, workload.factors, orders)]
+              for t, w, o in zip(trees, workload.factors, order_list)]
         sums = [u.sum(axis=0) for u in us]
     else:
-        sums = [_axis_total_weights(t, w, o) for t, w, o in zip(trees, workload.factors, orders)]
+        sums = [_axis_total_weights(t, w, o)
+                for t, w, o in zip(trees, workload.factors, order_list)]
     lam, public = level_tuple_lambdas(mechanism)
     q = np.ones(lam.shape)
     for i, u in enumerate(sums):
@@ -509,7 +550,8 @@ def _grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders
     return (total,) + _max_multilinear(us, m)
 
 
-def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=None,
+def grid_tree_summary(mechanism: Mechanism, workload: Workload,
+                      orders: Sequence[ArrayLike | None] | None = None,
                       want_max: bool = True) -> tuple[float, float | None]:
     """(total, max) of the BLUE's per-query variances (counts^2) for a Kronecker product of
     complete trees or a quadtree on a Kronecker workload with any 1-D interval factors, each
@@ -522,25 +564,28 @@ def grid_tree_summary(mechanism: Mechanism, workload: KroneckerWorkload, orders=
     return _grid_tree_summary(mechanism, workload, orders, want_max)[:2]
 
 
-def grid_tree_max(mechanism: Mechanism, workload: KroneckerWorkload) -> QueryMax:
+def grid_tree_max(mechanism: Mechanism, workload: Workload) -> QueryMax:
     """The largest per-query variance of the BLUE (counts^2) of a Kronecker product of
     complete trees or a quadtree on a Kronecker workload of interval factors, and its query
     (index in the workload's np.kron order): :func:`grid_tree_summary`'s maximum, without
     listing the queries. ValueError as grid_tree_summary; TooManyQueries when the distinct
     query rows are too many to score (MAX_ENUMERATED, MAX_PAIRS)."""
     _, best, arg = _grid_tree_summary(mechanism, workload, None, True)
+    if best is None or arg is None or not isinstance(workload, KroneckerWorkload):
+        raise ValueError("the workload must be a Kronecker workload over the strategy's grid")
     sizes = tuple(f.n_queries for f in workload.factors)
     return QueryMax(float(best), int(np.ravel_multi_index(arg, sizes)))
 
 
 # ----------------------------------------------------------------------------- the engines
-def _grid_tree_refusal(mechanism, workload, kinds=KRON_TREE_WORKLOADS) -> str | None:
+def _grid_tree_refusal(mechanism: Mechanism, workload: Workload | None,
+                       kinds: tuple[str, ...] = KRON_TREE_WORKLOADS) -> str | None:
     """Why the grid-tree error (per-axis ``kinds``) does not serve this workload, or None."""
     if not isinstance(workload, KroneckerWorkload):
         return "a Kronecker product of 1-D workloads only"
     if not all(f.kind in kinds for f in workload.factors):
         return f"every axis workload must be one of {kinds}"
-    if workload.grid_shape != mechanism.released.grid_shape:
+    if workload.grid_shape != _grid_strategy(mechanism).grid_shape:
         return "the workload's grid differs from the strategy's"
     return None
 
@@ -571,7 +616,8 @@ class KronTreeEngine(Engine):
         if task != "max":
             return _grid_tree_refusal(mechanism, workload)
         why = _grid_tree_refusal(mechanism, workload, GRID_TREE_MAX_WORKLOADS)
-        if why is None and max(f.n_queries for f in workload.factors) > MAX_TREE_MAX_QUERIES:
+        if (why is None and isinstance(workload, KroneckerWorkload)
+                and max(f.n_queries for f in workload.factors) > MAX_TREE_MAX_QUERIES):
             why = (f"the largest per-query error scores at most {MAX_TREE_MAX_QUERIES} "
                    "queries per axis")
         return why

@@ -40,13 +40,20 @@ only). Checked against the dense GLS (tests/test_laminar.py). Used by
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal, TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
 from ..strategies import IntervalStrategy
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
 
 __all__ = ["Laminar", "SegmentPlan", "laminar_model", "is_laminar_mechanism", "laminar_blue",
            "star_moments", "point_moments", "point_sum_variance", "range_variances",
@@ -101,7 +108,11 @@ class SegmentPlan:
         return out
 
 
-def _unique_sorted(a: np.ndarray, return_inverse: bool = False):
+@overload
+def _unique_sorted(a: _I, return_inverse: Literal[False] = ...) -> _I: ...
+@overload
+def _unique_sorted(a: _I, return_inverse: Literal[True]) -> tuple[_I, _I]: ...
+def _unique_sorted(a: _I, return_inverse: bool = False) -> _I | tuple[_I, _I]:
     """np.unique by sorting (numpy's hash-based unique is ~5x slower on 10^6 int64 keys)."""
     if not return_inverse:
         s = np.sort(a)
@@ -164,7 +175,7 @@ class Laminar:
         """Number of nodes (distinct ranges, plus the virtual root if one was added)."""
         return self.lo.size
 
-    def depth_slices(self):
+    def depth_slices(self) -> Iterator[tuple[slice, slice]]:
         """(node slice, entry slice) per depth, root first."""
         for d in range(self.node_ptr.size - 1):
             n0, n1 = int(self.node_ptr[d]), int(self.node_ptr[d + 1])
@@ -187,12 +198,12 @@ def is_laminar_mechanism(mechanism: Mechanism) -> bool:
                 or np.all(strat.lo == 0))
 
 
-def star_moments(mechanism: Mechanism):
+def star_moments(mechanism: Mechanism) -> tuple[_F, sp.csr_matrix] | None:
     """Rows that all start at bin 0 (prefix sums): each measures one x_p directly, so the
     x_p are independent with Var(x_p) = 1 / (sum of the weights of the rows [0, p)) (0 for
     the exact total; inf if unmeasured). Returns (var of x_0..x_K', estimate matrix S with
     x_hat = y S': shape (K' + 1, rows)) or None when some row does not start at 0."""
-    strat = mechanism.released
+    strat = _interval_strategy(mechanism)
     if not np.all(strat.lo == 0):
         return None
     kp = strat.n_bins
@@ -217,6 +228,14 @@ def star_moments(mechanism: Mechanism):
 _CACHE: "weakref.WeakKeyDictionary[Mechanism, Laminar]" = weakref.WeakKeyDictionary()
 
 
+def _interval_strategy(mechanism: Mechanism) -> IntervalStrategy:
+    """The mechanism's released strategy, which must be an interval strategy."""
+    strat = mechanism.released
+    if not isinstance(strat, IntervalStrategy):
+        raise ValueError(f"an interval (laminar) strategy is needed, got {strat.name!r}")
+    return strat
+
+
 def laminar_model(mechanism: Mechanism) -> Laminar:
     """The bridge decomposition of ``mechanism`` (cached per mechanism); O(m + K) numpy work
     plus a loop over depths. Raises ValueError when the strategy is not laminar-eligible."""
@@ -224,17 +243,18 @@ def laminar_model(mechanism: Mechanism) -> Laminar:
         raise ValueError("the laminar (bridge) path needs an interval strategy with noisy or "
                          "unmeasured rows (only the total may be exact) and depth <= "
                          f"{MAX_DEPTH}")
-    if int(mechanism.released.depth.max(initial=0)) >= MAX_DEPTH:
+    strat = _interval_strategy(mechanism)
+    if int(strat.depth.max(initial=0)) >= MAX_DEPTH:
         raise ValueError(f"the hierarchy is deeper than {MAX_DEPTH} (use star_moments for "
                          "prefix sums)")
     hit = _CACHE.get(mechanism)
     if hit is None:
-        hit = _build(mechanism.released, np.asarray(mechanism.variances, dtype=float))
+        hit = _build(strat, np.asarray(mechanism.variances, dtype=float))
         _CACHE[mechanism] = hit
     return hit
 
 
-def laminar_model_of(strategy: IntervalStrategy, variances) -> Laminar:
+def laminar_model_of(strategy: IntervalStrategy, variances: ArrayLike) -> Laminar:
     """The bridge decomposition for an interval strategy with any per-row noise variances
     (shape (rows,); inf = unmeasured, 0 = exact, allowed for total rows only), without a
     Mechanism: for studies of per-row (per-node) noise allocations, whose privacy the caller
@@ -467,7 +487,7 @@ def point_sum_variance(lam: Laminar, weights: np.ndarray) -> float:
     return quad + uroot * uroot / lam.cond[0] if lam.cond[0] > 0 else float("inf")
 
 
-def laminar_blue(mechanism: Mechanism, y) -> np.ndarray:
+def laminar_blue(mechanism: Mechanism, y: ArrayLike) -> _F:
     """The BLUE of the histogram for an interval strategy: shape (K',), or (trials, K') for y
     of shape (trials, m). Bottom-up z_v = (w_v y_v + Z_v / R_v) / g_v, then top-down
     interpolation along every chain (module docstring). O(K) numpy per trial."""
@@ -575,7 +595,7 @@ def has_noisy_leaves(mechanism: Mechanism) -> bool:
     < MAX_DEPTH, only the total exact) and every bin is a noisy row of its own."""
     if not is_laminar_mechanism(mechanism):
         return False
-    strat = mechanism.released
+    strat = _interval_strategy(mechanism)
     if int(strat.depth.max(initial=0)) >= MAX_DEPTH:
         return False
     var = np.asarray(mechanism.variances)
@@ -588,7 +608,7 @@ def has_noisy_leaves(mechanism: Mechanism) -> bool:
 COVARIANCE_BLOCK = 1 << 20
 
 
-def laminar_covariance(mechanism: Mechanism, u) -> np.ndarray:
+def laminar_covariance(mechanism: Mechanism, u: ArrayLike) -> _F:
     """Cov @ u for the BLUE of an interval strategy in which every bin is a noisy row of its
     own (:func:`has_noisy_leaves`), u of shape (K',) or (K', m): one BLUE pass per column,
     O(K) numpy each, columns in blocks (no matrix is formed).
@@ -612,11 +632,11 @@ def laminar_covariance(mechanism: Mechanism, u) -> np.ndarray:
         raise ValueError("the laminar covariance needs every bin measured by a noisy row of "
                          "its own")
     kp = lam.n_points - 1
-    u = np.asarray(u, dtype=float)
-    if u.ndim not in (1, 2) or u.shape[0] != kp or not np.all(np.isfinite(u)):
+    ua = np.asarray(u, dtype=float)
+    if ua.ndim not in (1, 2) or ua.shape[0] != kp or not np.all(np.isfinite(ua)):
         raise ValueError(f"u must be finite with shape ({kp},) or ({kp}, m), got shape "
-                         f"{u.shape}")
-    cols = u.reshape(kp, -1)
+                         f"{ua.shape}")
+    cols = ua.reshape(kp, -1)
     out = np.empty_like(cols)
     step = max(1, COVARIANCE_BLOCK // max(lam.ent_pt.size, lam.n_nodes, 1))
     for j in range(0, cols.shape[1], step):   # a block of columns per pass, O(K) each
@@ -625,10 +645,11 @@ def laminar_covariance(mechanism: Mechanism, u) -> np.ndarray:
         wy[:, node] = blk                                        # w_v y_v = u_b on [b, b+1)
         top = np.zeros(blk.shape[0]) if lam.root_exact else None
         out[:, j:j + step] = np.diff(_bridge_solve(lam, wy, top), axis=1).T
-    return out.reshape(u.shape)
+    return out.reshape(ua.shape)
 
 
-def range_variances(lam: Laminar, lo, hi, chunk: int = 1 << 16) -> np.ndarray:
+def range_variances(lam: Laminar, lo: ArrayLike, hi: ArrayLike,
+                    chunk: int = 1 << 16) -> _F:
     """Var(x_hi - x_lo) of the BLUE for each half-open range [lo, hi) (int arrays of one
     shape), O(depth) numpy work per range, no matrix.
 

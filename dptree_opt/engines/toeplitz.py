@@ -80,20 +80,26 @@ to ~1e-9 relative or better (tests/test_toeplitz.py).
 
 from __future__ import annotations
 
+from typing import Literal, TypeAlias, overload
+
 import numpy as np
 import numpy.typing as npt
 import scipy.fft as sfft
+from numpy.typing import ArrayLike
 
 from ..mechanism import Mechanism
 from ..workloads import Workload
 from .base import ANY_WORKLOAD, Capability, Engine
-from ..strategies.toeplitz import ToeplitzStrategy, series_multiply
+from ..strategies import ScaledToeplitzStrategy, Strategy, ToeplitzStrategy
+from ..strategies.toeplitz import series_multiply
 
 __all__ = ["ToeplitzEngine", "is_toeplitz_mechanism", "toeplitz_blue", "TOEPLITZ_WORKLOADS", "toeplitz_error",
            "toeplitz_supports"]
 
 # Working set (floats) per chunk of trials (BLUE) or of range queries.
 _CHUNK_FLOATS = 1 << 22
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
 
 
 def is_toeplitz_mechanism(mechanism: Mechanism) -> bool:
@@ -103,7 +109,7 @@ def is_toeplitz_mechanism(mechanism: Mechanism) -> bool:
     return square_core_mechanism(mechanism, ToeplitzStrategy)
 
 
-def square_core_mechanism(mechanism, cls) -> bool:
+def square_core_mechanism(mechanism: Mechanism, cls: type[Strategy]) -> bool:
     """Whether ``mechanism`` releases a ``cls`` strategy (n square core rows, then total
     rows) whose n core rows share one finite variance v > 0 (totals: any variance >= 0)."""
     if not isinstance(mechanism, Mechanism) or not isinstance(mechanism.released, cls):
@@ -123,6 +129,8 @@ def _parameters(mechanism: Mechanism) -> tuple[ToeplitzStrategy, float, float | 
         raise ValueError("the Toeplitz paths need a ToeplitzStrategy whose Toeplitz rows share "
                          "one finite noise variance")
     released = mechanism.released
+    if not isinstance(released, ToeplitzStrategy):  # is_toeplitz_mechanism checked it
+        raise ValueError("the Toeplitz paths need a ToeplitzStrategy")
     v = float(mechanism.variances[0])
     return released, v, total_rows_ratio(mechanism, v)
 
@@ -137,7 +145,7 @@ def total_rows_ratio(mechanism: Mechanism, v: float) -> float | None:
     return None if prec == 0 else 1.0 / prec / v
 
 
-def total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
+def total_observation(mechanism: Mechanism, flat: _F) -> _F:
     """The combined observation of N per trial (flat: (trials, rows)): the first exact total
     row, else the inverse-variance mean of the noisy ones."""
     n = mechanism.released.n_bins
@@ -149,14 +157,16 @@ def total_observation(mechanism: Mechanism, flat: np.ndarray) -> np.ndarray:
     return flat[:, n:] @ (w / w.sum())
 
 
-def _row_weights(strat: ToeplitzStrategy) -> np.ndarray | None:
+def _row_weights(strat: Strategy) -> _F | None:
     """s_i = 1 / d_i^2 for a row-scaled strategy D T(a) (its rows carry variance v s_i in
     the T(a) system), None for plain T(a) (s = 1)."""
-    d = getattr(strat, "_d", None)
-    return None if d is None else 1.0 / (d * d)
+    if not isinstance(strat, ScaledToeplitzStrategy):
+        return None
+    d = strat.row_scale
+    return 1.0 / (d * d)
 
 
-def _constraint_direction(strat: ToeplitzStrategy) -> tuple[np.ndarray, float]:
+def _constraint_direction(strat: ToeplitzStrategy) -> tuple[_F, float]:
     """(h, q) with h = T^-1 S T^-T 1 and q = 1' T^-1 S T^-T 1 (unit variance, S = diag(s),
     s = 1 unless row-scaled): T^-T 1 = reverse(t). O(n log n)."""
     t = np.cumsum(strat.inverse_coefficients())
@@ -167,7 +177,7 @@ def _constraint_direction(strat: ToeplitzStrategy) -> tuple[np.ndarray, float]:
     return series_multiply(strat.inverse_coefficients(), rt), float(t @ t)
 
 
-def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
+def toeplitz_blue(mechanism: Mechanism, y: ArrayLike) -> _F:
     """The BLUE of the histogram, shape (n,) or (trials, n) for y of shape (rows,) or
     (trials, rows): x = A^-1 y (power-series inverse, FFT) and, with exact total rows, the
     rank-one constraint step x - h (1'x - N) / q (module docstring). O(n log n) per trial."""
@@ -187,9 +197,8 @@ def toeplitz_blue(mechanism: Mechanism, y) -> np.ndarray:
     fb = sfft.rfft(b, size)  # the spectrum of A^-1's column, once for all trials
     step = max(1, _CHUNK_FLOATS // (2 * size))  # FFT buffers of length ~2n per trial
     core = flat[:, :n]
-    d = getattr(strat, "_d", None)
-    if d is not None:  # (D T)^-1 y = T^-1 (y / d)
-        core = core / d
+    if isinstance(strat, ScaledToeplitzStrategy):  # (D T)^-1 y = T^-1 (y / d)
+        core = core / strat.row_scale
     for start in range(0, flat.shape[0], step):  # A^-1 y along the last axis, O(n log n) each
         fy = sfft.rfft(core[start:start + step], size, axis=-1)
         x[start:start + step] = sfft.irfft(fy * fb, size, axis=-1)[:, :n]
@@ -206,7 +215,7 @@ TOEPLITZ_WORKLOADS = ("prefix", "identity", "all_range", "total", "ranges")
 _MAX_ALL_RANGE_QUERIES = 10**8
 
 
-def _all_range_per_query(t: np.ndarray, g_cum: np.ndarray | None, v: float) -> np.ndarray:
+def _all_range_per_query(t: _F, g_cum: _F | None, v: float) -> _F:
     """Var of every range [a, b] (lexicographic a <= b): v ||T_b - T_(a-1)||^2 minus
     (G_b - G_(a-1))^2 when N is public. O(n^2) work and output, one vectorised pass per a."""
     n = t.size
@@ -231,12 +240,12 @@ def _all_range_per_query(t: np.ndarray, g_cum: np.ndarray | None, v: float) -> n
     return out
 
 
-def _range_variances(t, g_cum, v, lo, hi) -> np.ndarray:
+def _range_variances(t: _F, g_cum: _F | None, v: float, lo: ArrayLike, hi: ArrayLike) -> _F:
     """Var of the ranges [lo, hi) (module docstring), O(n log n + sum_q min(lo, n - hi))."""
     n = t.size
     lo = np.asarray(lo, dtype=np.int64)
     hi = np.asarray(hi, dtype=np.int64)
-    p2 = np.concatenate([[0.0], np.cumsum(t * t)])  # p2[i + 1] = ||T_i||^2
+    p2: _F = np.concatenate([[0.0], np.cumsum(t * t)])  # p2[i + 1] = ||T_i||^2
     j = lo - 1  # the subtracted prefix row (-1: none)
     d = hi - lo  # the gap D = (hi - 1) - j
     head = j + 1  # terms m = 0..j
@@ -274,7 +283,8 @@ def _range_variances(t, g_cum, v, lo, hi) -> np.ndarray:
     return var
 
 
-def _toeplitz_rows_error(series, corr, v, weights, per_query):
+def _toeplitz_rows_error(series: _F, corr: _F | None, v: float, weights: _F,
+                         per_query: bool) -> float | _F:
     """Variances of the rows of v T(series) T(series)' (row i: v sum_{k<=i} series_k^2),
     minus the rank-one constraint term corr_i^2 when N is public (``corr`` not None);
     per row, or summed (coefficient k lies in n - k rows: ``weights``). O(n)."""
@@ -285,7 +295,8 @@ def _toeplitz_rows_error(series, corr, v, weights, per_query):
     return tot - float(corr @ corr) if corr is not None else tot
 
 
-def _scaled_rows_error(series, corr, v, s, per_query):
+def _scaled_rows_error(series: _F, corr: _F | None, v: float, s: _F,
+                       per_query: bool) -> float | _F:
     """Row-scaled strategies: the rows of T(series) S T(series)' times v (row i:
     v sum_(j <= i) s_j series_(i-j)^2, an FFT convolution), minus corr_i^2; per row or
     summed (coefficient k reaches the n - k rows from j: sum_j s_j S2(n - j))."""
@@ -308,8 +319,17 @@ def toeplitz_supports(mechanism: Mechanism, kind: str, per_query: bool) -> bool:
     return kind in ("prefix", "identity", "total") or (kind == "all_range" and not per_query)
 
 
+@overload
+def toeplitz_error(mechanism: Mechanism, kind: str, per_query: Literal[False] = ..., *,
+                   lo: ArrayLike | None = ..., hi: ArrayLike | None = ...) -> float: ...
+@overload
+def toeplitz_error(mechanism: Mechanism, kind: str, per_query: Literal[True], *,
+                   lo: ArrayLike | None = ..., hi: ArrayLike | None = ...) -> _F: ...
+@overload
+def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool, *,
+                   lo: ArrayLike | None = ..., hi: ArrayLike | None = ...) -> float | _F: ...
 def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
-                   lo=None, hi=None):
+                   lo: ArrayLike | None = None, hi: ArrayLike | None = None) -> float | _F:
     """Exact BLUE error sum_q Var(answer_q) (float) or per-query variances (workload order)
     for ``kind`` in TOEPLITZ_WORKLOADS (module docstring; ``ranges`` needs the half-open
     ``lo``, ``hi`` arrays of the workload). Counts^2. O(n log n) (per-query all-range
@@ -317,12 +337,12 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
     if kind not in TOEPLITZ_WORKLOADS:
         raise ValueError(f"kind must be one of {TOEPLITZ_WORKLOADS}, got {kind!r}")
     strat, v, r = _parameters(mechanism)
-    public = r is not None  # a total row enters the estimate (exact, or noisy with r > 0)
     n = strat.n_bins
     b = strat.inverse_coefficients()
     t = np.cumsum(b)
     g = None
-    if public:  # g = Cov 1 / sqrt(1' Cov 1 + v_N) = sqrt(v / (q + r)) h
+    if r is not None:  # N public: a total row enters the estimate (exact, or noisy with r > 0)
+        # g = Cov 1 / sqrt(1' Cov 1 + v_N) = sqrt(v / (q + r)) h
         h, q = _constraint_direction(strat)
         g = np.sqrt(v / (q + r)) * h
     weights = n - np.arange(n, dtype=float)  # how many rows of T(.) hold coefficient k
@@ -331,15 +351,15 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
         return _scaled_error(kind, per_query, b, t, g, v, s, r)
     if kind == "identity":  # W A^-1 = T(b)
         return _toeplitz_rows_error(b, g, v, weights, per_query)
-    g_cum = np.cumsum(g) if public else None
+    g_cum = None if g is None else np.cumsum(g)
     if kind == "ranges":
         if lo is None or hi is None:
             raise ValueError("kind='ranges' needs the workload's lo and hi arrays")
-        var = _range_variances(t, g_cum, v, lo, hi)
-        return var if per_query else float(var.sum())
+        rv = _range_variances(t, g_cum, v, lo, hi)
+        return rv if per_query else float(rv.sum())
     if kind == "total":
         q_t = float(t @ t)  # 1' Cov 1 = v q; the total's row cuts it to v q r / (q + r)
-        var = v * q_t if not public else (0.0 if r == 0 else v * q_t * r / (q_t + r))
+        var = v * q_t if r is None else (0.0 if r == 0 else v * q_t * r / (q_t + r))
         return np.array([var]) if per_query else var
     if kind == "prefix":  # W A^-1 = T(t)
         return _toeplitz_rows_error(t, g_cum, v, weights, per_query)
@@ -351,24 +371,24 @@ def toeplitz_error(mechanism: Mechanism, kind: str, per_query: bool = False, *,
         return _all_range_per_query(t, g_cum, v)
     col = np.cumsum(t)  # sum_i T_i, reversed (its norm is all we need)
     tot = v * ((n + 1) * float(weights @ (t * t)) - float(col @ col))
-    if public:
+    if g_cum is not None:  # public
         tot -= (n + 1) * float(g_cum @ g_cum) - float(g_cum.sum()) ** 2
     return tot
 
 
-def _scaled_error(kind, per_query, b, t, g, v, s, r):
+def _scaled_error(kind: str, per_query: bool, b: _F, t: _F, g: _F | None, v: float, s: _F,
+                  r: float | None) -> float | _F:
     """toeplitz_error for a row-scaled strategy D T(a): row variances v s_j in the T(a)
     system (s = 1 / d^2). Prefix / identity per query by FFT convolutions, totals O(n)."""
     n = t.size
-    public = r is not None
     if kind == "identity":
         return _scaled_rows_error(b, g, v, s, per_query)
-    g_cum = np.cumsum(g) if public else None
+    g_cum = None if g is None else np.cumsum(g)
     if kind == "prefix":
         return _scaled_rows_error(t, g_cum, v, s, per_query)
     if kind == "total":
         q_t = float(s @ (t[::-1] * t[::-1]))  # 1' Cov 1 / v
-        var = v * q_t if not public else (0.0 if r == 0 else v * q_t * r / (q_t + r))
+        var = v * q_t if r is None else (0.0 if r == 0 else v * q_t * r / (q_t + r))
         return np.array([var]) if per_query else var
     if kind == "all_range" and not per_query:
         # column j of P A^-1 holds t shifted by j: (n + 1) S2(n - j) - S1(n - j)^2 each
@@ -376,7 +396,7 @@ def _scaled_error(kind, per_query, b, t, g, v, s, r):
         s2 = np.concatenate([[0.0], np.cumsum(t * t)])
         m = n - np.arange(n)
         tot = v * float(s @ ((n + 1) * s2[m] - s1[m] ** 2))
-        if public:
+        if g_cum is not None:  # public
             tot -= (n + 1) * float(g_cum @ g_cum) - float(g_cum.sum()) ** 2
         return tot
     raise ValueError(f"{kind!r} (per_query={per_query}) has no structured path for a "
@@ -403,7 +423,8 @@ class ToeplitzEngine(Engine):
 
     def refusal(self, task: str, mechanism: Mechanism, workload: Workload | None,
                 estimator: str) -> str | None:
-        if task != "estimate" and not toeplitz_supports(mechanism, workload.kind,
+        if task != "estimate" and workload is not None and not toeplitz_supports(
+                mechanism, workload.kind,
                                                         task == "per_query"):
             return "row-scaled D T(a): prefix, identity, total and the all-range total only"
         return None

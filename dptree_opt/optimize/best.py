@@ -72,9 +72,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from numbers import Real
+
 
 import numpy as np
 
@@ -96,9 +98,10 @@ from .blue_budgets import optimal_blue_budgets
 from .design import Design
 from .direct import MAX_DIRECT_ENTRIES, direct_rows
 from .factorisations import factorisations_by_height
-from .grid import GRID_WORKLOADS, best_grid_hierarchy
+from .grid import GRID_WORKLOADS, GridDesign, best_grid_hierarchy
 from .levels import level_variances, noisy_levels
 from .node_budgets import optimal_node_budgets
+from .result import TreeDesign
 from .search import MAX_WORKLOAD_SEARCH_TREES, finest_refinement, level_uniform
 
 __all__ = ["Family", "FAMILIES", "best_mechanism"]
@@ -143,8 +146,12 @@ class _Problem:
     deadline: float
 
     @property
-    def budget_kwargs(self) -> dict:
-        return {"epsilon": self.budget} if self.noise == "laplace" else {"rho": self.budget}
+    def epsilon(self) -> float | None:
+        return self.budget if self.noise == "laplace" else None
+
+    @property
+    def rho(self) -> float | None:
+        return None if self.noise == "laplace" else self.budget
 
     @property
     def n(self) -> int:
@@ -158,6 +165,13 @@ class _Problem:
     def kron(self) -> bool:
         return isinstance(self.workload, KroneckerWorkload)
 
+    @property
+    def grid(self) -> KroneckerWorkload:
+        """The workload of a grid family (its ``applies`` checked it is one)."""
+        if not isinstance(self.workload, KroneckerWorkload):
+            raise ValueError("Kronecker (grid) workloads only")
+        return self.workload
+
     def remaining(self) -> float:
         return self.deadline - time.perf_counter()
 
@@ -167,7 +181,7 @@ class _Problem:
 
     def mechanism(self, strategy: Strategy) -> Mechanism:
         return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
-                         **self.budget_kwargs)
+                         epsilon=self.epsilon, rho=self.rho)
 
 
 @dataclass(frozen=True)
@@ -190,8 +204,8 @@ class Family:
     candidate is then checked by :func:`_release_route`); ``always``: run even when the time
     is spent (O(K))."""
 
-    applies: Callable
-    build: Callable
+    applies: Callable[[_Problem], str | None]
+    build: Callable[[_Problem], list[_Candidate] | str]
     about: str
     releasable: bool
     release_note: str = _SECURE
@@ -235,14 +249,14 @@ def _too_slow(seconds: float, p: _Problem) -> str | None:
 
 
 # --------------------------------------------------------------------------- 1-D helpers
-def _shape(w: Workload):
+def _shape(w: Workload) -> int | tuple[int, ...]:
     """K for a 1-D workload, (n_1, .., n_d) for a grid (a stacked one: its parts')."""
     if isinstance(w, StackedWorkload):
         return _shape(w.parts[0])
     return w.grid_shape if isinstance(w, KroneckerWorkload) else w.n_bins
 
 
-def _tree_design_candidate(d, how: str) -> _Candidate:
+def _tree_design_candidate(d: TreeDesign, how: str) -> _Candidate:
     return _Candidate(d.mechanism(), f"{how}: branching {list(d.branching)}; {d.method}")
 
 
@@ -266,20 +280,22 @@ def _one_d_tree(p: _Problem) -> str | None:
 
 
 def _grid(p: _Problem) -> str | None:
-    if not p.kron:
+    w = p.workload
+    if not isinstance(w, KroneckerWorkload):
         return "Kronecker (grid) workloads only"
-    kinds = tuple(f.kind for f in p.workload.factors)
+    kinds = tuple(f.kind for f in w.factors)
     if any(k not in GRID_WORKLOADS for k in kinds):
         return f"per-axis workloads in {GRID_WORKLOADS} only (got {kinds})"
-    if any(f.n_bins < 2 for f in p.workload.factors):
+    if any(f.n_bins < 2 for f in w.factors):
         return "every axis needs at least 2 cells"
     return None
 
 
 def _kron_axes(p: _Problem) -> str | None:
-    if not p.kron:
+    w = p.workload
+    if not isinstance(w, KroneckerWorkload):
         return "Kronecker (grid) workloads only"
-    if max(f.n_bins for f in p.workload.factors) > MAX_KRON_AXIS:
+    if max(f.n_bins for f in w.factors) > MAX_KRON_AXIS:
         return f"dense per-axis optimisation: axes up to {MAX_KRON_AXIS} cells"
     return None
 
@@ -287,10 +303,10 @@ def _kron_axes(p: _Problem) -> str | None:
 def _axes_seconds(p: _Problem, seconds_at_max: float) -> float:
     """Measured cost at MAX_KRON_AXIS cells, cubic per distinct axis length."""
     return sum(seconds_at_max * (n / MAX_KRON_AXIS) ** 3
-               for n in {f.n_bins for f in p.workload.factors})
+               for n in {f.n_bins for f in p.grid.factors})
 
 
-def _histogram(p: _Problem):
+def _histogram(p: _Problem) -> list[_Candidate]:
     return [_Candidate(p.mechanism(histogram(_shape(p.workload))), "every bin measured once "
                        "(strategies.histogram)")]
 
@@ -309,14 +325,16 @@ def _direct_applies(p: _Problem) -> str | None:
     return None
 
 
-def _direct(p: _Problem):
+def _direct(p: _Problem) -> list[_Candidate] | str:
     w = p.workload
+    strat: Strategy | str
     if p.one_d:
         strat = direct_rows(w, "workload rows", MAX_DENSE_BINS)
-    elif p.kron:
+    elif isinstance(w, KroneckerWorkload):
         parts = [direct_rows(f, f"{f.kind} rows", MAX_DENSE_BINS) for f in w.factors]
         why = [x for x in parts if isinstance(x, str)]
-        strat = why[0] if why else kron(*parts, name="workload rows")
+        strat = why[0] if why else kron(*[x for x in parts if isinstance(x, Strategy)],
+                                        name="workload rows")
     else:
         strat = Strategy(w.dense(), name="workload rows")
     if isinstance(strat, str):
@@ -344,19 +362,18 @@ def _identity_heights(p: _Problem, flat_error: float) -> int:
                       if p.n / 2 * _equal_leaf_variance(p, h) <= flat_error * (1 + 1e-9)])
 
 
-def _tree_equal(p: _Problem):
+def _tree_equal(p: _Problem) -> list[_Candidate] | str:
     w = p.workload
-    common = dict(estimator="blue", neighbours=p.neighbours, budgets="equal", top=0,
-                  **p.budget_kwargs)
+    search = partial(level_uniform, p.n, p.epsilon, rho=p.rho, estimator="blue",
+                     neighbours=p.neighbours, budgets="equal", top=0)
     if w.kind in ("prefix", "all_range"):
-        d = level_uniform(p.n, workload=w.kind, **common)
+        d = search(workload=w.kind)
         return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
     # identity, total, custom ranges: unpadded trees scored exactly, one by one
-    common.update(workload=w, allow_padding=False)
     if w.kind == "identity":
-        flat = level_uniform(p.n, height=1, **common)
+        flat = search(workload=w, allow_padding=False, height=1)
         h = _identity_heights(p, flat.error)
-        d = flat if h == 1 else level_uniform(p.n, max_height=h, **common)
+        d = flat if h == 1 else search(workload=w, allow_padding=False, max_height=h)
         return [_tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, "
                                        f"every tree of height <= {h} (a taller one has "
                                        f"error >= (K / 2) x its leaf variance, above the "
@@ -364,7 +381,7 @@ def _tree_equal(p: _Problem):
     by_height = factorisations_by_height(p.n)
     total = sum(by_height.values())
     if total <= MAX_WORKLOAD_SEARCH_TREES:
-        d = level_uniform(p.n, **common)
+        d = search(workload=w, allow_padding=False)
         return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets, "
                                        f"all {total} trees")]
     h, count = 0, 0
@@ -374,7 +391,7 @@ def _tree_equal(p: _Problem):
     slow = _too_slow(count * (TREE_SCORE_SECONDS + w.n_queries * RANGE_SCORE_SECONDS), p)
     if slow:
         return slow
-    d = level_uniform(p.n, max_height=h, **common)
+    d = search(workload=w, allow_padding=False, max_height=h)
     return [_tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, not "
                                    f"exhaustive: the {count} trees of height <= {h} of "
                                    f"{total} (scored one by one, up to "
@@ -388,7 +405,7 @@ def _tree_optimal_applies(p: _Problem) -> str | None:
     return _one_d_tree(p)
 
 
-def _tree_optimal(p: _Problem):
+def _tree_optimal(p: _Problem) -> list[_Candidate]:
     w = p.workload
     if w.kind == "identity":
         # no tree with any per-level budgets beats the histogram (docs/math.md section 4),
@@ -399,13 +416,13 @@ def _tree_optimal(p: _Problem):
                                        "(identity: no level-uniform tree with any budgets "
                                        "beats the histogram)")]
     if p.n <= MAX_OPTIMAL_SEARCH_BINS:
-        d = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="optimal",
-                          workload=w.kind, top=0, **p.budget_kwargs)
+        d = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue",
+                          neighbours=p.neighbours, budgets="optimal", workload=w.kind, top=0)
         return [_tree_design_candidate(d, "optimize.level_uniform, BLUE, optimal budgets")]
     # larger K: optimal budgets on the best equal-budget tree's finest
     # refinement and on the finest tree of K (with optimal budgets a refinement never loses)
-    eq = level_uniform(p.n, estimator="blue", neighbours=p.neighbours, budgets="equal",
-                       top=0, workload=w.kind, **p.budget_kwargs)
+    eq = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue", neighbours=p.neighbours,
+                       budgets="equal", top=0, workload=w.kind)
     out = []
     for ks in sorted({finest_refinement((p.n,)), finest_refinement(eq.branching)}):
         d = optimal_blue_budgets(ks, p.budget, noise=p.noise, neighbours=p.neighbours,
@@ -420,10 +437,10 @@ def _node_budgets_applies(p: _Problem) -> str | None:
     return _one_d_tree(p)
 
 
-def _node_budgets(p: _Problem):
+def _node_budgets(p: _Problem) -> list[_Candidate]:
     ks = finest_refinement((p.n,))
-    res = optimal_node_budgets(ks, neighbours=p.neighbours, time_limit=p.share(
-        NODE_BUDGETS_SHARE), **p.budget_kwargs)
+    res = optimal_node_budgets(ks, p.epsilon, rho=p.rho, neighbours=p.neighbours,
+                               time_limit=p.share(NODE_BUDGETS_SHARE))
     return [_Candidate(res.mechanism(), f"optimize.optimal_node_budgets on the finest tree "
                        f"{list(ks)}: {res.iterations} L-BFGS-B iterations from the optimal "
                        f"per-level budgets ({res.start_mean:.6g} per prefix)")]
@@ -436,17 +453,17 @@ def _haar_applies(p: _Problem) -> str | None:
     return _one_d(p)
 
 
-def _haar(p: _Problem):
+def _haar(p: _Problem) -> list[_Candidate]:
     return [_Candidate(p.mechanism(haar(p.n)), "Privelet's Haar wavelet (strategies.haar)")]
 
 
-def _sqrt(p: _Problem):
+def _sqrt(p: _Problem) -> list[_Candidate]:
     return [_Candidate(p.mechanism(sqrt_factorization(p.n)),
                        "square-root factorisation of the prefix matrix "
                        "(strategies.sqrt_factorization)")]
 
 
-def _blt(p: _Problem):
+def _blt(p: _Problem) -> list[_Candidate]:
     s = blt(p.n)
     return [_Candidate(p.mechanism(s), f"buffered linear Toeplitz, {s.buffers} buffers "
                        "optimised for the mean prefix error (strategies.blt)")]
@@ -460,18 +477,16 @@ def _gaussian_optimum_applies(p: _Problem) -> str | None:
     return None
 
 
-def _gaussian_optimum(p: _Problem):
+def _gaussian_optimum(p: _Problem) -> list[_Candidate]:
     res = gaussian_optimal_implicit(p.workload, tol=IMPLICIT_TOL,
                                     time_limit=p.share(IMPLICIT_SHARE))
-    cand = {"mech": p.mechanism(res.strategy),
-            "method": f"strategies.gaussian_optimal_implicit: {res.method}"}
-    if p.neighbours == "add_remove":
-        # the dual value at unit sensitivity and sigma^2 = 1 (rho = 1/2), restated at rho
-        cand.update(lower_bound=float(at_budget(res.lower_bound / 2.0, "gaussian", p.budget)),
-                    bound_method="dual of the Gaussian optimum, certified")
-    else:
-        cand["method"] += " (optimal for add/remove neighbours; no certificate under swap)"
-    return [_Candidate(**cand)]
+    method = f"strategies.gaussian_optimal_implicit: {res.method}"
+    if p.neighbours != "add_remove":
+        return [_Candidate(p.mechanism(res.strategy), method + " (optimal for add/remove "
+                           "neighbours; no certificate under swap)")]
+    # the dual value at unit sensitivity and sigma^2 = 1 (rho = 1/2), restated at rho
+    return [_Candidate(p.mechanism(res.strategy), method, float(at_budget(
+        res.lower_bound / 2.0, "gaussian", p.budget)), "dual of the Gaussian optimum, certified")]
 
 
 def _dense_optimum_applies(p: _Problem) -> str | None:
@@ -489,38 +504,41 @@ def _dense_optimum_applies(p: _Problem) -> str | None:
     return None
 
 
-def _dense_optimum(p: _Problem):
+def _dense_optimum(p: _Problem) -> list[_Candidate] | str:
     slow = _too_slow(dense_optimum_seconds(p.noise, p.n), p)
     if slow:
         return slow
-    kw = {}
     if p.noise == "gaussian":   # as many iterations as its share of the time left allows
         per = dense_optimum_seconds("gaussian", p.n, iterations=1)
-        kw["max_iter"] = int(min(GAUSSIAN_DENSE_MAX_ITER, max(
+        max_iter = int(min(GAUSSIAN_DENSE_MAX_ITER, max(
             GAUSSIAN_DENSE_ITERATIONS, p.share(GAUSSIAN_DENSE_SHARE) // per)))
-    res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours, **kw)
-    cand = {"mech": p.mechanism(res.strategy),
-            "method": f"optimize.optimized_strategy: {res.method}"}
+        res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours,
+                                 max_iter=max_iter)
+    else:
+        res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours)
+    method = f"optimize.optimized_strategy: {res.method}"
     if p.noise == "gaussian" and p.neighbours == "add_remove" and res.lower_bound:
-        cand.update(lower_bound=float(at_budget(res.lower_bound / 2.0, "gaussian", p.budget)),
-                    bound_method="dual of the Gaussian optimum, certified")
-    return [_Candidate(**cand)]
+        return [_Candidate(p.mechanism(res.strategy), method, float(at_budget(
+            res.lower_bound / 2.0, "gaussian", p.budget)),
+            "dual of the Gaussian optimum, certified")]
+    return [_Candidate(p.mechanism(res.strategy), method)]
 
 
-def _chains(branching) -> str:
+
+def _chains(branching: Iterable[Iterable[int]]) -> str:
     return " x ".join("(" + ",".join(map(str, c)) + ")" for c in branching)
 
 
-def _grid_hierarchy(p: _Problem, family: str, padding: bool = False):
-    res = best_grid_hierarchy(p.workload.grid_shape, p.workload, neighbours=p.neighbours,
-                              budgets="optimal", family=family, allow_padding=padding, top=1,
-                              **p.budget_kwargs)
+def _grid_hierarchy(p: _Problem, family: str, padding: bool = False) -> tuple[GridDesign, str]:
+    w = p.grid
+    res = best_grid_hierarchy(w.grid_shape, w, p.epsilon, rho=p.rho, neighbours=p.neighbours,
+                              budgets="optimal", family=family, allow_padding=padding, top=1)
     return res.best, (f"optimize.best_grid_hierarchy(family='{family}', budgets='optimal', "
                       f"{'padded' if padding else 'unpadded'}): "
                       f"{_chains(res.best.branching)}; {res.method}")
 
 
-def _grid_kron_trees(p: _Problem):
+def _grid_kron_trees(p: _Problem) -> list[_Candidate]:
     d, how = _grid_hierarchy(p, "kron")
     if p.n > MAX_DENSE_BINS:
         return [_Candidate(d.mechanism(), f"{how}; padded designs are tried up to "
@@ -535,23 +553,24 @@ def _grid_kron_trees(p: _Problem):
         strat = kron(*[truncated_tree(n, c) for n, c in zip(pd.shape, pd.branching)],
                      name=f"truncated Kronecker trees {_chains(pd.branching)}")
         mech = Mechanism(strat, noise=p.noise, neighbours=p.neighbours,
-                         level_budgets=list(pd.budgets), **p.budget_kwargs)
+                         level_budgets=list(pd.budgets), epsilon=p.epsilon, rho=p.rho)
         out.append(_Candidate(mech, f"{how}; truncated to the real cells (the padding "
                               "known empty)"))
     return out
 
 
-def _grid_quadtree(p: _Problem):
+def _grid_quadtree(p: _Problem) -> list[_Candidate]:
     d, how = _grid_hierarchy(p, "quadtree")
     return [_Candidate(d.mechanism(), how)]
 
 
-def _kron_p_identity(p: _Problem):
+def _kron_p_identity(p: _Problem) -> list[_Candidate] | str:
+    w = p.grid
     slow = _too_slow(sum(dense_optimum_seconds("laplace", n)
-                         for n in {f.n_bins for f in p.workload.factors}), p)
+                         for n in {f.n_bins for f in w.factors}), p)
     if slow:
         return slow
-    res = kron_p_identity(p.workload)
+    res = kron_p_identity(w)
     note = "" if p.noise == "laplace" else " (optimised for Laplace noise)"
     return [_Candidate(p.mechanism(res.strategy), f"strategies.kron_p_identity{note}: "
                        f"{res.method}")]
@@ -561,7 +580,7 @@ def _kron_gaussian_applies(p: _Problem) -> str | None:
     return "Gaussian noise only (rho)" if p.noise != "gaussian" else _kron_axes(p)
 
 
-def _kron_gaussian_optimum(p: _Problem):
+def _kron_gaussian_optimum(p: _Problem) -> list[_Candidate] | str:
     slow = _too_slow(_axes_seconds(p, GAUSSIAN_AXIS_SECONDS), p)
     if slow:
         return slow
@@ -609,22 +628,22 @@ def _svd_lower_bound(p: _Problem) -> tuple[float | None, str]:
     what = ("SVD bound (Li & Miklau 2012)" if p.noise == "gaussian" else
             "l1 SVD bound (Li & Miklau 2012), valid but loose under Laplace noise")
     public = resolve_public(p.neighbours)
-    kw = dict(noise=p.noise, neighbours=p.neighbours, **p.budget_kwargs)
-    if p.kron and not public:
+    bound = partial(error_lower_bound, noise=p.noise, neighbours=p.neighbours,
+                    epsilon=p.epsilon, rho=p.rho)
+    if isinstance(w, KroneckerWorkload) and not public:
         # singular values of W_1 x W_2 are the products of theirs: the bound factorises
         if any(f.kind not in _BOUND_KINDS and f.n_bins > MAX_BOUND_DENSE_BINS
                for f in w.factors):
             return None, ""
         first, *rest = w.factors
-        return (float(error_lower_bound(first, **kw)) * math.prod(svd_bound(f) for f in rest),
-                what)
+        return float(bound(first)) * math.prod(svd_bound(f) for f in rest), what
     if public and not p.one_d:
         return None, ""    # the public-total bound is computed for 1-D workloads only
     cheap = (p.one_d and w.kind in _BOUND_KINDS
              and (not public or w.kind in ("identity", "total") or p.n > 8192))
     if not cheap and p.n > MAX_BOUND_DENSE_BINS:
         return None, ""
-    return float(error_lower_bound(w, **kw)), what
+    return float(bound(w)), what
 
 
 # --------------------------------------------------------------------------- front door
@@ -637,14 +656,15 @@ def _score(workload: Workload, mech: Mechanism) -> float:
     return float(expected_error(workload, mech))
 
 
-def _check_families(families, releasable) -> tuple[str, ...]:
+def _check_families(families: str | Iterable[str] | None,
+                    releasable: bool) -> tuple[str, ...]:
     if not isinstance(releasable, (bool, np.bool_)):
         raise ValueError(f"releasable must be True or False, got {releasable!r}")
     if families is None:
         return tuple(FAMILIES)
-    names = (families,) if isinstance(families, str) else families
+    given = (families,) if isinstance(families, str) else families
     try:
-        names = tuple(names)
+        names = tuple(given)
     except TypeError:
         raise ValueError(f"families must be None or a sequence of family names from "
                          f"{list(FAMILIES)}, got {families!r}") from None
@@ -667,8 +687,10 @@ def _describe(w: Workload) -> str:
     return f"{w.kind}({w.n_bins})"
 
 
-def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
-                   time_limit=60.0, families=None, releasable=False) -> Design:
+def best_mechanism(workload: Workload, epsilon: float | None = None, *,
+                   rho: float | None = None, neighbours: str = "add_remove",
+                   time_limit: float = 60.0, families: str | Iterable[str] | None = None,
+                   releasable: bool = False) -> Design:
     """The best mechanism for ``workload`` found among every family of :data:`FAMILIES`
     that applies (module docstring), ranked by the exact BLUE error.
 
@@ -710,7 +732,9 @@ def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
     names = _check_families(families, releasable)
     p = _Problem(workload, noise, budget, neighbours, t0 + float(time_limit))
     name_of = _describe(workload)
-    designs, skipped, bounds = [], [], []
+    designs: list[tuple[float, bool, int, Design]] = []
+    skipped: list[tuple[str, str]] = []
+    bounds: list[tuple[float, str]] = []
     lb, lb_what = _svd_lower_bound(p)
     if lb is not None:
         bounds.append((lb, lb_what))
@@ -735,7 +759,8 @@ def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
         if isinstance(out, str):
             skipped.append((name, out))
             continue
-        scored, reason = [], "no candidate"
+        scored: list[tuple[float, _Candidate]] = []
+        reason = "no candidate"
         for cand in out:
             try:
                 scored.append((_score(workload, cand.mech), cand))
@@ -765,7 +790,9 @@ def best_mechanism(workload, epsilon=None, *, rho=None, neighbours="add_remove",
         raise ValueError("no family could be scored for this workload: " + "; ".join(
             f"{n}: {r}" for n, r in skipped))
     designs.sort(key=lambda x: x[:3])
+    lower: float | None
     lower, what = max(bounds, key=lambda b: b[0]) if bounds else (None, "")
+
     ranked = [replace(d, lower_bound=lower, bound_method=what) for *_, d in designs]
     return replace(ranked[0], alternatives=tuple(ranked[1:]), skipped=tuple(skipped),
                    seconds=time.perf_counter() - t0)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Hashable
 from functools import lru_cache
+
+import numpy as np
 
 from .. import strategies
 from ..error import expected_error
 from ..mechanism import Mechanism
-from ..strategies.base import check_neighbours
+from ..strategies.base import Strategy, check_neighbours
 from ..strategies.optimized import (
     MAX_BINS,
     OptimizedStrategy,
@@ -24,6 +27,7 @@ from ..strategies.optimized import (
     gaussian_optimal,
     laplace_p_identity,
 )
+from ..validation import check_int
 from ..workloads import Workload
 from .search import level_uniform
 
@@ -40,8 +44,13 @@ GAUSSIAN_ITERATION_FIT = (2e-4, 9.3e-8, 1.6e-10)
 GAUSSIAN_DENSE_ITERATIONS = 15  # iterations to the gap 1e-5 (measured: 1 to 15)
 
 
+def _unit_budget(noise: str) -> tuple[float | None, float | None]:
+    """(epsilon, rho) of the unit budget: eps = 1 (Laplace) or rho = 1/2 (Gaussian)."""
+    return (1.0, None) if noise == "laplace" else (None, 0.5)
+
+
 def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add_remove",
-              public_total=None):
+              public_total: bool | None = None) -> tuple[float, Strategy | None]:
     """(error, Strategy) of the best equal-budget level-uniform tree at unit budget (eps = 1
     or rho = 1/2), exact BLUE error from ``expected_error``.
 
@@ -49,10 +58,10 @@ def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add
     confirmed with ``strategies.tree`` + ``expected_error``; other workloads: every tree
     tree(n, k) with k^h = n."""
     n = workload.n_bins
-    budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
-    cands = []
+    epsilon, rho = _unit_budget(noise)
+    cands: list[tuple[int, ...]] = []
     if workload.kind == "prefix" and n >= 2:
-        design = level_uniform(n, **budget, estimator="blue", noise=noise,
+        design = level_uniform(n, epsilon, rho=rho, estimator="blue", noise=noise,
                                neighbours=neighbours, public_total=public_total,
                                budgets="equal", allow_padding=False)
         cands.append(tuple(design.branching))
@@ -61,18 +70,18 @@ def best_tree(workload: Workload, noise: str = "laplace", neighbours: str = "add
             h = round(math.log(n, k))
             if k**h == n:
                 cands.append((k,) * h)
-    best = (math.inf, None)
+    best: tuple[float, Strategy | None] = (math.inf, None)
     for ks in cands:
         strat = strategies.tree(n, list(ks))
         mech = Mechanism(strat, noise=noise, neighbours=neighbours, public_total=public_total,
-                         **budget)
+                         epsilon=epsilon, rho=rho)
         err = expected_error(workload, mech, "blue")
         if err < best[0]:
             best = (err, strat)
     return best
 
 
-def _cubic(fit, n: int) -> float:
+def _cubic(fit: tuple[float, float, float], n: int) -> float:
     a, b, c = fit
     return a + b * n * n + c * n ** 3
 
@@ -89,22 +98,24 @@ def dense_optimum_seconds(noise: str, n_bins: int, iterations: int | None = None
     return its * _cubic(GAUSSIAN_ITERATION_FIT, n_bins)
 
 
-def _unit_error(workload, strategy, noise, neighbours, public_total):
-    budget = {"epsilon": 1.0} if noise == "laplace" else {"rho": 0.5}
+def _unit_error(workload: Workload, strategy: Strategy, noise: str, neighbours: str,
+                public_total: bool | None) -> float:
+    epsilon, rho = _unit_budget(noise)
     mech = Mechanism(strategy, noise=noise, neighbours=neighbours, public_total=public_total,
-                     **budget)
+                     epsilon=epsilon, rho=rho)
     return expected_error(workload, mech, "blue")
 
 
-def _workload_key(w: Workload):
+def _workload_key(w: Workload) -> tuple[Hashable, ...]:
     if w.kind == "ranges":
-        return ("ranges", w.n_bins, w.lo.tobytes(), w.hi.tobytes())
+        return ("ranges", w.n_bins, np.asarray(w.lo).tobytes(), np.asarray(w.hi).tobytes())
     return (w.kind, w.n_bins)
 
 
 def optimized_strategy(workload: Workload, noise: str = "gaussian", *,
-                       neighbours: str = "add_remove", public_total=None, p: int | None = None,
-                       starts: int = 2, seed=0, tol: float = 1e-5,
+                       neighbours: str = "add_remove", public_total: bool | None = None,
+                       p: int | None = None, starts: int = 2, seed: int | None = 0,
+                       tol: float = 1e-5,
                        max_iter: int = 500) -> OptimizedStrategy:
     """The optimised strategy the ``compare`` command uses (cached in memory).
 
@@ -130,12 +141,16 @@ def optimized_strategy(workload: Workload, noise: str = "gaussian", *,
     check_neighbours(neighbours)
     if noise not in ("gaussian", "laplace"):
         raise ValueError(f"noise must be 'gaussian' or 'laplace', got {noise!r}")
+    check_int(seed, "seed", 0, none=True)
+
     return _cached(_workload_key(w), w, noise, neighbours, public_total, p, starts, seed, tol,
                    max_iter)
 
 
 @lru_cache(maxsize=16)
-def _cached_impl(key, noise, neighbours, public_total, p, starts, seed, tol, max_iter):
+def _cached_impl(key: tuple[Hashable, ...], noise: str, neighbours: str,
+                 public_total: bool | None, p: int | None, starts: int, seed: int | None,
+                 tol: float, max_iter: int) -> OptimizedStrategy:
     w = _KEYED[key]
     if noise == "gaussian":
         return gaussian_optimal(w, tol=tol, max_iter=max_iter)
@@ -146,7 +161,7 @@ def _cached_impl(key, noise, neighbours, public_total, p, starts, seed, tol, max
                                                     public_total)
     tree_err, tree_strat = best_tree(w, "laplace", neighbours, public_total)
     secs = opt.seconds + time.perf_counter() - t0
-    if tree_err < opt_err:
+    if tree_strat is not None and tree_err < opt_err:
         return OptimizedStrategy(
             strategy=tree_strat, error=tree_err, start_error=opt.start_error,
             lower_bound=None, iterations=opt.iterations, seconds=secs,
@@ -158,12 +173,14 @@ def _cached_impl(key, noise, neighbours, public_total, p, starts, seed, tol, max
         method=f"{opt.method}; beats the best level-uniform tree ({tree_err:.6g})")
 
 
-_KEYED: dict = {}
+_KEYED: dict[tuple[Hashable, ...], Workload] = {}
 
 
-def _cached(key, w, *args):
+def _cached(key: tuple[Hashable, ...], w: Workload, noise: str, neighbours: str,
+            public_total: bool | None, p: int | None, starts: int, seed: int | None,
+            tol: float, max_iter: int) -> OptimizedStrategy:
     _KEYED[key] = w
-    return _cached_impl(key, *args)
+    return _cached_impl(key, noise, neighbours, public_total, p, starts, seed, tol, max_iter)
 
 
 def clear_cache() -> None:

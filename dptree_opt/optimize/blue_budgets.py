@@ -69,8 +69,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..privacy import check_budget, check_noise, norm_of, split_budget
 from ..strategies.base import check_neighbours
@@ -97,11 +100,14 @@ __all__ = [
 ]
 
 
+_F = npt.NDArray[np.float64]
+
+
 def _noisy_levels(h: int, public: bool) -> tuple[int, ...]:
     return tuple(range(1 if public else 0, h + 1))
 
 
-def _sensitivity_proxy(ks) -> tuple[int, ...]:
+def _sensitivity_proxy(ks: Sequence[int]) -> tuple[int, ...]:
     """A tree with O(h) rows and the same level sensitivities as ``ks``.
 
     Building ``LevelUniformTree(K, ks)`` costs O(K) (its per-row level array: 134 MB and
@@ -112,7 +118,8 @@ def _sensitivity_proxy(ks) -> tuple[int, ...]:
     return tuple(2 if i == split else 1 for i in range(len(ks)))
 
 
-def _level_sensitivities(ks, levels, neighbours: str, noise: str) -> np.ndarray:
+def _level_sensitivities(ks: Sequence[int], levels: Iterable[int], neighbours: str,
+                         noise: str) -> _F:
     """Each noisy level's own sensitivity (l1 Laplace, l2 Gaussian), as ``Mechanism`` uses:
     ``LevelUniformTree.level_sensitivity`` (on an O(h) proxy tree, see _sensitivity_proxy)."""
     proxy = _sensitivity_proxy(ks)
@@ -167,7 +174,7 @@ class BlueBudgetProblem:
     def height(self) -> int:
         return len(self.branching)
 
-    def _level_info(self, budgets) -> np.ndarray:
+    def _level_info(self, budgets: ArrayLike) -> _F:
         """w_l p_l for every level 0..h (0 for the public root)."""
         b = np.asarray(budgets, dtype=float)
         info = np.zeros(self.height + 1)
@@ -175,11 +182,11 @@ class BlueBudgetProblem:
             b ** self.power)
         return info
 
-    def _lambdas(self, budgets) -> np.ndarray:
+    def _lambdas(self, budgets: ArrayLike) -> _F:
         info = self._level_info(budgets)
         return np.cumsum(info[::-1])[::-1]  # lambda_j = sum_{l >= j} w_l p_l
 
-    def error(self, budgets) -> float:
+    def error(self, budgets: ArrayLike) -> float:
         """Exact BLUE error at ``budgets`` (one per noisy level), O(h); inf if unidentifiable.
         A budget on a non-fundable level is ignored (the level is treated as unmeasured)."""
         lam = self._lambdas(budgets)
@@ -188,7 +195,7 @@ class BlueBudgetProblem:
             return math.inf
         return float(np.sum(self.weights[on] / lam[on]))
 
-    def gradient(self, budgets) -> np.ndarray:
+    def gradient(self, budgets: ArrayLike) -> _F:
         """dE/db_l = -(w_l dp_l/db_l) sum_{j <= l} q_j / lambda_j^2 per noisy level, O(h)."""
         b = np.asarray(budgets, dtype=float)
         lam = self._lambdas(b)
@@ -202,12 +209,12 @@ class BlueBudgetProblem:
         dp = self.coef * (self.power * b ** (self.power - 1) if self.power != 1 else 1.0)
         return -self.widths[lv] * dp * cum
 
-    def level_variances(self, budgets) -> np.ndarray:
+    def level_variances(self, budgets: ArrayLike) -> _F:
         """v_0..v_h as ``Mechanism`` calibrates them (0 exact, inf unmeasured)."""
         return level_variances(self.branching, budgets, noise=self.noise,
                                 neighbours=self.neighbours, public_total=self.public_total)
 
-    def blue_error(self, budgets) -> float:
+    def blue_error(self, budgets: ArrayLike) -> float:
         """The error recomputed independently of the optimiser: ``error.tree.blue_error`` on
         the calibrated variances (on the first n_bins bins of a padded tree, the workload's
         Haar weights there times ``blue_haar_variances``)."""
@@ -218,9 +225,10 @@ class BlueBudgetProblem:
         return float(q @ blue_haar_variances(self.branching, v))
 
 
-def blue_budget_problem(branching, *, noise="laplace", neighbours="swap", public_total=None,
-                        workload="prefix", n_queries=None, measure_root=True
-                        ) -> BlueBudgetProblem:
+def blue_budget_problem(branching: Iterable[int], *, noise: str = "laplace",
+                        neighbours: str = "swap", public_total: bool | None = None,
+                        workload: str = "prefix", n_queries: int | None = None,
+                        measure_root: bool = True) -> BlueBudgetProblem:
     """Build the O(h) budget problem of a tree (see the module docstring)."""
     ks, widths = check_branching(branching)
     noise = check_noise(noise)
@@ -267,7 +275,7 @@ def equal_budgets(problem: BlueBudgetProblem, total_budget: float) -> np.ndarray
     return np.where(problem.fundable, total_budget / max(n, 1), 0.0)
 
 
-def _trivial(problem: BlueBudgetProblem, total_budget: float):
+def _trivial(problem: BlueBudgetProblem, total_budget: float) -> tuple[_F, float] | None:
     """(budgets, 0.0) when there is nothing to optimise: no level depends on the data (one
     bin under swap: nothing is spent, as ``Mechanism`` does), or the workload has zero error
     whatever the budgets (one bin with N public). None otherwise."""
@@ -316,8 +324,9 @@ def gaussian_optimal_budgets(problem: BlueBudgetProblem, total_budget: float
     lam = np.empty(len(f))
     pos = 0
     for qb, bb, cnt in blocks:
-        lam[pos:pos + cnt] = total_budget * math.sqrt(qb / bb) / s
-        pos += cnt
+        n_pooled = int(cnt)  # a count (the blocks hold floats for the sums)
+        lam[pos:pos + n_pooled] = total_budget * math.sqrt(qb / bb) / s
+        pos += n_pooled
     rho_free = (lam - np.append(lam[1:], 0.0)) / a
     rho_free = np.maximum(rho_free, 0.0)
     rho_free *= total_budget / rho_free.sum()
@@ -326,8 +335,8 @@ def gaussian_optimal_budgets(problem: BlueBudgetProblem, total_budget: float
     return out, s * s / total_budget
 
 
-def gaussian_budgets_cvxpy(problem: BlueBudgetProblem, total_budget: float, solver=None
-                           ) -> tuple[np.ndarray, float]:
+def gaussian_budgets_cvxpy(problem: BlueBudgetProblem, total_budget: float,
+                           solver: str | None = None) -> tuple[np.ndarray, float]:
     """The Gaussian problem as a cvxpy program (the cross-check of the PAVA solution):
     minimise sum_j q_j inv_pos(a_j' rho) s.t. sum rho = total, rho >= 0 (unfundable levels
     fixed at 0). Scaled so the objective is O(1). Returns (budgets, optimal value)."""
@@ -360,7 +369,7 @@ def gaussian_budgets_cvxpy(problem: BlueBudgetProblem, total_budget: float, solv
 
 
 # ----------------------------------------------------------------------------------- Laplace
-def _full_arrays(problem: BlueBudgetProblem):
+def _full_arrays(problem: BlueBudgetProblem) -> tuple[_F, npt.NDArray[np.bool_]]:
     """(a_l = w_l c_l per level 0..h, fundable mask per level 0..h)."""
     lv = np.array(problem.noisy_levels, dtype=int)
     a = np.zeros(problem.height + 1)
@@ -370,14 +379,15 @@ def _full_arrays(problem: BlueBudgetProblem):
     return a, fund
 
 
-def _dp_on_grid(a, fund, q, nu, lam):
+def _dp_on_grid(a: _F, fund: npt.NDArray[np.bool_], q: _F, nu: float,
+                lam: _F) -> tuple[_F, _F]:
     """One pass of the dynamic programme of :func:`laplace_dp_budgets` on the grid ``lam``.
     Returns (eps per level 0..h, the lambda_j of the chosen path)."""
     h = a.size - 1
     deepest = int(np.flatnonzero(fund).max())
     diff = lam[:, None] - lam[None, :]
     root_diff = np.sqrt(np.where(diff >= 0, diff, np.inf))  # g' > g (u < 0) is impossible
-    choice: list = [None] * (h + 1)
+    choice: list[npt.NDArray[np.intp] | None] = [None] * (h + 1)
     V = q[deepest] / lam + nu * np.sqrt(lam / a[deepest])  # u = lam: nothing deeper
     for j in range(deepest - 1, -1, -1):
         if fund[j]:
@@ -392,8 +402,9 @@ def _dp_on_grid(a, fund, q, nu, lam):
     path = np.zeros(h + 1)
     for j in range(deepest):
         path[j] = lam[g]
-        if choice[j] is not None:
-            g2 = int(choice[j][g])
+        cj = choice[j]
+        if cj is not None:
+            g2 = int(cj[g])
             u[j] = lam[g] - lam[g2]
             g = g2
     path[deepest] = u[deepest] = lam[g]
@@ -426,12 +437,8 @@ def laplace_dp_budgets(problem: BlueBudgetProblem, total_budget: float, grid: in
     zoom = np.geomspace(path.min() / 4.0, path.max() * 4.0, int(grid))
     eps2, _ = _dp_on_grid(a, fund, q, nu, zoom)
     lv = list(problem.noisy_levels)
-    best = None
-    for eps in (eps1, eps2):
-        out = eps[lv] * (B / eps[lv].sum())
-        if best is None or problem.error(out) < problem.error(best):
-            best = out
-    return best
+    # the first of the two unless the second is strictly better
+    return min((eps[lv] * (B / eps[lv].sum()) for eps in (eps1, eps2)), key=problem.error)
 
 
 class _FundableObjective:
@@ -443,7 +450,7 @@ class _FundableObjective:
         d2E/dz_l dz_m = 2 u_l u_m D_min(l, m) - [l = m] s (s - 1) A_l z_l^(s-2) C_l.
     The second term is <= 0 for Laplace (s = 2): the source of the non-convexity."""
 
-    def __init__(self, problem: BlueBudgetProblem, total: float):
+    def __init__(self, problem: BlueBudgetProblem, total: float) -> None:
         lv = np.array(problem.noisy_levels, dtype=int)
         self.idx = np.flatnonzero(problem.fundable)
         a_full, _ = _full_arrays(problem)
@@ -456,18 +463,18 @@ class _FundableObjective:
         n = self.idx.size
         self.min_index = np.minimum.outer(np.arange(n), np.arange(n))
 
-    def _lam(self, z):
+    def _lam(self, z: _F) -> _F:
         info = np.zeros(self.h1)
         info[self.levels] = self.A * z**self.s
         return np.cumsum(info[::-1])[::-1]
 
-    def value(self, z) -> float:
+    def value(self, z: _F) -> float:
         lam = self._lam(z)
         if np.any(lam[self.on] <= 0):
             return math.inf
         return float(np.sum(self.q[self.on] / lam[self.on]))
 
-    def derivatives(self, z):
+    def derivatives(self, z: _F) -> tuple[float, _F, _F]:
         lam = self._lam(z)
         safe = np.where(self.on, lam, 1.0)
         r = np.where(self.on, self.q / safe, 0.0)
@@ -493,7 +500,8 @@ def _tangent_basis(m: int) -> np.ndarray:
     return _BASIS[m]
 
 
-def _simplex_newton(obj: _FundableObjective, z0, max_iter: int = 200):
+def _simplex_newton(obj: _FundableObjective, z0: ArrayLike,
+                    max_iter: int = 200) -> tuple[_F, float, int]:
     """A local minimum of obj on the simplex {z >= 0, sum z = 1} from z0: active-set Newton.
 
     On the free set (z > 0) the Newton step on the tangent space uses the exact Hessian with
@@ -555,15 +563,16 @@ def _simplex_newton(obj: _FundableObjective, z0, max_iter: int = 200):
     return z, E, iters
 
 
-def _laplace_multistart(problem: BlueBudgetProblem, total_budget: float, starts: int, seed,
-                        grid: int = 600) -> tuple[np.ndarray, dict]:
+def _laplace_multistart(problem: BlueBudgetProblem, total_budget: float, starts: int,
+                        seed: int | np.random.Generator | None,
+                        grid: int = 600) -> tuple[np.ndarray, dict[str, object]]:
     """Best point over the starts and their local (Newton) solutions (module docstring)."""
     obj = _FundableObjective(problem, float(total_budget))
     idx = obj.idx
     n = idx.size
     B = float(total_budget)
 
-    def full(z):
+    def full(z: _F) -> _F:
         x = np.zeros(len(problem.noisy_levels))
         x[idx] = z * B
         return x
@@ -583,29 +592,38 @@ def _laplace_multistart(problem: BlueBudgetProblem, total_budget: float, starts:
         cands.append(rng.dirichlet(np.ones(n)))
         labels.append(f"dirichlet {i}")
 
-    best_z, best_val, best_label = None, math.inf, ""
-    info = {"labels": labels, "start_values": [], "local_values": [], "iterations": []}
-    for z0, label in zip(cands, labels):
-        z0 = np.maximum(np.asarray(z0, dtype=float), 0.0)
+    best_z: _F | None = None
+    best_val, best_label = math.inf, ""
+    start_values: list[float] = []
+    local_values: list[float] = []
+    iterations: list[int] = []
+    for start, label in zip(cands, labels):
+        z0 = np.maximum(np.asarray(start, dtype=float), 0.0)
         z0 /= z0.sum()
         v0 = obj.value(z0)
-        info["start_values"].append(v0)
+        start_values.append(v0)
         if v0 < best_val:
             best_z, best_val, best_label = z0, v0, label
         z, v, iters = _simplex_newton(obj, z0)
-        info["local_values"].append(v)
-        info["iterations"].append(iters)
+        local_values.append(v)
+        iterations.append(iters)
         if v < best_val:
             best_z, best_val, best_label = z, v, label + " + Newton"
-    info["starts"] = len(cands)
-    info["best_from"] = best_label
+    if best_z is None:  # the equal split has a finite error (_check_feasible)
+        raise RuntimeError("no start of the Laplace budget search has a finite error")
+    info: dict[str, object] = {"labels": labels, "start_values": start_values,
+                               "local_values": local_values, "iterations": iterations,
+                               "starts": len(cands), "best_from": best_label}
     return full(best_z), info
 
 
 # ------------------------------------------------------------------------------- the entry
-def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours="swap",
-                         public_total=None, workload="prefix", n_queries=None,
-                         measure_root=True, starts=8, seed=0) -> TreeDesign:
+def optimal_blue_budgets(branching: Iterable[int], total_budget: float, *,
+                         noise: str = "laplace", neighbours: str = "swap",
+                         public_total: bool | None = None, workload: str = "prefix",
+                         n_queries: int | None = None, measure_root: bool = True,
+                         starts: int = 8,
+                         seed: int | np.random.Generator | None = 0) -> TreeDesign:
     """Per-level budgets minimising the BLUE's exact workload error on a level-uniform tree.
 
     Parameters
@@ -633,6 +651,9 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     noise = check_noise(noise)
     total = check_budget(total_budget, "epsilon" if noise == "laplace" else "rho")
     starts = check_int(starts, "starts", 0)
+    if not isinstance(seed, np.random.Generator):   # None, or an int seed >= 0
+        check_int(seed, "seed", 0, none=True)
+
     problem = blue_budget_problem(branching, noise=noise, neighbours=neighbours,
                                   public_total=public_total, workload=workload,
                                   n_queries=n_queries, measure_root=measure_root)
@@ -643,9 +664,12 @@ def optimal_blue_budgets(branching, total_budget, *, noise="laplace", neighbours
     unit = error_unit(problem.n_bins, 1.0, noise)
     name = "epsilon" if noise == "laplace" else "rho"
 
-    def design(b, method, alternatives=()):
+    def design(budgets: ArrayLike, method: str,
+               alternatives: tuple[TreeDesign, ...] = ()) -> TreeDesign:
+        b = np.asarray(budgets, dtype=float)
         if problem.fundable.any():  # else nothing depends on the data and nothing is spent
             b = split_budget(1.0, len(problem.noisy_levels), b, name=name)
+
         err = problem.blue_error(b)
         return TreeDesign(n_bins=problem.n_bins, branching=problem.branching,
                           budgets=tuple(float(x) for x in b), error=err,

@@ -34,8 +34,12 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from .. import workloads as wl
 from ..engines.tree_sums import chain_widths, haar_level_weight, sum_of_squares
@@ -44,8 +48,8 @@ from ..limits import (MAX_GRID_LEVEL_TUPLES, MAX_KRON_PRODUCTS, MAX_QUADTREE_CAN
 from ..mechanism import Mechanism
 from ..privacy import infer_noise, resolve_budget, resolve_public
 from ..strategies import kron, quadtree, tree
-from ..strategies.base import check_neighbours
-from ..workloads import KroneckerWorkload
+from ..strategies.base import Strategy, check_neighbours
+from ..workloads import KroneckerWorkload, Workload
 from .factorisations import (count_factorisations, factorisations, factorisations_by_height,
                              finest_refinement, padded_chain_count, prime_orderings)
 from .grid_budgets import minimise_grid_budgets
@@ -61,18 +65,26 @@ MAX_AXIS_CHAINS = 600_000       # per-axis trees enumerated (n = 4096 padded: 56
 _BLOCK = 1 << 22                 # floats per block of candidate combinations
 _MAX_FINEST = 64                 # products of finest chains optimised (orderings of primes)
 
+_F = npt.NDArray[np.float64]
+_Chain = tuple[int, ...]
+_Chains = tuple[_Chain, ...]     # one chain (k_1..k_h) per axis
+_Ranked = list[tuple[float, _Chains]]
+# (error, equal-budget error, family, chains, budgets)
+_Found = tuple[float, float, str, _Chains, tuple[float, ...]]
+
 
 @dataclass(frozen=True)
 class _AxisGroup:
     """The trees of one height h on one axis: chains (N,), widths and Haar workload weights
     (N, h + 1), w_0 = K' first."""
 
-    chains: tuple
+    chains: tuple[_Chain, ...]
     widths: np.ndarray
     q: np.ndarray
 
 
-def _axis_groups(n: int, kind: str, padding: bool, heights) -> dict:
+def _axis_groups(n: int, kind: str, padding: bool,
+                 heights: set[int] | None) -> dict[int, _AxisGroup]:
     """{h: _AxisGroup} of the axis trees over n bins: the ordered factorisations of n, and with
     ``padding`` every subtree chain (k_2..k_h) of width w_1 < n under the smallest top
     factor k_1 = ceil(n / w_1) (K' = k_1 w_1 < 2n; ``optimize.level_uniform``'s rule), the
@@ -90,11 +102,11 @@ def _axis_groups(n: int, kind: str, padding: bool, heights) -> dict:
             raise ValueError(f"an axis of {n} bins has {count} trees (ordered factorisations) "
                              f"to search, more than {MAX_AXIS_CHAINS}: use fewer bins")
         chains = list(factorisations(n))
-    by_h: dict = {}
+    by_h: dict[int, list[_Chain]] = {}
     for c in chains:
         if heights is None or len(c) in heights:
             by_h.setdefault(len(c), []).append(c)
-    out = {}
+    out: dict[int, _AxisGroup] = {}
     for h, cs in sorted(by_h.items()):
         ks = np.array(cs, dtype=np.int64).reshape(len(cs), h)
         widths = np.ones((len(cs), h + 1), dtype=np.int64)
@@ -129,7 +141,8 @@ def _dominance_prune(e: np.ndarray, c: np.ndarray, k: int, public: bool) -> np.n
     order = np.lexsort((-c, e))
     if not public:
         return order[:k]
-    keep, heap = [], []
+    keep: list[int] = []
+    heap: list[float] = []
     for i in order:
         ci = float(c[i])
         if len(heap) < k or heap[0] < ci:
@@ -141,7 +154,7 @@ def _dominance_prune(e: np.ndarray, c: np.ndarray, k: int, public: bool) -> np.n
     return np.array(keep, dtype=np.int64)
 
 
-def _outer(arrays) -> np.ndarray:
+def _outer(arrays: Sequence[np.ndarray]) -> np.ndarray:
     out = arrays[0]
     for a in arrays[1:]:
         out = np.multiply.outer(out, a)
@@ -160,8 +173,8 @@ def _best_k(values: np.ndarray, k: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Setting:
-    shape: tuple
-    kinds: tuple
+    shape: tuple[int, ...]
+    kinds: tuple[str, ...]
     noise: str
     neighbours: str
     public: bool
@@ -182,7 +195,8 @@ def _axis_queries(kind: str, n: int) -> int:
     return {"prefix": n, "identity": n, "total": 1, "all_range": n * (n + 1) // 2}[kind]
 
 
-def _kron_equal_search(st: _Setting, groups, k: int):
+def _kron_equal_search(st: _Setting, groups: Sequence[dict[int, _AxisGroup]],
+                       k: int) -> _Ranked:
     """The k best Kronecker trees with equal budgets: [(error, chains)], exact."""
     d = len(groups)
     terms = [{h: _kron_equal_terms(g) for h, g in gr.items()} for gr in groups]
@@ -193,7 +207,7 @@ def _kron_equal_search(st: _Setting, groups, k: int):
                 f"per-axis pruning ({n})", "the search compares ~6e7 a second; use fewer axes "
                 "or fewer bins per axis, or the quadtrees only (family='quadtree'; "
                 "--family quadtree)")
-    found = []
+    found: _Ranked = []
     for hs in itertools.product(*[sorted(gr) for gr in groups]):
         m = math.prod(h + 1 for h in hs) - st.public
         v = st.equal_variance(m)
@@ -217,7 +231,7 @@ def _kron_equal_search(st: _Setting, groups, k: int):
     return found[:k]
 
 
-def _quadtree_equal_errors(st: _Setting, gs) -> np.ndarray:
+def _quadtree_equal_errors(st: _Setting, gs: Sequence[_AxisGroup]) -> np.ndarray:
     """Equal-budget errors of every quadtree whose axis trees are the height-h groups ``gs``
     (one per axis), shape (N_1, .., N_d): lambda_j = T_(max j) / v with T_l = sum over
     l' >= l of prod_i w_(i, l') (engines.kronecker, quadtrees), so E = v sum_l R_l / T_l with
@@ -233,7 +247,7 @@ def _quadtree_equal_errors(st: _Setting, gs) -> np.ndarray:
     for a in range(0, len(gs[0].chains), step):
         blk = slice(a, a + step)
 
-        def outer_levels(arrs):
+        def outer_levels(arrs: Sequence[np.ndarray]) -> np.ndarray:
             o = arrs[0]
             for x in arrs[1:]:
                 o = o[..., None, :] * x.reshape((1,) * (o.ndim - 1) + x.shape)
@@ -249,9 +263,10 @@ def _quadtree_equal_errors(st: _Setting, gs) -> np.ndarray:
     return out
 
 
-def _quadtree_equal_search(st: _Setting, qgroups, k: int):
+def _quadtree_equal_search(st: _Setting, qgroups: Sequence[dict[int, _AxisGroup]],
+                           k: int) -> _Ranked:
     """The k best quadtrees with equal budgets: [(error, chains)], every one evaluated."""
-    found = []
+    found: _Ranked = []
     for h in sorted(set.intersection(*[set(g) for g in qgroups])):
         gs = [g[h] for g in qgroups]
         E = _quadtree_equal_errors(st, gs)
@@ -262,7 +277,8 @@ def _quadtree_equal_search(st: _Setting, qgroups, k: int):
     return found[:k]
 
 
-def _budget_problem(st: _Setting, family: str, chains):
+def _budget_problem(st: _Setting, family: str, chains: _Chains
+                    ) -> tuple[tuple[int, ...], tuple[npt.NDArray[np.intp], ...], _F, _F]:
     """(dims, idx, coef, Q) of ``grid_budgets.minimise_grid_budgets`` for one hierarchy:
     noisy level tuples in level-code order (row-major tuples for Kronecker trees, the
     diagonal for quadtrees), precision coefficient prod_i w_(i, l_i) / unit."""
@@ -278,7 +294,8 @@ def _budget_problem(st: _Setting, family: str, chains):
     return dims, idx, W[idx] / st.unit, Q
 
 
-def _noisy_tuples(st: _Setting, family: str, dims) -> np.ndarray:
+def _noisy_tuples(st: _Setting, family: str,
+                  dims: tuple[int, ...]) -> npt.NDArray[np.intp]:
     """The noisy level tuples (d, m) in level-code order (``_budget_problem``)."""
     d = len(dims)
     if family == "kron":
@@ -286,7 +303,8 @@ def _noisy_tuples(st: _Setting, family: str, dims) -> np.ndarray:
     return np.tile(np.arange(int(st.public), dims[0]), (d, 1))
 
 
-def _embed_budgets(st: _Setting, family: str, chains, budgets, target) -> np.ndarray:
+def _embed_budgets(st: _Setting, family: str, chains: _Chains, budgets: ArrayLike,
+                   target: _Chains) -> _F:
     """The budgets of a hierarchy as budgets of the Kronecker product of ``target`` chains
     that refine its axis trees (every node width of chains[i] is one of target[i]'s): each
     level (tuple) is the target's level tuple of the same node widths, the other tuples get
@@ -317,11 +335,11 @@ class GridDesign:
     the same hierarchy with the equal split."""
 
     family: str
-    branching: tuple
-    shape: tuple
-    padded_shape: tuple
-    kinds: tuple
-    budgets: tuple
+    branching: _Chains
+    shape: tuple[int, ...]
+    padded_shape: tuple[int, ...]
+    kinds: tuple[str, ...]
+    budgets: tuple[float, ...]
     error: float
     mean: float
     equal_mean: float
@@ -330,7 +348,7 @@ class GridDesign:
     public_total: bool
     total_budget: float
 
-    def strategy(self):
+    def strategy(self) -> Strategy:
         """The strategy over ``padded_shape``: ``strategies.kron`` of trees or
         ``strategies.quadtree``."""
         if self.family == "kron":
@@ -339,17 +357,18 @@ class GridDesign:
 
     def mechanism(self) -> Mechanism:
         """The design as a ``Mechanism`` over ``padded_shape`` with its budgets."""
-        kw = ({"epsilon": self.total_budget} if self.noise == "laplace"
-              else {"rho": self.total_budget})
+        laplace = self.noise == "laplace"
         return Mechanism(self.strategy(), noise=self.noise, neighbours=self.neighbours,
                          public_total=self.public_total if self.neighbours == "add_remove"
-                         else None, level_budgets=list(self.budgets), **kw)
+                         else None, level_budgets=list(self.budgets),
+                         epsilon=self.total_budget if laplace else None,
+                         rho=None if laplace else self.total_budget)
 
-    def workload(self):
+    def workload(self) -> Workload:
         """The workload over ``padded_shape`` whose error is ``error``: the per-axis kinds, or
         on a padded axis the same queries restricted to the first n_i cells
         (``workloads.ranges``)."""
-        factors = []
+        factors: list[Workload] = []
         for kind, n, K in zip(self.kinds, self.shape, self.padded_shape):
             if K == n:
                 factors.append(getattr(wl, kind)(n))
@@ -371,9 +390,9 @@ class GridSearch:
     ``candidates`` ({family: number of hierarchies considered}), ``optimised`` (how many had
     their budgets optimised), ``method`` (what is exhaustive / certified), ``seconds``."""
 
-    ranked: tuple
+    ranked: tuple[GridDesign, ...]
     flat_mean: float
-    candidates: dict
+    candidates: dict[str, int]
     optimised: int
     method: str
     seconds: float
@@ -384,10 +403,12 @@ class GridSearch:
         return self.ranked[0]
 
 
-def _resolve_grid(shape, workload):
-    raw = (shape,) if isinstance(shape, (int, np.integer)) else shape
+def _resolve_grid(shape: int | Sequence[int], workload: str | Workload
+                  ) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    given = (shape,) if isinstance(shape, (int, np.integer)) else shape
+    raw: tuple[Any, ...] | None  # user input, checked below
     try:
-        raw = tuple(raw)
+        raw = tuple(given)
     except TypeError:
         raw = None
     if (raw is None or isinstance(shape, (str, bytes)) or not raw
@@ -410,7 +431,9 @@ def _resolve_grid(shape, workload):
     return dims, tuple(f.kind for f in factors)
 
 
-def _setting(shape, kinds, epsilon, rho, noise, neighbours, public_total) -> _Setting:
+def _setting(shape: tuple[int, ...], kinds: tuple[str, ...], epsilon: float | None,
+             rho: float | None, noise: str | None, neighbours: str,
+             public_total: bool | None) -> _Setting:
     noise = infer_noise(noise, epsilon, rho)
     total = resolve_budget(noise, epsilon, rho)
     neighbours = check_neighbours(neighbours)
@@ -435,8 +458,10 @@ def _box_moments(kind: str, n: int) -> tuple[int, int]:
     return n, n * n
 
 
-def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=None,
-                    neighbours: str = "add_remove", public_total=None) -> float:
+def flat_grid_error(shape: int | Sequence[int], workload: str | Workload = "prefix",
+                    epsilon: float | None = None, *, rho: float | None = None,
+                    noise: str | None = None, neighbours: str = "add_remove",
+                    public_total: bool | None = None) -> float:
     """Exact total squared error (counts^2) of the flat grid: every cell counted once with
     the whole budget (``strategies.kron`` of ``histogram`` factors; the Kronecker product of
     one-level trees), BLUE, for ``workload`` ("prefix": the d-D CDF, "all_range": all boxes,
@@ -444,9 +469,10 @@ def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=N
 
     One noisy level of variance v (``Mechanism``'s calibration: Laplace 2 (D / eps)^2,
     Gaussian D^2 / (2 rho), D = 1 add/remove, 2 (l1) or sqrt 2 (l2) swap). A box B then has
-    variance v |B|, or v (|B| - |B|^2 / N_cells) when N is public (the BLUE with 1'x = N has
-    Cov = v (I - J / N_cells)). Over a Kronecker workload the boxes are all products of
-    per-axis intervals, so the sums of |B| and |B|^2 are products of per-axis sums: O(d)."""
+    variance v ``|B|``, or v (``|B| - |B|^2 / N_cells``) when N is public (the BLUE with
+    1'x = N has Cov = v (I - J / N_cells)). Over a Kronecker workload the boxes are all
+    products of per-axis intervals, so the sums of ``|B|`` and ``|B|^2`` are products of
+    per-axis sums: O(d)."""
     dims, kinds = _resolve_grid(shape, workload)
     st = _setting(dims, kinds, epsilon, rho, noise, neighbours, public_total)
     m1, m2 = zip(*[_box_moments(k, n) for k, n in zip(kinds, dims)])
@@ -458,10 +484,12 @@ def flat_grid_error(shape, workload="prefix", epsilon=None, *, rho=None, noise=N
     return at_budget(float(err), st.noise, st.total)
 
 
-def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noise=None,
-                        neighbours: str = "add_remove", public_total=None,
-                        budgets: str = "optimal",
-                        family: str = "both", height=None, allow_padding: bool = True,
+def best_grid_hierarchy(shape: int | Sequence[int], workload: str | Workload = "prefix",
+                        epsilon: float | None = None, *, rho: float | None = None,
+                        noise: str | None = None, neighbours: str = "add_remove",
+                        public_total: bool | None = None, budgets: str = "optimal",
+                        family: str = "both", height: int | Sequence[int] | None = None,
+                        allow_padding: bool = True,
                         top: int = 10, pool: int = 24, exhaustive: int = 100,
                         starts: int = 4, seed: int = 0) -> GridSearch:
     """Rank every Kronecker product of per-axis trees and every quadtree over a grid by the
@@ -543,9 +571,11 @@ def best_grid_hierarchy(shape, workload="prefix", epsilon=None, *, rho=None, noi
                    flat_mean=at_budget(res.flat_mean, noise, total))
 
 
-def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budgets, family,
-                         height, allow_padding, top, pool, exhaustive, starts,
-                         seed) -> GridSearch:
+def _best_grid_hierarchy(shape: int | Sequence[int], workload: str | Workload, noise: str,
+                         neighbours: str, public_total: bool | None, budgets: str,
+                         family: str, height: int | Sequence[int] | None,
+                         allow_padding: bool, top: int, pool: int, exhaustive: int,
+                         starts: int, seed: int) -> GridSearch:
     """best_grid_hierarchy at unit total budget."""
     t0 = time.perf_counter()
     epsilon, rho = (1.0, None) if noise == "laplace" else (None, 1.0)
@@ -564,6 +594,8 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
                           ("starts", starts, 0), ("seed", seed, 0)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {val!r}")
+    kh: list[set[int]] | None
+    qh: int | None
     if height is None:
         kh = qh = None
     elif isinstance(height, (int, np.integer)) and not isinstance(height, bool) and height >= 1:
@@ -571,10 +603,13 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         qh = int(height)
     else:
         try:
+            if isinstance(height, (int, np.integer)):  # < 1 or a bool: not a sequence either
+                raise TypeError
             hs = tuple(int(h) for h in height)
         except (TypeError, ValueError):
             raise ValueError(f"height must be None, an int >= 1 or one int per axis, got "
                              f"{height!r}") from None
+
         if len(hs) != d or any(h < 1 for h in hs) or any(
                 isinstance(h, bool) for h in height):
             raise ValueError(f"height must be None, an int >= 1 or one int >= 1 per axis, "
@@ -588,8 +623,8 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         fams = ("kron",)
     k = max(top, pool) if budgets == "optimal" else top
 
-    found = {}
-    counts = {}
+    found: dict[str, _Ranked] = {}
+    counts: dict[str, int] = {}
     if "kron" in fams:
         groups = [_axis_groups(n, kind, bool(allow_padding), None if kh is None else kh[i])
                   for i, (n, kind) in enumerate(zip(dims, kinds))]
@@ -617,7 +652,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
             found["quadtree"] = _quadtree_equal_search(st, qgroups, k)
     n_all = sum(counts.values())
 
-    designs = []          # (error, equal_error, family, chains, budgets)
+    designs: list[_Found] = []          # (error, equal_error, family, chains, budgets)
     if budgets == "equal":
         for fam, lst in found.items():
             for err, chains in lst:
@@ -628,7 +663,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
                "(Kronecker trees: exact per-axis dominance pruning)")
         optimised = 0
     else:
-        cands = []
+        cands: list[tuple[str, _Chains]] = []
         if n_all <= exhaustive:
             if "kron" in fams:
                 cands += [("kron", ch) for ch in itertools.product(*[
@@ -651,11 +686,12 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
                         cands += [("kron", ch) for _, ch in _kron_equal_search(st, exact, pool)]
                 cands += [("kron", tuple(finest_refinement(c) for c in ch)) for fam, ch in cands
                           if fam == "kron"]
-            finest = [prime_orderings(n, _MAX_FINEST) for n in dims]
-            fin_ok = (all(f is not None for f in finest)
-                      and math.prod(len(f) for f in finest) <= _MAX_FINEST)
-            if not fin_ok:
-                finest = [[finest_refinement((n,))] for n in dims]
+            orderings = [prime_orderings(n, _MAX_FINEST) for n in dims]
+            listed = [f for f in orderings if f is not None]
+            fin_ok = (len(listed) == len(orderings)
+                      and math.prod(len(f) for f in listed) <= _MAX_FINEST)
+            finest: list[list[_Chain]] = (
+                listed if fin_ok else [[finest_refinement((n,))] for n in dims])
             if "kron" in fams:
                 cands += [("kron", ch) for ch in itertools.product(*finest)]
             if "quadtree" in fams:
@@ -678,7 +714,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
                 how += "; not certified (padding, a fixed height or too many finest products)"
         rs = starts if st.noise == "laplace" else 0
 
-        def fits(fam, ch):   # the height restriction, for the added refinements
+        def fits(fam: str, ch: _Chains) -> bool:   # the height restriction, for the refinements
             if kh is None:
                 return True
             if fam == "quadtree":
@@ -688,7 +724,7 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         if "kron" in fams and ("kron", flat_ch) not in cands:
             cands.append(("kron", flat_ch))
         cands = [(fam, ch) for fam, ch in cands if fits(fam, ch)]
-        best_of = {}
+        best_of: dict[tuple[str, _Chains], _Found] = {}
         for fam, ch in cands:
             if (fam, ch) in best_of:
                 continue
@@ -704,11 +740,12 @@ def _best_grid_hierarchy(shape, workload, noise, neighbours, public_total, budge
         # its finest chains, start that product's search, so the finest product is never
         # reported worse than a design it refines (Laplace: a local search otherwise can)
         ordered = sorted(best_of.values(), key=lambda x: x[0])
-        warm = {}
-        for err, _, fam, ch, b in ordered[:pool]:
+        warm: dict[tuple[str, _Chains], _F] = {}
+        for _, _, fam, ch, bud in ordered[:pool]:
             tgt = ("kron", tuple(finest_refinement(c) for c in ch))
             if tgt not in warm and "kron" in fams and fits(*tgt):
-                warm[tgt] = _embed_budgets(st, fam, ch, b, tgt[1])
+                warm[tgt] = _embed_budgets(st, fam, ch, bud, tgt[1])
+
         for tgt, b0 in warm.items():
             dims_l, idx, coef, Q = _budget_problem(st, *tgt)
             err, b, e0, _ = minimise_grid_budgets(dims_l, idx, coef, Q, st.total, st.s, 0, seed,

@@ -82,8 +82,9 @@ def level_variances(branching: Iterable[float], budgets: ArrayLike, *, noise: st
     Returns
     -------
     ndarray of shape (h + 1,): 0 at the root when N is public; inf for a level with budget 0;
-    0 for a level whose sensitivity is 0. Equal to ``Mechanism(strategies.tree(K, branching),
-    ..., level_budgets=budgets).level_variances`` (as an array indexed by level).
+    0 for a level whose sensitivity is 0. Equal to the ``level_variances`` of
+    ``Mechanism(strategies.tree(K, branching), ..., level_budgets=budgets)`` (as an array
+    indexed by level).
     """
     ks = check_branching(branching)
     noise = check_noise(noise)

@@ -39,11 +39,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 import scipy.optimize as so
+from numpy.typing import ArrayLike
 from scipy.special import expit, logit
 
 from ..limits import at_budget, check_memory
@@ -60,7 +63,10 @@ __all__ = ["tree_cdf_error", "NodeBudgets", "optimal_node_budgets", "path_budget
 NODE_BUDGETS_BYTES_PER_BIN = 640  # memory estimate: ~500 bytes per bin measured at 2^20
 
 
-def _check_branching(branching) -> tuple[int, ...]:
+_Floats = npt.NDArray[np.float64]
+
+
+def _check_branching(branching: Sequence[int]) -> tuple[int, ...]:
     """Branching factors k_1..k_h (``levels.check_branching``), at least one, each >= 2."""
     ks = check_branching(branching)
     if not ks or min(ks) < 2:
@@ -68,13 +74,26 @@ def _check_branching(branching) -> tuple[int, ...]:
     return ks
 
 
-def _level_starts(ks) -> np.ndarray:
+def _level_starts(ks: Sequence[int]) -> npt.NDArray[np.int64]:
     sizes = np.cumprod((1,) + tuple(ks))
     return np.concatenate([[0], np.cumsum(sizes)])
 
 
-def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool = False,
-                   gradient: bool = False):
+@overload
+def tree_cdf_error(branching: Sequence[int], precisions: ArrayLike, *,
+                   public_total: bool = ..., gradient: Literal[False] = ...) -> float: ...
+@overload
+def tree_cdf_error(branching: Sequence[int], precisions: ArrayLike, *,
+                   public_total: bool = ..., gradient: Literal[True]) -> tuple[float, _Floats]: ...
+@overload
+def tree_cdf_error(branching: Sequence[int], precisions: ArrayLike, *,
+                   public_total: bool = ..., gradient: bool = ...
+                   ) -> float | tuple[float, _Floats]: ...
+
+
+def tree_cdf_error(branching: Sequence[int], precisions: ArrayLike, *,
+                   public_total: bool = False,
+                   gradient: bool = False) -> float | tuple[float, _Floats]:
     """Exact total BLUE error of the CDF (sum of the K prefix variances) on the complete tree
     with branching k_1..k_h whose nodes have the given noise precisions (1 / variance; shape
     (nodes,), level by level, root first, left to right: the row order of
@@ -97,9 +116,10 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
                          "identified)")
     lev = [w[starts[lv]:starts[lv + 1]] for lv in range(h + 1)]
     # bottom-up: conductances g and chain resistances R (R per internal node)
-    g = [None] * (h + 1)
-    R = [None] * h
-    r = [None] * h          # r[l]: resistances of level l's children, shape (n_l, k_(l+1))
+    empty = np.empty(0)
+    g: list[_Floats] = [empty] * (h + 1)
+    R: list[_Floats] = [empty] * h
+    r: list[_Floats] = [empty] * h  # r[l]: resistances of level l's children, (n_l, k_(l+1))
     g[h] = lev[h]
     for lv in range(h - 1, -1, -1):
         r[lv] = (1.0 / g[lv + 1]).reshape(-1, ks[lv])
@@ -114,7 +134,7 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
         va, vb, d = np.zeros(1), np.array([1.0 / g0]), np.array([1.0 / g0])
         total = 1.0 / g0
     # top-down: point variances; keep each level's inputs for the adjoint
-    saved = []
+    saved: list[tuple[_Floats, _Floats, _Floats, _Floats, _Floats]] = []
     for lv in range(h):
         k = ks[lv]
         rr, RR = r[lv], R[lv][:, None]
@@ -132,9 +152,11 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
     if not gradient:
         return total
     # adjoint of the top-down pass (levels h-1 .. 0)
-    ava = avb = ad = None
-    ar = [None] * h
-    aR = [None] * h
+    ava: _Floats | None = None
+    avb: _Floats | None = None
+    ad: _Floats | None = None
+    ar: list[_Floats] = [empty] * h
+    aR: list[_Floats] = [empty] * h
     for lv in range(h - 1, -1, -1):
         k = ks[lv]
         va, vb, d, rho, t = saved[lv]
@@ -142,7 +164,7 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
         n = rr.shape[0]
         aV = np.zeros((n, k + 1))
         aV[:, 1:k] = 1.0
-        if ava is not None:
+        if ava is not None and avb is not None and ad is not None:  # set together
             aV[:, :k] += ava.reshape(n, k)
             aV[:, 1:] += avb.reshape(n, k)
             adc = ad.reshape(n, k)
@@ -169,6 +191,7 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
         ar[lv], aR[lv] = a_r, a_R
         ava, avb, ad = n_ava, n_avb, n_ad
     # root: (0, 1/g0, 1/g0) and the x_K term
+    assert avb is not None and ad is not None  # h >= 1 levels ran
     grad = np.zeros_like(w)
     ag = np.zeros(1) if public_total else np.array([-(avb[0] + ad[0] + 1.0) / g0 ** 2])
     for lv in range(h + 1):   # adjoint of the bottom-up pass, top-down
@@ -182,7 +205,8 @@ def tree_cdf_error(branching: Sequence[int], precisions, *, public_total: bool =
     return total, grad
 
 
-def path_budgets(branching: Sequence[int], fractions, total: float) -> np.ndarray:
+def path_budgets(branching: Sequence[int], fractions: ArrayLike,
+                 total: float) -> npt.NDArray[np.float64]:
     """Node budgets b_u = R_u f_u from per-node fractions f (shape (nodes,), leaves' ignored =
     1): R_root = total, R_child = R_u (1 - f_u); every root-to-leaf path sums to ``total``."""
     ks = _check_branching(branching)
@@ -194,7 +218,8 @@ def path_budgets(branching: Sequence[int], fractions, total: float) -> np.ndarra
     return _remaining(ks, f, total)[0]
 
 
-def _remaining(ks, fractions, total):
+def _remaining(ks: tuple[int, ...], fractions: ArrayLike,
+               total: float) -> tuple[_Floats, _Floats, _Floats]:
     starts = _level_starts(ks)
     f = np.asarray(fractions, dtype=float).copy()
     f[starts[-2]:] = 1.0
@@ -206,13 +231,14 @@ def _remaining(ks, fractions, total):
     return rem * f, rem, f
 
 
-def _budgets_and_chain(ks, f, total):
+def _budgets_and_chain(ks: tuple[int, ...], f: _Floats, total: float
+                       ) -> tuple[_Floats, Callable[[_Floats], _Floats]]:
     """b = R f and the vector-Jacobian product v -> d(b' v)/df (O(nodes))."""
     starts = _level_starts(ks)
     h = len(ks)
     b, rem, f_eff = _remaining(ks, f, total)
 
-    def vjp(v):
+    def vjp(v: _Floats) -> _Floats:
         # sub[u] = sum over u's subtree (u included) of v_s b_s
         sub = v * b
         for lv in range(h - 1, -1, -1):
@@ -245,15 +271,17 @@ class NodeBudgets:
     iterations: int
     evaluations: int
 
-    def mechanism(self):
+    def mechanism(self) -> Mechanism:
         """The Mechanism (``row_budgets``) on ``strategies.tree`` with these budgets."""
         n = int(np.prod(self.branching))
-        kw = {"epsilon": self.total} if self.noise == "laplace" else {"rho": self.total}
+        laplace = self.noise == "laplace"
         return Mechanism(tree(n, self.branching), noise=self.noise, neighbours=self.neighbours,
-                         row_budgets=self.budgets, **kw)
+                         row_budgets=self.budgets, epsilon=self.total if laplace else None,
+                         rho=None if laplace else self.total)
 
 
-def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, noise=None,
+def optimal_node_budgets(branching: Sequence[int], epsilon: float | None = None, *,
+                         rho: float | None = None, noise: str | None = None,
                          neighbours: str = "add_remove", maxiter: int = 500,
                          tol: float = 1e-9, time_limit: float | None = None) -> NodeBudgets:
     """Budgets per node minimising the exact BLUE error of the CDF on the complete tree with
@@ -296,10 +324,10 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     free = (depth < h) & ~((depth == 0) & public)
     z0 = logit(f_level[depth][free])
 
-    def precisions(b):
+    def precisions(b: _Floats) -> _Floats:
         return b * b / 2.0 if noise == "laplace" else 2.0 * b
 
-    def fractions(z):
+    def fractions(z: _Floats) -> _Floats:
         f = np.zeros(starts[-1]) if public else np.ones(starts[-1])
         f[depth == h] = 1.0
         f[free] = expit(z)
@@ -307,7 +335,7 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
 
     calls = [0]
 
-    def objective(z):
+    def objective(z: _Floats) -> tuple[float, _Floats]:
         calls[0] += 1
         f = fractions(z)
         b, vjp = _budgets_and_chain(ks, f, path_total)
@@ -319,11 +347,17 @@ def optimal_node_budgets(branching: Sequence[int], epsilon=None, *, rho=None, no
     b_level = bl[depth]                        # the per-level optimum, exactly
     e_level = tree_cdf_error(ks, precisions(b_level), public_total=public)
     e0, _ = objective(z0)
-    def stop(intermediate_result):   # scipy >= 1.11: StopIteration ends the run cleanly
+    def stop(intermediate_result: so.OptimizeResult) -> None:
+        # scipy >= 1.11: StopIteration ends the run cleanly
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             raise StopIteration
 
-    res = so.minimize(lambda z: tuple(v / e0 for v in objective(z)), z0, jac=True,
+    def scaled(z: _Floats) -> tuple[float, _Floats]:
+        e, g = objective(z)
+        return e / e0, g / e0
+
+    res = so.minimize(scaled, z0, jac=True,
+
                       method="L-BFGS-B", callback=stop,
                       options={"maxiter": int(maxiter), "ftol": tol, "gtol": 1e-12,
                                "maxcor": 20})

@@ -16,10 +16,14 @@ and ``normalised_error`` = error / (4K / eps^2) = eps^2 sum_l (k_l - 1) / eps_l^
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 import scipy.optimize
 import scipy.special
+from numpy.typing import ArrayLike
 
 from ..privacy import check_budget
 from ..validation import check_bool, check_choice, check_int, check_real
@@ -33,7 +37,7 @@ __all__ = ["budgets", "branching", "joint", "degenerate_optimum", "optimal_branc
 _SOLVER_OPTS = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
 
 
-def _solve(problem) -> None:
+def _solve(problem: Any) -> None:
     """Solve a cvxpy problem with CLARABEL at tight tolerances; raise if it failed."""
     import cvxpy as cp
 
@@ -45,7 +49,14 @@ def _solve(problem) -> None:
         raise RuntimeError(f"cvxpy/CLARABEL failed: status {problem.status}")
 
 
-def _covering_error(ks, eps_l) -> float:
+def _value(variable: Any) -> npt.NDArray[np.float64]:
+    """The value of a solved cvxpy Variable as a float array (``_solve`` raised otherwise)."""
+    if variable.value is None:
+        raise RuntimeError("cvxpy/CLARABEL returned no solution")
+    return np.asarray(variable.value, dtype=float)
+
+
+def _covering_error(ks: tuple[int, ...], eps_l: ArrayLike) -> float:
     """Exact [RTS] Thm IV.1 error of integer branching ks with budgets eps_l (swap, Laplace),
     from the Mechanism rules (levels.level_variances); a level with k_l = 1 is never used."""
     v = level_variances(ks, eps_l, noise="laplace", neighbours="swap")
@@ -53,7 +64,7 @@ def _covering_error(ks, eps_l) -> float:
     return float(sum(0.5 * K * (k - 1) * v[l] for l, k in enumerate(ks, 1) if k > 1))
 
 
-def _relaxed_error(ks, eps_l) -> float:
+def _relaxed_error(ks: tuple[float, ...], eps_l: Iterable[float]) -> float:
     """The same formula for real branching factors (the relaxation of Sec. IV)."""
     h = len(ks)
     unit = unit_variances(h)[1:]  # v_l at eps_l = 1 (8 under swap), Laplace ~ 1/eps^2
@@ -62,14 +73,17 @@ def _relaxed_error(ks, eps_l) -> float:
 
 
 # --------------------------------------------------------------------------- (O1)
-def budgets_closed_form(branching, epsilon: float) -> tuple[float, ...]:
+def budgets_closed_form(branching: Iterable[float], epsilon: float) -> tuple[float, ...]:
     """[RTS] Thm IV.2(a): eps_l = eps (k_l - 1)^(1/3) / sum_m (k_m - 1)^(1/3)."""
     ks = check_branching(branching)
+    epsilon = check_budget(epsilon, "epsilon")
     r = np.array([(k - 1) ** (1.0 / 3.0) for k in ks])
+
     return tuple(float(x) for x in epsilon * r / r.sum())
 
 
-def budgets(branching, epsilon, estimator: str = "covering") -> TreeDesign:
+def budgets(branching: Iterable[float], epsilon: float,
+            estimator: str = "covering") -> TreeDesign:
     """Problem (O1) of [RTS] Thm IV.2(a): optimal per-level budgets for fixed branching.
 
     minimise sum_l (k_l - 1) / eps_l^2  s.t.  sum_l eps_l = eps, eps_l >= 0,
@@ -106,7 +120,7 @@ def budgets(branching, epsilon, estimator: str = "covering") -> TreeDesign:
         s = cp.Variable(len(used))
         prob = cp.Problem(cp.Minimize(c @ cp.power(s, -2)), [cp.sum(s) == 1, s >= 0])
         _solve(prob)
-        share[used] = np.maximum(s.value, 0.0)
+        share[used] = np.maximum(_value(s), 0.0)
         share /= share.sum()
     eps_l = tuple(float(x) for x in eps * share)
     err = _covering_error(ks, eps_l)
@@ -118,14 +132,14 @@ def budgets(branching, epsilon, estimator: str = "covering") -> TreeDesign:
 
 
 # --------------------------------------------------------------------------- (O2)
-def branching_closed_form(n_bins: int, level_budgets) -> tuple[float, ...]:
+def branching_closed_form(n_bins: int, level_budgets: ArrayLike) -> tuple[float, ...]:
     """[RTS] Thm IV.2(b): k_l = K^(1/h) eps_l^2 / (prod_m eps_m)^(2/h) (ignores k_l >= 1)."""
     e = np.asarray(level_budgets, dtype=float)
     h = e.size
     return tuple(float(x) for x in n_bins ** (1.0 / h) * e**2 / np.prod(e) ** (2.0 / h))
 
 
-def _check_level_budgets(level_budgets) -> np.ndarray:
+def _check_level_budgets(level_budgets: ArrayLike) -> npt.NDArray[np.float64]:
     try:
         e = np.asarray(level_budgets, dtype=float)
     except (TypeError, ValueError):
@@ -137,7 +151,7 @@ def _check_level_budgets(level_budgets) -> np.ndarray:
     return e
 
 
-def branching(n_bins, budgets) -> TreeDesign:
+def branching(n_bins: int, budgets: ArrayLike) -> TreeDesign:
     """Problem (O2) of [RTS] Thm IV.2(b): optimal real branching factors for fixed budgets.
 
     With x_l = ln k_l: minimise sum_l (e^{x_l} - 1) / eps_l^2  s.t.  sum_l x_l = ln K,
@@ -161,7 +175,7 @@ def branching(n_bins, budgets) -> TreeDesign:
         prob = cp.Problem(cp.Minimize(w @ (cp.exp(xv) - 1) / scale),
                           [cp.sum(xv) == math.log(K), xv >= 0])
         _solve(prob)
-        x = np.maximum(xv.value, 0.0)
+        x = np.maximum(_value(xv), 0.0)
         x *= math.log(K) / x.sum()
     ks = tuple(float(math.exp(t)) for t in x)
     total = float(e.sum())  # at unit total, restated at it (at_total_budget: exact)
@@ -177,8 +191,8 @@ def branching(n_bins, budgets) -> TreeDesign:
 
 
 # --------------------------------------------------------------------------- Thm IV.3
-def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
-          tol: float = 1e-9) -> TreeDesign:
+def joint(n_bins: int, epsilon: float, height: int, min_branching: float = 3, *,
+          max_iter: int = 2000, tol: float = 1e-9) -> TreeDesign:
     """[RTS] Thm IV.3: k_l and eps_l jointly, for fixed height h, under k_l >= min_branching.
 
     Problem (O'): minimise sum_l (e^{x_l} - 1) / eps_l^2 s.t. sum_l x_l = ln K,
@@ -236,8 +250,9 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
         for iters in range(1, max_iter + 1):
             slope.value = 2.0 / ss**3  # tangent of 1/s^2 at the current s: majorises -1/s^2
             _solve(prob)
-            step = max(np.abs(x.value - xs).max(), np.abs(s.value - ss).max())
-            xs, ss = x.value.copy(), s.value.copy()
+            xv, sv = _value(x), _value(s)
+            step = max(np.abs(xv - xs).max(), np.abs(sv - ss).max())
+            xs, ss = xv.copy(), sv.copy()
             if step < tol:
                 break
         else:
@@ -258,7 +273,9 @@ def joint(n_bins, epsilon, height, min_branching=3, *, max_iter: int = 2000,
         f"relaxed, k_l >= {min_branching:g}"), total)
 
 
-def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
+def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2
+                       ) -> tuple[TreeDesign, TreeDesign,
+                                  Callable[[ArrayLike], npt.NDArray[np.float64]]]:
     """Without k_l >= 3 the joint problem of Thm IV.3 degenerates ([RTS] Sec. IV, docs/math.md 4).
 
     Returns (degenerate, balanced, curve):
@@ -283,39 +300,58 @@ def degenerate_optimum(n_bins: int = 4, epsilon: float = 1.0, height: int = 2):
     if K < 2:
         raise ValueError(f"n_bins must be >= 2, got {n_bins!r}")
     unit = error_unit(K, eps, "laplace")
-    ks = (K,) + (1,) * (h - 1)
+    ks: tuple[int, ...] = (K,) + (1,) * (h - 1)
     b = (eps,) + (0.0,) * (h - 1)
     err = _covering_error(ks, b)
     degenerate = TreeDesign(n_bins=K, branching=ks, budgets=b, error=err,
                             normalised_error=err / unit, method="degenerate (unrestricted) "
                             "optimum: the histogram on one level")
     k = K ** (1.0 / h)
-    kb = tuple(int(round(k)) for _ in range(h)) if abs(k - round(k)) < 1e-9 else (k,) * h
     bb = (eps / h,) * h
-    err_b = (_covering_error(kb, bb) if isinstance(kb[0], int) else _relaxed_error(kb, bb))
+    kb: tuple[float, ...]
+    if abs(k - round(k)) < 1e-9:
+        kb = ki = tuple(int(round(k)) for _ in range(h))
+        err_b = _covering_error(ki, bb)
+    else:
+        kb = (k,) * h
+        err_b = _relaxed_error(kb, bb)
     balanced = TreeDesign(n_bins=K, branching=kb, budgets=bb, error=err_b,
                           normalised_error=err_b / unit,
                           method="Thm IV.3 point k_l = K^(1/h), eps_l = eps/h")
 
-    def curve(k1):
-        k1 = np.asarray(k1, dtype=float)
-        return (np.cbrt(k1 - 1.0) + np.cbrt(K / k1 - 1.0)) ** 3
+    def curve(k1: ArrayLike) -> npt.NDArray[np.float64]:
+        k = np.asarray(k1, dtype=float)
+        return (np.cbrt(k - 1.0) + np.cbrt(K / k - 1.0)) ** 3
 
     return at_total_budget(degenerate, total), at_total_budget(balanced, total), curve
 
 
 # --------------------------------------------------------------------------- Lemma IV.3
-def psi(k):
+@overload
+def psi(k: float) -> float: ...
+@overload
+def psi(k: ArrayLike) -> float | npt.NDArray[np.float64]: ...
+
+
+def psi(k: ArrayLike) -> float | npt.NDArray[np.float64]:
     """[RTS] Lemma IV.3: psi(k) = (k - 1) / ln^3 k; the Thm IV.3 error with h = ln K / ln k is
     (4K (ln K)^3 / eps^2) psi(k). Works elementwise on arrays (k > 1)."""
-    k = np.asarray(k, dtype=float)
-    if np.any(~(k > 1)):
-        raise ValueError(f"psi needs k > 1, got {k!r}")
-    out = (k - 1.0) / np.log(k) ** 3
+    ka = np.asarray(k, dtype=float)
+    if np.any(~(ka > 1)):
+        raise ValueError(f"psi needs k > 1, got {ka!r}")
+    out = (ka - 1.0) / np.log(ka) ** 3
     return float(out) if out.ndim == 0 else out
 
 
-def optimal_branching_factor(integer: bool = False):
+@overload
+def optimal_branching_factor(integer: Literal[False] = ...) -> float: ...
+@overload
+def optimal_branching_factor(integer: Literal[True]) -> int: ...
+@overload
+def optimal_branching_factor(integer: bool) -> float | int: ...
+
+
+def optimal_branching_factor(integer: bool = False) -> float | int:
     """[RTS] Lemma IV.3: the minimiser of psi(k) = (k - 1)/ln^3 k over k > 1.
 
     Real: the root of ln k = 3 (1 - 1/k) above 1, k* = -3 / W0(-3 e^-3) = 16.801016...
@@ -336,8 +372,9 @@ def _branching_factor_root() -> float:
                                        xtol=1e-14))
 
 
-def optimal_height(n_bins, epsilon: float = 1.0, *, method: str = "exact",
-                   allow_padding: bool = False, **search_kwargs) -> int:
+def optimal_height(n_bins: int, epsilon: float = 1.0, *, method: str = "exact",
+                   allow_padding: bool = False, **search_kwargs: Any) -> int:
+
     """The optimal tree height for equal budgets ([RTS] Thm V.2, Cor. V.1-V.2).
 
     method="exact" (default): the height of the best tree found by the exact integer search

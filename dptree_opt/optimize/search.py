@@ -39,8 +39,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import minimize
 
 from ..bounds import error_lower_bound
@@ -58,8 +60,8 @@ from .factorisations import (distinct_orders, factorisations_by_height, finest_r
                              iter_factorisations, max_padded, smooth_finest_trees)
 from .levels import level_variances, noisy_levels, resolve_public
 from .result import TreeDesign, at_total_budget, error_unit
-from .tree_search import (BranchAndBound, RankedTable, SearchSetting, TooManyTrees,
-                          covering_score, refined_equal_error)
+from .tree_search import (BranchAndBound, Branching, Budgets, RankedTable, Ranked,
+                          SearchSetting, TooManyTrees, covering_score, refined_equal_error)
 
 __all__ = ["level_uniform", "design_error", "finest_refinement", "ESTIMATORS", "BUDGETS",
            "MAX_WORKLOAD_SEARCH_TREES", "MAX_EXHAUSTIVE_FINEST_TREES"]
@@ -68,8 +70,10 @@ ESTIMATORS = ("covering", "refined", "blue")
 BUDGETS = ("equal", "optimal")
 
 
-def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "blue",
-                 noise: str = "laplace", neighbours: str = "add_remove", public_total=None,
+def design_error(n_bins: int, branching: Iterable[float],
+                 budgets: Iterable[float] | None = None, *,
+                 estimator: str = "blue", noise: str = "laplace",
+                 neighbours: str = "add_remove", public_total: bool | None = None,
                  total_budget: float = 1.0) -> float:
     """Exact error (counts^2) of the first ``n_bins`` prefixes of a (possibly padded) tree,
     as scored by :func:`level_uniform` (the closed forms of ``engines.tree_sums``).
@@ -79,15 +83,25 @@ def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "blue
     noisy level; default the equal split of ``total_budget``. Scored
     at unit total budget and restated (``limits.at_budget``: exact; ValueError when the
     error is not a double)."""
-    ks = tuple(int(k) for k in branching)
+    try:
+        ks = tuple(int(k) for k in branching)
+    except (TypeError, ValueError):
+        raise ValueError(f"branching must be a sequence of integers, got {branching!r}") \
+            from None
     noise = check_noise(noise)
+
+    b: Budgets | None = None
     if budgets is None:
         total = check_budget(total_budget, "total_budget")
-        b = None
     else:
-        b = np.asarray(tuple(float(x) for x in budgets), dtype=float)
-        total = float(b.sum()) if np.all(np.isfinite(b)) and b.sum() > 0 else 1.0
-        b = tuple(b / total)
+        try:
+            given = np.asarray(tuple(float(x) for x in budgets), dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"budgets must be a sequence of numbers, one per noisy level, "
+                             f"got {budgets!r}") from None
+        total = float(given.sum()) if np.all(np.isfinite(given)) and given.sum() > 0 else 1.0
+
+        b = tuple(given / total)
     s = SearchSetting(int(n_bins), 1.0, noise, check_neighbours(neighbours),
                       resolve_public(neighbours, public_total), estimator, "equal")
     h = len(ks)
@@ -110,7 +124,7 @@ def design_error(n_bins: int, branching, budgets=None, *, estimator: str = "blue
 MAX_WORKLOAD_SEARCH_TREES = 20000  # trees scored one by one for identity / custom ranges
 
 
-def _resolve_workload(workload, K: int):
+def _resolve_workload(workload: str | Workload | None, K: int) -> str | Workload:
     """"prefix" / "all_range" (the branch and bound), or a Workload (identity, ranges: the
     exhaustive search); "identity" as a string means workloads.identity(K)."""
     if workload is None:
@@ -131,8 +145,10 @@ def _resolve_workload(workload, K: int):
                      f"Workload (e.g. workloads.ranges(K, ...)), got {workload!r}")
 
 
-def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, workload,
-                     allow_padding, max_padding, max_height, height, top) -> TreeDesign:
+def _workload_search(K: int, budget: float, noise: str, neighbours: str, public: bool,
+                     estimator: str, budgets: str, workload: Workload, allow_padding: bool,
+                     max_padding: float, max_height: int | None, height: int | None,
+                     top: int) -> TreeDesign:
     """The best level-uniform tree for the BLUE of an identity / custom-ranges workload over
     the first K bins, equal budgets: every ordered factorisation of every K' in
     [K, max_padding K] (or K' = K) scored exactly (``engines.tree_error.blue_error`` per bin,
@@ -148,7 +164,8 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
     # each K' adds at least one tree: beyond K + MAX_WORKLOAD_SEARCH_TREES the limit is hit
     top_kp = (int(math.floor(min(max_padding * K, K + MAX_WORKLOAD_SEARCH_TREES + 1)))
               if allow_padding else K)
-    shapes, count = [], 0
+    shapes: list[Branching] = []
+    count = 0
     tallest = height if max_height is None else max_height   # (height <= max_height)
     for kp in range(K, top_kp + 1):
         # counted by height before any tree of K' is listed
@@ -165,7 +182,7 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
         raise ValueError(f"no level-uniform tree with factors >= 2 fits n_bins={K} with the "
                          "given height / padding constraints")
     lo, hi = workload.intervals()
-    scored = []
+    scored: list[tuple[float, int, Branching, Budgets]] = []
     for ks in shapes:
         n_noisy = len(noisy_levels(len(ks), neighbours, public))
         b = (budget / n_noisy,) * n_noisy
@@ -182,7 +199,7 @@ def _workload_search(K, budget, noise, neighbours, public, estimator, budgets, w
               f"workload, {secs:.2g} s")
     unit = error_unit(K, budget, noise)
 
-    def design(err, ks, b):
+    def design(err: float, ks: Branching, b: Budgets) -> TreeDesign:
         return TreeDesign(K, ks, b, err, err / unit, estimator, noise, neighbours, public, method)
 
     best = scored[0]
@@ -199,12 +216,14 @@ def _design(s: SearchSetting, ks: tuple, error: float, budgets: tuple, method: s
                       public_total=s.public, method=method)
 
 
-def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
-                  noise: str | None = None, neighbours: str = "add_remove", public_total=None,
+def level_uniform(n_bins: int, epsilon: float | None = None, *, rho: float | None = None,
+                  estimator: str = "blue", noise: str | None = None,
+                  neighbours: str = "add_remove", public_total: bool | None = None,
                   allow_padding: bool = True, max_padding: float = 2.0,
-                  budgets: str | None = None, max_height=None, height=None, top: int = 10,
-                  pool: int = 24, max_refined: int = 5000,
-                  refined_pool: int = 500, workload=None) -> TreeDesign:
+                  budgets: str | None = None, max_height: int | None = None,
+                  height: int | None = None, top: int = 10, pool: int = 24,
+                  max_refined: int = 5000, refined_pool: int = 500,
+                  workload: str | Workload | None = None) -> TreeDesign:
     """The best level-uniform tree for the CDF of ``n_bins`` bins, by exact integer search
     ([RTS] Sec. V, Thm V.1-V.2, Cor. V.1-V.2, Lemma V.2; the search: ``optimize.tree_search``);
     with ``workload="all_range"`` and the BLUE, for all ranges within the K bins.
@@ -305,13 +324,17 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
     if numerical:
         size = max(size, pool)
     table = RankedTable(size)
-    kw = dict(allow_padding=bool(allow_padding), max_padding=float(max_padding),
-              max_height=max_height, height=height)
-    eng = BranchAndBound(search_s, table, **kw)
+    def engine(setting: SearchSetting, into: RankedTable) -> BranchAndBound:
+        return BranchAndBound(setting, into, allow_padding=bool(allow_padding),
+                              max_padding=float(max_padding), max_height=max_height,
+                              height=height)
+
+    eng = engine(search_s, table)
     span = f"K' <= {max_padding:g} K" if allow_padding else "K' = K"
     certificate = ""
     if estimator == "refined":
         eng.max_scored = max_refined
+    ranked: list[Ranked]
     try:
         eng.run()
         ranked = table.ranked()
@@ -322,13 +345,13 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
         blue_s = replace(search_s, estimator="blue")
         blue_s.__post_init__()
         btable = RankedTable(max(refined_pool, size))
-        beng = BranchAndBound(blue_s, btable, **kw)
+        beng = engine(blue_s, btable)
         beng.run()
         pool_trees = btable.ranked()
         bar = btable.theta
-        ranked = sorted(((refined_equal_error(search_s, ks), ks, None)
-                         for _, ks, _ in pool_trees),
-                        key=lambda x: (x[0], len(x[1]), x[1]))[:size]
+        rescored: list[Ranked] = [(refined_equal_error(search_s, ks), ks, None)
+                                  for _, ks, _ in pool_trees]
+        ranked = sorted(rescored, key=lambda x: (x[0], len(x[1]), x[1]))[:size]
         nth = ranked[min(len(ranked), size) - 1][0]
         if nth <= bar:
             certificate = "certified exact"
@@ -352,9 +375,8 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
         designs = [(score, ks, extra) for score, ks, extra in ranked]
     out = []
     for score, ks, extra in designs:
-        if estimator == "covering":
-            b = extra
-        elif numerical:
+        if estimator == "covering" or numerical:
+            assert extra is not None  # both searches give every tree its budgets
             b = extra
         else:
             b = s.equal_budgets(len(ks))
@@ -371,7 +393,7 @@ def level_uniform(n_bins, epsilon=None, *, rho=None, estimator: str = "blue",
         replace(d, method=how) for d in out[1:])), budget)
 
 
-def _refined_optimal_budgets(s: SearchSetting, ks: tuple) -> tuple[float, tuple]:
+def _refined_optimal_budgets(s: SearchSetting, ks: Branching) -> tuple[float, Budgets]:
     """Budgets minimising the refined error of one tree: scipy SLSQP over the simplex
     (sum = B, b >= 0) on the closed form, from the equal split and the covering optimum."""
     h = len(ks)
@@ -380,7 +402,8 @@ def _refined_optimal_budgets(s: SearchSetting, ks: tuple) -> tuple[float, tuple]
 
     f0 = refined_prefix_error(ks, s.variances(h, s.equal_budgets(h)), s.K)
 
-    def f(x):  # relative to the equal split, so that SLSQP's tolerances are meaningful
+    def f(x: npt.NDArray[np.float64]) -> float:
+        # relative to the equal split, so that SLSQP's tolerances are meaningful
         b = np.maximum(x, 0.0) * B
         return refined_prefix_error(ks, s.variances(h, b), s.K) / f0
 
@@ -388,9 +411,12 @@ def _refined_optimal_budgets(s: SearchSetting, ks: tuple) -> tuple[float, tuple]
     cov = covering_score(replace(s, estimator="covering", budgets="optimal"), ks)[1]
     starts.append(np.asarray(cov) / B)
     best_x, best_f = starts[0], f(starts[0])
+    def total_one(x: npt.NDArray[np.float64]) -> float:
+        return float(x.sum() - 1.0)
+
     for x0 in starts:
         res = minimize(f, x0, method="SLSQP", bounds=[(0.0, 1.0)] * n,
-                       constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1.0}],
+                       constraints=[{"type": "eq", "fun": total_one}],
                        options={"ftol": 1e-12, "maxiter": 500})
         x = np.maximum(res.x, 0.0)
         x /= x.sum()
@@ -406,9 +432,10 @@ def _bound_certificate(s: SearchSetting, error: float, budget: float) -> str:
     the best tree can at most lose against the best tree, and more), from the setting's
     budget and ``error`` at it, the bound stated at the total ``budget``."""
     wl = prefix(s.K) if s.workload == "prefix" else all_range(s.K)
-    kw = {"epsilon": s.budget} if s.noise == "laplace" else {"rho": s.budget}
+    laplace = s.noise == "laplace"
     lb = error_lower_bound(wl, noise=s.noise, neighbours=s.neighbours, public_total=s.public,
-                           **kw)
+                           epsilon=s.budget if laplace else None,
+                           rho=None if laplace else s.budget)
     kind = "l1 SVD bound, loose" if s.noise == "laplace" else "SVD bound"
     if s.noise == "gaussian" and s.neighbours == "add_remove" and not s.public:
         # the dual of the Gaussian optimum (docs/math.md section 7): a bound at every iterate,
@@ -432,12 +459,13 @@ def _bound_certificate(s: SearchSetting, error: float, budget: float) -> str:
 MAX_EXHAUSTIVE_FINEST_TREES = 3000
 
 
-def _all_finest_trees(s: SearchSetting, eng) -> list | None:
+def _all_finest_trees(s: SearchSetting, eng: BranchAndBound) -> list[Branching] | None:
     """All finest trees (prime factors in every distinct order) of every K' the search may
     use ([K, max_padding K] with padding, else K) whose height is allowed; None when there
     are more than MAX_EXHAUSTIVE_FINEST_TREES."""
     hi = max_padded(s.K, eng.max_pad) if eng.pad else s.K
-    out, total = [], 0
+    out: list[Branching] = []
+    total = 0
     for kp in range(max(s.K, 2), hi + 1):
         f = eng.div.factor(kp)
         n = math.factorial(sum(f.values()))
@@ -450,11 +478,13 @@ def _all_finest_trees(s: SearchSetting, eng) -> list | None:
     return out
 
 
-def _optimise_pool(s: SearchSetting, ranked, eng, pool: int, top: int):
+def _optimise_pool(s: SearchSetting, ranked: list[Ranked], eng: BranchAndBound, pool: int,
+                   top: int) -> tuple[list[Ranked], bool]:
     """Optimal budgets for each tree of the pool (the best equal-budget trees); with the BLUE
     for every finest tree when there are few (exhaustive). Returns (designs, exhaustive)."""
-    out = []
+    out: list[Ranked] = []
     exhaustive = False
+
     if s.estimator == "blue":
         # with optimal budgets a refinement never hurts (a coarse tree is its refinement with
         # the inserted levels unfunded), so each pool tree's finest refinement joins the pool

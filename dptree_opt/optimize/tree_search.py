@@ -41,8 +41,11 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from itertools import combinations_with_replacement
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from ..engines.tree_error import (all_range_level_weight, all_range_parent_energy,
                                   haar_workload_weights)
@@ -56,6 +59,14 @@ __all__ = ["SearchSetting", "BranchAndBound", "RankedTable", "TooManyTrees", "co
 
 _SAFE = 1.0 - 1e-9  # float bounds are shrunk by this factor before pruning
 _SIEVE_CHUNK = 1 << 21  # (entry, factor) pairs the sieve evaluates at once
+
+_F = npt.NDArray[np.float64]
+_I = npt.NDArray[np.int64]
+Branching = tuple[int, ...]
+Budgets = tuple[float, ...]
+# a ranked tree: (score, branching, budgets or None when equal)
+Ranked = tuple[float, Branching, Budgets | None]
+_Pareto = tuple[_F, _I]  # (costs, widths)
 
 
 # --------------------------------------------------------------------------- the setting
@@ -75,16 +86,16 @@ class SearchSetting:
     workload: str = "prefix"  # "prefix" (the CDF) or "all_range" (BLUE only)
     p: int = field(init=False)  # Laplace: variance ~ 1/b^2 (p = 3 in Thm IV.2(a)); Gaussian 2
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.p = 3 if self.noise == "laplace" else 2
-        self._unit = {}
-        self._v_equal = {}
+        self._unit: dict[int, _F] = {}
+        self._v_equal: dict[int, float] = {}
 
     @property
     def T(self) -> int:
         return self.K + 1
 
-    def unit(self, h: int) -> np.ndarray:
+    def unit(self, h: int) -> _F:
         """Unit-budget variances v_0..v_h of trees of height h (all factors >= 2)."""
         if h not in self._unit:
             self._unit[h] = unit_variances(h, noise=self.noise, neighbours=self.neighbours,
@@ -94,11 +105,11 @@ class SearchSetting:
     def n_noisy(self, h: int) -> int:
         return h if self.public else h + 1
 
-    def scale(self, b):
+    def scale(self, b: ArrayLike) -> _F:
         """Variance multiplier of a level with budget b (Laplace 1/b^2, Gaussian 1/b)."""
-        b = np.asarray(b, dtype=float)
+        ba = np.asarray(b, dtype=float)
         with np.errstate(divide="ignore"):
-            return 1.0 / b**2 if self.noise == "laplace" else 1.0 / b
+            return 1.0 / ba**2 if self.noise == "laplace" else 1.0 / ba
 
     def v_equal(self, h: int) -> float:
         """The common variance of every noisy level under the equal split (height h)."""
@@ -106,10 +117,10 @@ class SearchSetting:
             self._v_equal[h] = float(self.unit(h)[1] * self.scale(self.budget / self.n_noisy(h)))
         return self._v_equal[h]
 
-    def equal_budgets(self, h: int) -> tuple:
+    def equal_budgets(self, h: int) -> Budgets:
         return (self.budget / self.n_noisy(h),) * self.n_noisy(h)
 
-    def variances(self, h: int, budgets) -> np.ndarray:
+    def variances(self, h: int, budgets: ArrayLike) -> _F:
         """v_0..v_h from per-noisy-level budgets (the ``levels`` rules, unit scaled)."""
         unit = self.unit(h)
         v = np.zeros(h + 1)
@@ -121,7 +132,8 @@ class SearchSetting:
 
 
 # --------------------------------------------------------------------------- exact scores
-def _covering_optimal(s: SearchSetting, ks, F) -> tuple[float, tuple]:
+def _covering_optimal(s: SearchSetting, ks: Branching,
+                      F: Sequence[float]) -> tuple[float, Budgets]:
     """Thm IV.2(a) generalised: minimise sum_l A_l / b_l^(p-1) s.t. sum b_l = B, A_l = u_l F_l:
     b_l = B A_l^(1/p) / sum_m A_m^(1/p), error (sum_l A_l^(1/p))^p / B^(p-1)."""
     h = len(ks)
@@ -135,9 +147,9 @@ def _covering_optimal(s: SearchSetting, ks, F) -> tuple[float, tuple]:
     return float(err), tuple(float(x) for x in b)
 
 
-def covering_score(s: SearchSetting, ks) -> tuple[float, tuple]:
+def covering_score(s: SearchSetting, ks: Branching) -> tuple[float, Budgets]:
     """Exact covering error of the first K prefixes and the budgets (noisy-level order)."""
-    F = list(covering_level_sums(ks, s.K))
+    F: list[float] = list(covering_level_sums(ks, s.K))
     h = len(ks)
     if s.budgets == "equal":
         v = s.variances(h, s.equal_budgets(h))
@@ -147,12 +159,12 @@ def covering_score(s: SearchSetting, ks) -> tuple[float, tuple]:
         return _covering_optimal(s, ks, F)
     best = _covering_optimal(s, ks, F)
     if F[0]:  # K' = K: the root may stay unmeasured; then t = K takes k_1 level-1 nodes
-        G = [0, F[1] + ks[0]] + F[2:]
+        G: list[float] = [0, F[1] + ks[0]] + F[2:]
         best = min(best, _covering_optimal(s, ks, G))
     return best
 
 
-def _blue_equal(s: SearchSetting, ks) -> float:
+def _blue_equal(s: SearchSetting, ks: Branching) -> float:
     """Exact BLUE error of the workload over the first K bins, equal budgets (module
     docstring: sum_j H_j / S_j times the common variance)."""
     h = len(ks)
@@ -167,7 +179,7 @@ def _blue_equal(s: SearchSetting, ks) -> float:
     return float(v * err)
 
 
-def refined_equal_error(s: SearchSetting, ks) -> float:
+def refined_equal_error(s: SearchSetting, ks: Branching) -> float:
     """Exact refined error of the first K prefixes of the tree ``ks``, equal budgets."""
     h = len(ks)
     return refined_prefix_error(ks, s.variances(h, s.equal_budgets(h)), s.K)
@@ -177,16 +189,17 @@ def refined_equal_error(s: SearchSetting, ks) -> float:
 class RankedTable:
     """The best ``size`` trees found so far (max-heap on the score); theta = admission bar."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int) -> None:
         self.size = size
-        self.heap = []  # (-score, tie, ks, extra)
-        self.seen = set()
+        # (-score, tie, ks, extra)
+        self.heap: list[tuple[float, tuple[int, ...], Branching, Budgets | None]] = []
+        self.seen: set[Branching] = set()
 
     @property
     def theta(self) -> float:
         return -self.heap[0][0] if len(self.heap) >= self.size else math.inf
 
-    def offer(self, score: float, ks: tuple, extra=None) -> None:
+    def offer(self, score: float, ks: Branching, extra: Budgets | None = None) -> None:
         if ks in self.seen or not score <= self.theta:
             return
         self.seen.add(ks)
@@ -197,7 +210,7 @@ class RankedTable:
             out = heapq.heappushpop(self.heap, item)
             self.seen.discard(out[2])
 
-    def ranked(self):
+    def ranked(self) -> list[Ranked]:
         return sorted(((-s, ks, extra) for s, _, ks, extra in self.heap),
                       key=lambda x: (x[0], len(x[1]), x[1]))
 
@@ -215,7 +228,7 @@ class BranchAndBound:
     sum_l (u_l F_l)^(1/p) (error = units^p / B^(p-1))."""
 
     def __init__(self, s: SearchSetting, table: RankedTable, *, allow_padding: bool,
-                 max_padding: float, max_height: int | None, height: int | None):
+                 max_padding: float, max_height: int | None, height: int | None) -> None:
         self.s = s
         self.table = table
         self.pad = allow_padding
@@ -225,12 +238,15 @@ class BranchAndBound:
         self.T = s.K + 1
         self.all_range = s.workload == "all_range"
         self.div = Divisors(s.K)
-        self._par = {}
-        self._haar_cache = {}
-        self._num_cache = {}
-        self.layer_arrays = None  # the layers' widths, sorted (for vectorised membership)
-        self.max_scored = math.inf  # refined: refined errors to compute before giving up
-        self.layers = None  # padded search: {m: set of the widths the sieve kept}
+        self._par: dict[tuple[int, int, int], _Pareto] = {}
+        self._haar_cache: dict[tuple[int, int], int] = {}
+        self._ar_cache: dict[tuple[int, int], float] = {}
+        self._num_cache: dict[int, _F] = {}
+        # the layers' widths, sorted (for vectorised membership)
+        self.layer_arrays: dict[int, _I] | None = None
+        self.max_scored: float = math.inf  # refined: refined errors to compute before giving up
+        # padded search: {m: set of the widths the sieve kept}
+        self.layers: dict[int, set[int]] | None = None
         self.leaves = 0
         self.scored = 0
         K = s.K
@@ -277,24 +293,26 @@ class BranchAndBound:
         engines.tree_error.all_range_level_weight), memoised."""
         if not self.all_range:
             return self._haar(W, w) / W
-        key = ("ar", W, w)
-        val = self._haar_cache.get(key)
+        val = self._ar_cache.get((W, w))
         if val is None:
-            val = self._haar_cache[key] = float(all_range_level_weight(self.s.K, W, w))
+            val = self._ar_cache[(W, w)] = float(all_range_level_weight(self.s.K, W, w))
         return val
 
-    def _num_all(self, W: int) -> np.ndarray:
+    def _num_all(self, W: int) -> _F:
         """_num_vec(W, W // d) for every divisor d >= 2 of W (memoised per W)."""
         val = self._num_cache.get(W)
         if val is None:
             val = self._num_cache[W] = self._num_vec(W, W // self.div.divisor_array(W))
         return val
 
-    def _num_vec(self, W: int, w: np.ndarray) -> np.ndarray:
-        """_num for one W and an array of child widths (float64)."""
+    def _num_vec(self, W: int | _I, w: _I) -> _F:
+        """_num for one W (or one per child) and an array of child widths (float64)."""
         if not self.all_range:
             return haar_sum_float(self.T, W, w) / W
-        return all_range_level_weight(self.s.K, W, w)
+        # int64 widths work (numpy promotes them); tree_error's float alias is narrower
+        weight = all_range_level_weight(
+            self.s.K, W, w)  # type: ignore[arg-type]  # int64 widths, see above
+        return np.asarray(weight, dtype=float)
 
     def _root_num(self, Kp: int) -> float:
         """The root's weight q_0 = 1'G1 / K' (G: the workload's Gram over the K bins)."""
@@ -304,7 +322,7 @@ class BranchAndBound:
         return (K * (K + 1) * (2 * K + 1) // 6) / Kp
 
     # ---- exact completion: Pareto set of (cost below, widths below) for m levels below u
-    def par(self, h: int, u: int, m: int):
+    def par(self, h: int, u: int, m: int) -> _Pareto:
         """Pareto set of (cost of the m levels below u, sum of their widths) over the chains
         below u (only the smallest cost for the covering), as two arrays (costs, widths)
         sorted by decreasing width. Memoised; the height matters only for the covering with
@@ -312,20 +330,23 @@ class BranchAndBound:
         key = (h if self.mode == "cov_opt" else 0, u, m)
         if key in self._par:
             return self._par[key]
-        costs, sums = [], []
+        costs: list[_F] = []
+        sums: list[_I] = []
         if m == 0:
             if u == 1:
                 costs, sums = [np.zeros(1)], [np.zeros(1, np.int64)]
         elif self.div.omega(u) >= m:
             cand = u // self.div.divisor_array(u)          # child widths, decreasing
-            if self.layers is not None:
+            if self.layer_arrays is not None:  # set with self.layers
                 # only widths the sieve kept: every chain below another v is too costly
                 lay = self.layer_arrays[m - 1]
                 pos = np.minimum(np.searchsorted(lay, cand), lay.size - 1)
                 sel = np.flatnonzero(lay[pos] == cand) if lay.size else np.empty(0, np.int64)
             else:
                 sel = np.arange(cand.size)
-            vs, subs, idx = [], [], []
+            vs: list[int] = []
+            subs: list[_Pareto] = []
+            idx: list[int] = []
             memo, hk = self._par, key[0]
             for i in sel.tolist():
                 v = int(cand[i])
@@ -370,8 +391,10 @@ class BranchAndBound:
         width their chains can reach, into the memo, one vectorised pass per level instead of
         a Python loop over children (the same sets and order as ``par``; tests compare)."""
         memo = self._par
+        arrays = self.layer_arrays
+        assert arrays is not None  # the padded search's run() sets the layers first
         need = {m: [int(u) for u in tops.tolist() if (0, int(u), m) not in memo]}
-        pairs = {}
+        pairs: dict[int, tuple[_I, _I, _I]] = {}
         for j in range(m, 0, -1):            # discover the widths each level needs
             us = need[j]
             if not us:
@@ -382,7 +405,7 @@ class BranchAndBound:
             u_arr = np.repeat(np.array(us, dtype=np.int64), sizes)
             grp = np.repeat(np.arange(len(us)), sizes)
             v = u_arr // np.concatenate(divs) if divs else np.empty(0, np.int64)
-            lay = self.layer_arrays[j - 1]
+            lay = arrays[j - 1]
             pos = np.minimum(np.searchsorted(lay, v), max(lay.size - 1, 0))
             ok = lay[pos] == v if lay.size else np.zeros(v.size, bool)
             pairs[j] = (grp[ok], u_arr[ok], v[ok])
@@ -440,7 +463,7 @@ class BranchAndBound:
                 memo[(0, x, j)] = (cost[a:b], sv[a:b])
 
     # ---- scoring of complete chains
-    def finish(self, ks: tuple) -> None:
+    def finish(self, ks: Branching) -> None:
         self.leaves += 1
         s = self.s
         if s.estimator == "covering":
@@ -485,7 +508,8 @@ class BranchAndBound:
         # chosen levels: (numerator H_l = N_l / W_l, P_l = w_l + ... + w_current)
         k1 = Kp // w1
 
-        def bound(levels, u, mrem, cost_fixed):
+        def bound(levels: list[tuple[float, int]], u: int, mrem: int,
+                  cost_fixed: float) -> float:
             c, sb = self.par(h, u, mrem)
             if not c.size:
                 return math.inf
@@ -495,6 +519,7 @@ class BranchAndBound:
                     tot = tot + H / (P + sb)
             return float(tot.min())
 
+        top_levels: list[tuple[float, int]]
         if blue:
             top_levels = [(self._num(Kp, w1), w1)]
             if not self.s.public:
@@ -504,7 +529,8 @@ class BranchAndBound:
             top_levels = []
             fixed = self.top_terms(h, Kp, w1, 0)
 
-        def rec(levels, fixed, u, mrem, ks):
+        def rec(levels: list[tuple[float, int]], fixed: float, u: int, mrem: int,
+                ks: Branching) -> None:
             if mrem == 0:
                 if u == 1:
                     self.finish(ks)
@@ -532,7 +558,7 @@ class BranchAndBound:
         rec(top_levels, fixed, w1, m, (k1,))
 
     # ---- candidate tops and the sieve bound
-    def tops(self, h: int):
+    def tops(self, h: int) -> list[tuple[int, int]]:
         """Unpadded (K' = K) candidates (K, w_1) of height h: w_1 = K / k_1, k_1 | K."""
         K = self.s.K
         if h == 1:
@@ -662,15 +688,16 @@ class BranchAndBound:
         # sieve layer m: entries (width u, child factor c, lower bound G of the per-T cost of
         # the m levels below u); m = 0: the leaf (1, 0, 0). Only entries that can still enter.
         U, C, G = np.array([1], np.int64), np.array([0], np.int64), np.array([0.0])
-        self.layers = {0: {1}}
-        self.layer_arrays = {0: np.array([1], np.int64)}
+        layers: dict[int, set[int]] = {0: {1}}
+        arrays: dict[int, _I] = {0: np.array([1], np.int64)}
+        self.layers, self.layer_arrays = layers, arrays
         hmin = min(self.heights)
         for h in range(1, max(self.heights) + 1):
             if h >= 2:
                 U, C, G = self._sieve_step(h, U, C, G, Wmax)
                 widths = np.unique(U)
-                self.layers[h - 1] = set(widths.tolist())
-                self.layer_arrays[h - 1] = widths
+                layers[h - 1] = set(widths.tolist())
+                arrays[h - 1] = widths
             if h < hmin:
                 continue
             if h == 1:
@@ -680,23 +707,23 @@ class BranchAndBound:
                 if math.isfinite(self.table.theta):
                     break
                 continue
-            kp = -(-K // U) * U
-            ok = (kp <= self.max_pad * K) & (U < K)
-            w1, kp, c, g = U[ok], kp[ok], C[ok], G[ok]
-            if w1.size == 0:
+            kps = -(-K // U) * U
+            ok = (kps <= self.max_pad * K) & (U < K)
+            w1s, kps, c, g = U[ok], kps[ok], C[ok], G[ok]
+            if w1s.size == 0:
                 continue
-            lb = self._top_lb(h, kp, w1, c) + self._per_bin_scale(h) * g
+            lb = self._top_lb(h, kps, w1s, c) + self._per_bin_scale(h) * g
             if self.mode == "blue":  # every top's completions at once (vectorised)
-                self._par_batch(np.unique(w1[lb * _SAFE <= self.units_bar(h)]), h - 1)
+                self._par_batch(np.unique(w1s[lb * _SAFE <= self.units_bar(h)]), h - 1)
             order = np.argsort(lb, kind="stable")
-            done = set()
+            done: set[int] = set()
             for i in order:
                 if lb[i] * _SAFE > self.units_bar(h):
                     break
-                if int(w1[i]) in done:
+                if int(w1s[i]) in done:
                     continue
-                done.add(int(w1[i]))
-                self.dfs(h, int(kp[i]), int(w1[i]))
+                done.add(int(w1s[i]))
+                self.dfs(h, int(kps[i]), int(w1s[i]))
 
     def _cap(self, h: int) -> float:
         """Largest sieve value a chain of height >= h can have and still enter the table."""
@@ -705,7 +732,7 @@ class BranchAndBound:
             return math.inf
         return bar / self._per_bin_scale(h)
 
-    def _sieve_step(self, h, U, C, G, Wmax):
+    def _sieve_step(self, h: int, U: _I, C: _I, G: _F, Wmax: int) -> tuple[_I, _I, _F]:
         """Layer h - 1 from layer h - 2: a factor d above u gives the level of node width u
         (cost bound _phi with S_u from u's child factor) and the entry (d u, d)."""
         cap = self._cap(h) / _SAFE
@@ -715,7 +742,10 @@ class BranchAndBound:
             return U, C, G
         sb = self._s_bound(U, C)
         blue = self.mode == "blue"
-        ws, cs, vs = [], [], []
+        ws: list[_I] = []
+        cs: list[_I] = []
+        vs: list[_F] = []
+
         # entry i can take factor d only while its minorant of _phi (increasing in d) plus
         # G_i stays under the cap: d <= dlim_i; the active entries only shrink as d grows
         # and its parent d u must stay below Wmax: every (entry, d) pair at once, in chunks

@@ -27,9 +27,12 @@ column and cancel from A_a - A_c, so :class:`BandedWithTotals` keeps this swap s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..limits import check_count, check_memory
 from ..validation import check_int
@@ -73,7 +76,7 @@ class BandedStrategy(Strategy):
         Label for printed tables.
     """
 
-    def __init__(self, diagonals, *, name: str = "banded"):
+    def __init__(self, diagonals: ArrayLike, *, name: str = "banded") -> None:
         try:
             d = np.array(diagonals, dtype=float)
         except (TypeError, ValueError):
@@ -180,7 +183,8 @@ def banded_swap_loss(diagonals: np.ndarray, w: np.ndarray, p: int) -> float:
     return math.sqrt(best) if p == 2 else best
 
 
-def banded(coefs_or_matrix, bands, n=None, *, name: str | None = None) -> BandedStrategy:
+def banded(coefs_or_matrix: ArrayLike | sp.spmatrix | sp.sparray, bands: int,
+           n: int | None = None, *, name: str | None = None) -> BandedStrategy:
     """A banded lower-triangular strategy with ``bands`` diagonals (:class:`BandedStrategy`).
 
     ``coefs_or_matrix``: either a 1-D coefficient vector a (the Toeplitz first column; its
@@ -208,11 +212,12 @@ def banded(coefs_or_matrix, bands, n=None, *, name: str | None = None) -> Banded
                      f"shape {arr.shape}")
 
 
-def _from_coefficients(a: np.ndarray, bands, n, name) -> BandedStrategy:
+def _from_coefficients(a: npt.NDArray[np.float64], bands: int, n: int | None,
+                       name: str | None) -> BandedStrategy:
     if a.size == 0:
         raise ValueError("coefs_or_matrix: the coefficient vector is empty")
-    n = a.size if n is None else check_int(n, "n", 1)
-    bands = check_int(bands, "bands", 1, n)
+    size = a.size if n is None else check_int(n, "n", 1)
+    bands = check_int(bands, "bands", 1, size)
     if bands > a.size:
         raise ValueError(f"bands = {bands} is more than the {a.size} coefficients given")
     a = a[:bands]
@@ -222,11 +227,11 @@ def _from_coefficients(a: np.ndarray, bands, n, name) -> BandedStrategy:
     if a[0] == 0.0:
         raise ValueError("coefs_or_matrix[0] (the diagonal) is zero: the strategy would be "
                          "singular")
-    _check_band_memory(n, bands)
-    return BandedStrategy(np.broadcast_to(a, (n, bands)), name=name or "banded toeplitz")
+    _check_band_memory(size, bands)
+    return BandedStrategy(np.broadcast_to(a, (size, bands)), name=name or "banded toeplitz")
 
 
-def _check_square(shape, n) -> int:
+def _check_square(shape: tuple[int, ...], n: int | None) -> int:
     if len(shape) != 2 or shape[0] != shape[1] or shape[0] < 1:
         raise ValueError(f"coefs_or_matrix must be a square (n, n) matrix, got shape {shape}")
     if n is not None and check_int(n, "n", 1) != shape[0]:
@@ -234,9 +239,10 @@ def _check_square(shape, n) -> int:
     return int(shape[0])
 
 
-def _from_dense(m: np.ndarray, bands, n, name) -> BandedStrategy:
-    n = _check_square(m.shape, n)
-    bands = check_int(bands, "bands", 1, n)
+def _from_dense(m: npt.NDArray[np.float64], bands: int, n: int | None,
+                name: str | None) -> BandedStrategy:
+    size = _check_square(m.shape, n)
+    bands = check_int(bands, "bands", 1, size)
     bad = np.argwhere(~np.isfinite(m))
     if bad.size:
         i, j = (int(v) for v in bad[0])
@@ -246,16 +252,17 @@ def _from_dense(m: np.ndarray, bands, n, name) -> BandedStrategy:
         i, j = (int(v) for v in upper[0])
         raise ValueError(f"coefs_or_matrix must be lower-triangular: entry ({i}, {j}) above "
                          f"the diagonal is {m[i, j]}")
-    _check_band_memory(n, bands)
-    i = np.arange(n)[:, None]
-    col = i - np.arange(bands)[None, :]
-    diagonals = np.where(col >= 0, m[i, np.maximum(col, 0)], 0.0)
+    _check_band_memory(size, bands)
+    row = np.arange(size)[:, None]
+    col = row - np.arange(bands)[None, :]
+    diagonals = np.where(col >= 0, m[row, np.maximum(col, 0)], 0.0)
     return BandedStrategy(diagonals, name=name or "banded")
 
 
-def _from_sparse(m, bands, n, name) -> BandedStrategy:
-    n = _check_square(m.shape, n)
-    bands = check_int(bands, "bands", 1, n)
+def _from_sparse(m: Any, bands: int, n: int | None, name: str | None) -> BandedStrategy:
+    # m: any scipy.sparse matrix or array (the stubs' spmatrix / sparray mixins lack .shape)
+    size = _check_square(m.shape, n)
+    bands = check_int(bands, "bands", 1, size)
     coo = sp.coo_matrix(m, dtype=float)
     coo.sum_duplicates()  # canonical: one entry per (row, col)
     bad = np.flatnonzero(~np.isfinite(coo.data))
@@ -268,9 +275,9 @@ def _from_sparse(m, bands, n, name) -> BandedStrategy:
         k = int(upper[0])
         raise ValueError(f"coefs_or_matrix must be lower-triangular: entry ({int(coo.row[k])}, "
                          f"{int(coo.col[k])}) above the diagonal is {coo.data[k]}")
-    _check_band_memory(n, bands)
+    _check_band_memory(size, bands)
     offset = coo.row.astype(np.int64) - coo.col
     keep = offset < bands  # entries further below the band are dropped
-    diagonals = np.zeros((n, bands))
+    diagonals = np.zeros((size, bands))
     diagonals[coo.row[keep], offset[keep]] = coo.data[keep]
     return BandedStrategy(diagonals, name=name or "banded")

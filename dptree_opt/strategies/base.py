@@ -13,8 +13,12 @@ tests check both against a brute-force enumeration of neighbouring datasets.
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias, TypeVar
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 from scipy.sparse.linalg import LinearOperator
 
 from ..privacy import check_neighbours
@@ -25,15 +29,20 @@ _DIRECT_SWAP_BINS = 2048  # the direct recomputation of a degenerate l2 swap, O(
 _PAIR_CHUNK = 256
 _PAIR_FLOATS = 1 << 24
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_A = TypeVar("_A", bound="np.ndarray[Any, Any]")
+# what a strategy matrix may be given as: dense array-like or any scipy.sparse matrix/array
+MatrixLike: TypeAlias = "ArrayLike | sp.spmatrix | sp.sparray"
 
-def check_norm(norm) -> int:
+
+def check_norm(norm: object) -> int:
     """Validate a sensitivity norm: 1 (Laplace) or 2 (Gaussian)."""
     if norm not in (1, 2):
         raise ValueError(f"norm must be 1 (Laplace) or 2 (Gaussian), got {norm!r}")
     return int(norm)
 
 
-def readonly(a: np.ndarray) -> np.ndarray:
+def readonly(a: _A) -> _A:
     """``a`` itself, marked read-only (``a.flags.writeable = False``): the arrays a strategy
     exposes (levels, intervals, coefficients, ...) cannot be changed behind its cached
     sensitivities."""
@@ -41,12 +50,12 @@ def readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def frozen_copy(a) -> np.ndarray:
+def frozen_copy(a: ArrayLike) -> npt.NDArray[Any]:
     """A read-only copy of ``a`` (``np.array(a)``), for arrays handed to users in results."""
     return readonly(np.array(a, copy=True))
 
 
-def frozen_csr(matrix, *, copy: bool = True) -> sp.csr_matrix:
+def frozen_csr(matrix: MatrixLike, *, copy: bool = True) -> sp.csr_matrix:
     """``matrix`` (array-like or scipy.sparse, shape (m, n)) as the CSR float64 matrix a
     strategy exposes: canonical (indices sorted within rows, no duplicate entries, no stored
     zeros) and read-only (``data``, ``indices`` and ``indptr`` not writeable), so it cannot
@@ -55,7 +64,10 @@ def frozen_csr(matrix, *, copy: bool = True) -> sp.csr_matrix:
     ``copy=False`` freezes the arrays of a CSR float64 matrix the caller has just built and
     owns (no copy); the default copies a sparse input, so a caller's own matrix is neither
     frozen nor shared. O(nnz)."""
-    a = sp.csr_matrix(matrix, dtype=float, copy=copy and sp.issparse(matrix))
+    if sp.issparse(matrix):
+        a = sp.csr_matrix(matrix, dtype=np.float64, copy=copy)
+    else:
+        a = sp.csr_matrix(np.asarray(matrix, dtype=np.float64))
     arrays = (a.data, a.indices, a.indptr)
     if not (a.has_canonical_format and np.all(a.data != 0)):
         if not all(x.flags.writeable for x in arrays):
@@ -86,7 +98,8 @@ class Strategy:
     # operators set a limit, and the dense engines refuse beyond it)
     max_matrix_bins: int | None = None
 
-    def __init__(self, matrix, levels=None, *, name: str = "custom"):
+    def __init__(self, matrix: MatrixLike, levels: ArrayLike | None = None, *,
+                 name: str = "custom") -> None:
         a = frozen_csr(matrix)
         if a.shape[0] < 1 or a.shape[1] < 1:
             raise ValueError(f"matrix must have at least one row and one column, got {a.shape}")
@@ -100,7 +113,7 @@ class Strategy:
 
     # ------------------------------------------------------------- basics
     @staticmethod
-    def _check_levels(levels, m: int) -> np.ndarray:
+    def _check_levels(levels: ArrayLike | None, m: int) -> npt.NDArray[np.int32]:
         if levels is None:
             return readonly(np.ones(m, dtype=np.int32))
         lv = np.asarray(levels)
@@ -128,7 +141,7 @@ class Strategy:
         return self._matrix
 
     @property
-    def levels(self) -> np.ndarray:
+    def levels(self) -> npt.NDArray[np.int32]:
         """Budget level of each row (int32, read-only); 0 = the root / total."""
         return self._levels
 
@@ -145,17 +158,17 @@ class Strategy:
     def __repr__(self) -> str:
         return f"<Strategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """Boolean mask of rows equal to the all-ones vector (rows measuring the total N)."""
         a = self.matrix
         ones = sp.csr_matrix(((a.data == 1.0).astype(float), a.indices, a.indptr), shape=a.shape)
         return np.asarray(ones.sum(axis=1)).ravel() == self.n_bins
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r)."""
         return self.matrix @ np.asarray(x, dtype=float)
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u for u of shape (m,) or (m, r); the generic default reads the stored sparse
         matrix (O(nnz)); structured strategies override it without a matrix."""
         u = np.asarray(u, dtype=float)
@@ -180,7 +193,7 @@ class Strategy:
                         np.append(self.levels, 0), name=self.name)
 
     # -------------------------------------------------------- sensitivity
-    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+    def sensitivity(self, weights: ArrayLike, neighbours: str, norm: int) -> float:
         """Privacy loss of releasing A x with row weights ``weights`` (>= 0, shape (m,)).
 
         Returns max over neighbouring histograms x, x' of ||diag(w) A (x - x')||_norm
@@ -199,7 +212,7 @@ class Strategy:
         """Sensitivity of the rows of one level at unit scale (the calibration input)."""
         return self.sensitivity((self.levels == level).astype(float), neighbours, norm)
 
-    def _check_weights(self, weights) -> np.ndarray:
+    def _check_weights(self, weights: ArrayLike) -> _F:
         w = np.asarray(weights, dtype=float)
         if w.shape != (self.n_rows,):
             raise ValueError(f"weights must have shape ({self.n_rows},), got {w.shape}")
@@ -207,13 +220,13 @@ class Strategy:
             raise ValueError("weights must be finite and >= 0")
         return w
 
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         # max_c ||w * A[:, c]||_p, O(nnz)
         a = abs(self.matrix) if p == 1 else self.matrix.multiply(self.matrix)
         col = a.T @ (w if p == 1 else w * w)
         return float(col.max() if p == 1 else np.sqrt(max(col.max(), 0.0)))
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         # max_{a != b} ||w * (A_a - A_b)||_p = max_{a != b} g_a + g_b - C_ab, over column
         # chunks (O(chunk n) memory), with g_c = ||w * A_c||_p^p and C_ab the overlap term:
         # * p = 2 (any entries): C = 2 A' diag(w^2) A (Gram route; the result is squared).
@@ -225,9 +238,12 @@ class Strategy:
         # Dense-ish matrices (> 10% nonzeros) use dense BLAS products: O(m n^2) flops.
         a = self.matrix
         n = self.n_bins
+        grams: list[tuple[sp.csr_matrix, _F]] = []
+        general: _F | None = None
+        w_gen = w
         if p == 2:
             g = np.asarray(a.multiply(a).T @ (w * w)).ravel()
-            grams, general = [(a, 2.0 * w * w)], None
+            grams = [(a, 2.0 * w * w)]
         else:
             g = np.asarray(abs(a).T @ w).ravel()
             nnz = np.diff(a.indptr)
@@ -241,17 +257,23 @@ class Strategy:
             multi = nnz >= 2
             const = multi & (mag_max == mag_min)
             gen = multi & ~const
-            grams = []
             if const.any():
                 ac = a[const]
                 wc = w[const] / mag_max[const]
                 grams = [(abs(ac), wc), (ac, wc)]
-            general = a[gen].toarray() if gen.any() else None
+            if gen.any():
+                general = a[gen].toarray()
             w_gen = w[gen]
         dense = a.nnz > 0.1 * a.shape[0] * n
-        grams = [(b.toarray() if dense else b.tocsc(), v) for b, v in grams]
-        weighted = [(b, (v[:, None] * b) if dense else (sp.diags(v) @ b).tocsc())
-                    for b, v in grams]
+        # (B, diag(v) B) pairs of the overlap terms: dense arrays or CSC matrices
+        dense_pairs: list[tuple[_F, _F]] = []
+        sparse_pairs: list[tuple[sp.csc_matrix, sp.csc_matrix]] = []
+        for b, v in grams:
+            if dense:
+                bd = b.toarray()
+                dense_pairs.append((bd, v[:, None] * bd))
+            else:
+                sparse_pairs.append((b.tocsc(), (sp.diags(v) @ b).tocsc()))
         step = _PAIR_CHUNK
         if general is not None:
             step = max(1, min(step, _PAIR_FLOATS // (general.shape[0] * n)))
@@ -259,9 +281,10 @@ class Strategy:
         for start in range(0, n, step):
             stop = min(start + step, n)
             d = g[start:stop, None] + g[None, :]
-            for b, bw in weighted:
-                prod = b[:, start:stop].T @ bw
-                d -= prod if dense else prod.toarray()
+            for db, dbw in dense_pairs:
+                d -= db[:, start:stop].T @ dbw
+            for sb, sbw in sparse_pairs:
+                d -= (sb[:, start:stop].T @ sbw).toarray()
             if general is not None:
                 blk, row = general[:, start:stop, None], general[:, None, :]
                 overlap = np.abs(blk) + np.abs(row) - np.abs(blk - row)  # (m_gen, c, n)
@@ -274,7 +297,7 @@ class Strategy:
             best = self._direct_swap_l2(w)
         return float(np.sqrt(max(best, 0.0))) if p == 2 else max(best, 0.0)
 
-    def _direct_swap_l2(self, w: np.ndarray) -> float:
+    def _direct_swap_l2(self, w: _F) -> float:
         """max_{a != b} ||w * (A_a - A_b)||_2^2 from the column differences themselves
         (no cancellation), over column chunks; for small n only."""
         a = (sp.diags(w) @ self.matrix).toarray()

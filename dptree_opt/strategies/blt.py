@@ -56,9 +56,12 @@ from __future__ import annotations
 import functools
 import math
 from numbers import Integral
+from typing import Any, TypeAlias
 
 import numpy as np
-from scipy.optimize import minimize
+import numpy.typing as npt
+from numpy.typing import ArrayLike
+from scipy.optimize import OptimizeResult, minimize
 from scipy.special import expit
 
 from ..limits import check_memory
@@ -81,28 +84,33 @@ DEFAULT_BUFFERS = 4
 THETA_MIN = 1e-300
 _COMPLEX_STEP = 1e-30
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+# real, or complex in the complex-step gradient (the state-space helpers take both)
+_C: TypeAlias = "npt.NDArray[np.inexact[Any]]"
+
 
 # ----------------------------------------------------------------- validation
-def _check_n(n) -> int:
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, Integral) or not 1 <= n <= MAX_BLT_BINS:
+def _check_n(n: object) -> int:
+    if (isinstance(n, (bool, np.bool_)) or not isinstance(n, Integral)
+            or not 1 <= int(n) <= MAX_BLT_BINS):
         raise ValueError(f"n must be an integer in [1, 2^40], got {n!r}")
     return int(n)
 
 
-def _check_buffers(buffers) -> int:
+def _check_buffers(buffers: object) -> int:
     if isinstance(buffers, (bool, np.bool_)) or not isinstance(buffers, Integral) \
-            or not 1 <= buffers <= MAX_BUFFERS:
+            or not 1 <= int(buffers) <= MAX_BUFFERS:
         raise ValueError(f"buffers must be an integer in [1, {MAX_BUFFERS}], got {buffers!r}")
     return int(buffers)
 
 
-def _check_objective(objective) -> str:
+def _check_objective(objective: str) -> str:
     if objective not in BLT_OBJECTIVES:
         raise ValueError(f"objective must be one of {BLT_OBJECTIVES}, got {objective!r}")
     return objective
 
 
-def check_blt_parameters(theta, omega) -> tuple[np.ndarray, np.ndarray]:
+def check_blt_parameters(theta: ArrayLike, omega: ArrayLike) -> tuple[_F, _F]:
     """Validate BLT parameters: 1-D float arrays of the same length d in [1, MAX_BUFFERS],
     0 < theta_j < 1, omega_j finite (ValueError otherwise). Returns float64 copies."""
     try:
@@ -125,7 +133,7 @@ def check_blt_parameters(theta, omega) -> tuple[np.ndarray, np.ndarray]:
     return th, om
 
 
-def inverse_spectral_radius(theta, omega) -> float:
+def inverse_spectral_radius(theta: ArrayLike, omega: ArrayLike) -> float:
     """Largest |eigenvalue| of F = diag(theta) - 1 omega', the state matrix of C^-1's buffer
     recurrence (McMahan et al. 2024, Alg. 3; module docstring): C^-1's coefficients decay
     geometrically iff it is < 1."""
@@ -134,7 +142,7 @@ def inverse_spectral_radius(theta, omega) -> float:
 
 
 # ----------------------------------------------------------------- state-space helpers
-def _systems(delta, omega):
+def _systems(delta: _C, omega: _C) -> tuple[_C, _C, _C]:
     """E = I - F, g, h for the c-system and the b-system (module docstring), batched over the
     leading axes of ``delta`` = 1 - theta and ``omega``, both padded to d + 1 states and
     stacked on a new axis -2 of the batch (c first). Works for complex (complex-step) input."""
@@ -156,13 +164,13 @@ def _systems(delta, omega):
     return E, g, h
 
 
-def _transform(E, X):
+def _transform(E: _C, X: _C) -> _C:
     """F X F' with F = I - E (batched; plain transposes: complex-step safe)."""
     Z = X - E @ X
     return Z - Z @ np.swapaxes(E, -1, -2)
 
 
-def _power_moments(E, g, N: int):
+def _power_moments(E: _C, g: _C, N: int) -> tuple[_C, _C]:
     """S = sum_(m<N) F^m g g' F^m' and W = sum_(m<N) (N - m) F^m g g' F^m', F = I - E
     (batched), by doubling over the bits of N (module docstring). O(m^3 log N)."""
     Q = g[..., :, None] * g[..., None, :]
@@ -170,26 +178,26 @@ def _power_moments(E, g, N: int):
     if N <= 0:
         return zero, zero
     Eb, Sb, Wb, length = E, Q, Q, 1            # the block of ``length`` = 2^i terms
-    Ea = Sa = Wa = None                         # the accumulated first ``total`` terms
+    acc: tuple[_C, _C, _C] | None = None        # (Ea, Sa, Wa): the first ``total`` terms
     total = 0
     while True:
         if N & 1:
-            if Ea is None:
-                Ea, Sa, Wa, total = Eb, Sb, Wb, length
+            if acc is None:
+                acc, total = (Eb, Sb, Wb), length
             else:                               # terms total..total+length-1: F^total block
-                Sa, Wa = (Sa + _transform(Ea, Sb),
-                          length * Sa + Wa + _transform(Ea, Wb))
-                Ea = Ea + Eb - Ea @ Eb
+                Ea, Sa, Wa = acc
+                acc = (Ea + Eb - Ea @ Eb, Sa + _transform(Ea, Sb),
+                       length * Sa + Wa + _transform(Ea, Wb))
                 total += length
         N >>= 1
         if not N:
-            return Sa, Wa
+            return (zero, zero) if acc is None else (acc[1], acc[2])
         Sb, Wb = Sb + _transform(Eb, Sb), length * Sb + Wb + _transform(Eb, Wb)
         Eb = 2.0 * Eb - Eb @ Eb
         length *= 2
 
 
-def _losses_from_delta(delta, omega, n: int):
+def _losses_from_delta(delta: _C, omega: _C, n: int) -> tuple[_C, _C, _C]:
     """(sens^2, sum_k b_k^2, sum_k (n - k) b_k^2) per unit sigma^2, batched (module docstring)."""
     E, g, h = _systems(delta, omega)
     S, W = _power_moments(E, g, n - 1)
@@ -201,11 +209,11 @@ def _losses_from_delta(delta, omega, n: int):
     return sens2, sum_b2, wsum_b2
 
 
-def _objective_value(sens2, sum_b2, wsum_b2, n: int, objective: str):
+def _objective_value(sens2: _C, sum_b2: _C, wsum_b2: _C, n: int, objective: str) -> _C:
     return sens2 * (wsum_b2 / n if objective == "mean" else sum_b2)
 
 
-def blt_loss(theta, omega, n: int, objective: str = "mean") -> float:
+def blt_loss(theta: ArrayLike, omega: ArrayLike, n: int, objective: str = "mean") -> float:
     """Error per unit sigma^2 of the BLT(theta, omega) factorisation of the n x n prefix
     workload (add/remove / event level): "mean" = sens^2 ||M C^-1||_F^2 / n (the mean prefix
     variance), "max" = sens^2 max_t ||row t of M C^-1||^2 (the last prefix). Closed form,
@@ -218,7 +226,7 @@ def blt_loss(theta, omega, n: int, objective: str = "mean") -> float:
     return float(_objective_value(sens2, s, w, n, objective))
 
 
-def blt_sensitivity_squared(theta, omega, n: int) -> float:
+def blt_sensitivity_squared(theta: ArrayLike, omega: ArrayLike, n: int) -> float:
     """sum_(k<n) c_k^2, the squared l2 sensitivity of the n x n BLT (column 0), by the
     closed form D^2 + h' S h of the c-system (module docstring), O(d^3 log n)."""
     th, om = check_blt_parameters(theta, omega)
@@ -226,7 +234,7 @@ def blt_sensitivity_squared(theta, omega, n: int) -> float:
 
 
 # ----------------------------------------------------------------- sequences, O(n d)
-def _impulse_response(E: np.ndarray, g: np.ndarray, h: np.ndarray, D: float, n: int) -> np.ndarray:
+def _impulse_response(E: _C, g: _C, h: _C, D: float, n: int) -> _F:
     """s_0 = D, s_k = h' F^(k-1) g (k = 1..n-1), F = I - E (real, one system), O(n m) work:
     n = L x K blocks, rows h' F^j (j < L) times block starts F^(iL) g (i < K), both built by
     doubling with the powers in I - E form."""
@@ -254,25 +262,25 @@ def _impulse_response(E: np.ndarray, g: np.ndarray, h: np.ndarray, D: float, n: 
     return out
 
 
-def _sequence(theta, omega, n, system: int) -> np.ndarray:
+def _sequence(theta: ArrayLike, omega: ArrayLike, n: int, system: int) -> _F:
     """The impulse response of :func:`_systems`' c-system (0) or b-system (1), D = 1."""
     th, om = check_blt_parameters(theta, omega)
     E, g, h = _systems(1.0 - th, om)
     return _impulse_response(E[system], g[system], h[system], 1.0, _check_n(n))
 
 
-def blt_coefficients(theta, omega, n: int) -> np.ndarray:
+def blt_coefficients(theta: ArrayLike, omega: ArrayLike, n: int) -> _F:
     """c_0..c_(n-1): c_0 = 1, c_i = sum_j omega_j theta_j^(i-1) (Dvijotham et al. 2024; module
     docstring), by the c-system's recurrence. O(n d)."""
     return _sequence(theta, omega, n, 0)
 
 
-def _inverse_system(th, om):
+def _inverse_system(th: _F, om: _F) -> _F:
     """E = I - F for C^-1's state matrix F = diag(theta) - 1 omega' (module docstring)."""
     return np.diag(1.0 - th) + np.outer(np.ones(th.size), om)
 
 
-def blt_inverse_coefficients(theta, omega, n: int) -> np.ndarray:
+def blt_inverse_coefficients(theta: ArrayLike, omega: ArrayLike, n: int) -> _F:
     """u = 1 / c(z) mod z^n, the first column of C^-1, by the buffer recurrence
     (u_0 = 1, u_k = -omega' F^(k-1) 1, F = diag(theta) - 1 omega'; McMahan et al. 2024,
     Alg. 3). O(n d)."""
@@ -280,14 +288,14 @@ def blt_inverse_coefficients(theta, omega, n: int) -> np.ndarray:
     return _impulse_response(_inverse_system(th, om), np.ones(th.size), -om, 1.0, _check_n(n))
 
 
-def blt_noise_coefficients(theta, omega, n: int) -> np.ndarray:
+def blt_noise_coefficients(theta: ArrayLike, omega: ArrayLike, n: int) -> _F:
     """b = cumsum(u), the first column of B = M C^-1 (the noise weights of the running counts),
     from the b-system's (d+1)-state recurrence (module docstring). O(n d)."""
     return _sequence(theta, omega, n, 1)
 
 
 # ----------------------------------------------------------------- optimisation
-def _unpack(x):
+def _unpack(x: _C) -> tuple[_C, _C]:
     """theta = sigmoid(a) (so delta = 1 - theta = 1 / (1 + e^a)), omega = e^beta; analytic
     (complex-step safe)."""
     d = x.shape[-1] // 2
@@ -295,7 +303,7 @@ def _unpack(x):
     return 1.0 / (1.0 + np.exp(a)), np.exp(beta)
 
 
-def _loss_and_grad(x: np.ndarray, n: int, objective: str):
+def _loss_and_grad(x: _F, n: int, objective: str) -> tuple[float, _F]:
     """The objective and its gradient in the unconstrained x, by complex steps: one batched
     doubling pass over the 2d perturbations x + i h e_k (exact to rounding)."""
     p = x.size
@@ -311,10 +319,10 @@ def _loss_and_grad(x: np.ndarray, n: int, objective: str):
     return f, grad
 
 
-def _starts(n: int, d: int, count: int):
+def _starts(n: int, d: int, count: int) -> list[_F]:
     """Initial x: quadrature nodes x_j = -log theta_j, log-spaced over [x_min, x_max], weights
     omega_j = sqrt(x_j) dv e^(-x_j) / pi (module docstring), for a few ranges."""
-    out = []
+    out: list[_F] = []
     lo_scales = (1.0, 10.0, 0.2, 3.0, 0.05, 30.0)
     hi_values = (1.0, 0.3, 2.0, 0.1, 3.0, 0.5)
     for i in range(count):
@@ -335,17 +343,20 @@ def _starts(n: int, d: int, count: int):
 
 
 @functools.lru_cache(maxsize=64)
-def _optimize_cached(n: int, d: int, objective: str, starts: int):
-    best = None
+def _optimize_cached(n: int, d: int, objective: str,
+                     starts: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    best: OptimizeResult | None = None
     for x0 in _starts(n, d, starts):
         res = minimize(_loss_and_grad, x0, args=(n, objective), jac=True, method="L-BFGS-B",
                        options={"maxiter": 3000, "ftol": 1e-15, "gtol": 1e-11})
         if best is None or res.fun < best.fun:
             best = res
+    if best is None:  # starts >= 1 (checked by optimize_blt)
+        raise ValueError("starts must be >= 1")
     return _valid_parameters(best.x)
 
 
-def _valid_parameters(x: np.ndarray) -> tuple[tuple, tuple]:
+def _valid_parameters(x: _F) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(theta, omega) from the optimiser's x, theta decreasing, every theta_j in
     [THETA_MIN, 1 - 2^-53]. theta = sigmoid(a) is computed directly (``1 - delta`` keeps no
     relative precision when theta is small) and clipped: at small n the optimum can drive a
@@ -364,7 +375,7 @@ def _valid_parameters(x: np.ndarray) -> tuple[tuple, tuple]:
 
 
 def optimize_blt(n: int, buffers: int = DEFAULT_BUFFERS, objective: str = "mean", *,
-                 starts: int = 4) -> tuple[np.ndarray, np.ndarray, float]:
+                 starts: int = 4) -> tuple[_F, _F, float]:
     """BLT parameters (theta, omega, loss) minimising :func:`blt_loss` for the n x n prefix
     workload with ``buffers`` buffers (module docstring: L-BFGS on theta = sigmoid(a),
     omega = e^beta from ``starts`` quadrature starts, exact complex-step gradients of the
@@ -374,8 +385,8 @@ def optimize_blt(n: int, buffers: int = DEFAULT_BUFFERS, objective: str = "mean"
     _check_objective(objective)
     if isinstance(starts, (bool, np.bool_)) or not isinstance(starts, Integral) or starts < 1:
         raise ValueError(f"starts must be an integer >= 1, got {starts!r}")
-    theta, omega = _optimize_cached(n, d, objective, int(starts))
-    theta, omega = np.array(theta), np.array(omega)
+    th, om = _optimize_cached(n, d, objective, int(starts))
+    theta, omega = np.array(th), np.array(om)
     return theta, omega, blt_loss(theta, omega, n, objective)
 
 
@@ -389,8 +400,8 @@ class BLTStrategy(ToeplitzStrategy):
     Attributes: ``theta``, ``omega`` (read-only), ``buffers``, ``objective`` (what the parameters
     were optimised for, None when given), ``loss(objective)`` (per unit sigma^2)."""
 
-    def __init__(self, theta, omega, n: int, *, objective: str | None = None,
-                 n_totals: int = 0, name: str = "blt"):
+    def __init__(self, theta: ArrayLike, omega: ArrayLike, n: int, *,
+                 objective: str | None = None, n_totals: int = 0, name: str = "blt") -> None:
         th, om = check_blt_parameters(theta, omega)
         n = _check_n(n)
         super().__init__(blt_coefficients(th, om, n), n_totals=n_totals, name=name)
@@ -399,12 +410,12 @@ class BLTStrategy(ToeplitzStrategy):
         self.objective = objective
 
     @property
-    def theta(self) -> np.ndarray:
+    def theta(self) -> _F:
         """The buffer decays theta_j (read-only)."""
         return self._theta
 
     @property
-    def omega(self) -> np.ndarray:
+    def omega(self) -> _F:
         """The output scales omega_j (read-only)."""
         return self._omega
 
@@ -417,14 +428,14 @@ class BLTStrategy(ToeplitzStrategy):
         return (f"<BLTStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins, "
                 f"{self.buffers} buffers>")
 
-    def inverse_coefficients(self) -> np.ndarray:
+    def inverse_coefficients(self) -> _F:
         """First column of C^-1 by the buffer recurrence, cached. O(n d)."""
         if self._inverse is None:
             self._inverse = readonly(blt_inverse_coefficients(self._theta, self._omega,
                                                                self._n_bins))
         return self._inverse
 
-    def noise_coefficients(self) -> np.ndarray:
+    def noise_coefficients(self) -> _F:
         """b = first column of M C^-1 (cumsum of the inverse's column). O(n d)."""
         return blt_noise_coefficients(self._theta, self._omega, self._n_bins)
 
@@ -433,7 +444,8 @@ class BLTStrategy(ToeplitzStrategy):
         return blt_loss(self._theta, self._omega, self._n_bins, objective)
 
 
-def check_blt_options(buffers, objective, theta, omega):
+def check_blt_options(buffers: int | None, objective: str, theta: ArrayLike | None,
+                      omega: ArrayLike | None) -> tuple[_F, _F] | None:
     """Validate the BLT options shared by :func:`blt` and the streaming BLT counter: the
     ``objective``, ``buffers`` (None or an int >= 1) and ``theta`` / ``omega`` (both or
     neither; ``buffers``, if given, equal to their length). Returns the checked (theta, omega)
@@ -443,7 +455,7 @@ def check_blt_options(buffers, objective, theta, omega):
         _check_buffers(buffers)
     if (theta is None) != (omega is None):
         raise ValueError("give both theta and omega (or neither, to optimise them)")
-    if theta is None:
+    if theta is None or omega is None:
         return None
     th, om = check_blt_parameters(theta, omega)
     if buffers is not None and buffers != th.size:
@@ -451,8 +463,8 @@ def check_blt_options(buffers, objective, theta, omega):
     return th, om
 
 
-def blt(n: int, *, buffers: int | None = None, objective: str = "mean", theta=None,
-        omega=None) -> BLTStrategy:
+def blt(n: int, *, buffers: int | None = None, objective: str = "mean",
+        theta: ArrayLike | None = None, omega: ArrayLike | None = None) -> BLTStrategy:
     """The n x n BLT strategy with ``buffers`` buffers (default 4).
 
     With ``theta`` and ``omega`` given (both; 0 < theta_j < 1; ``buffers``, if given, must

@@ -35,13 +35,19 @@ dropped; it keeps full column rank and its sensitivities are computed exactly by
 from __future__ import annotations
 
 import math
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..limits import check_memory
 from ..validation import check_n
 from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
 
 __all__ = ["haar", "haar_matrix", "haar_sensitivity", "HaarStrategy", "MAX_MATRIX_BINS"]
 
@@ -85,7 +91,7 @@ class HaarStrategy(Strategy):
     of level j covers [a, b) = [i n / 2^j, (i + 1) n / 2^j) with middle m and measures
     sum(x[a:m]) - sum(x[m:b])."""
 
-    def __init__(self, n: int, *, n_totals: int = 0, name: str = "haar"):
+    def __init__(self, n: int, *, n_totals: int = 0, name: str = "haar") -> None:
         n = check_n(n)
         if n & (n - 1):
             raise ValueError(f"the structured Haar strategy needs n a power of two, got {n} "
@@ -94,7 +100,7 @@ class HaarStrategy(Strategy):
         self._n_totals = int(n_totals)
         self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
-        self._matrix = None
+        self._lazy_matrix: sp.csr_matrix | None = None
         self.name = name
 
     @property
@@ -102,7 +108,7 @@ class HaarStrategy(Strategy):
         """Number of appended all-ones total rows (level 0)."""
         return self._n_totals
 
-    def node_bounds(self):
+    def node_bounds(self) -> tuple[_I, _I, _I]:
         """(a, m, b) of the n - 1 tree nodes in row order (rows 1..n-1). O(n)."""
         n = self._n_bins
         L = n.bit_length() - 1
@@ -116,27 +122,27 @@ class HaarStrategy(Strategy):
     def matrix(self) -> sp.csr_matrix:
         """A as CSR (n log n + n nonzeros; canonical, read-only), built on first request;
         n <= MAX_MATRIX_BINS."""
-        if self._matrix is None:
+        if self._lazy_matrix is None:
             if self._n_bins > MAX_MATRIX_BINS:
                 raise ValueError(f"the Haar matrix has n log n nonzeros: refused for "
                                  f"{self._n_bins} > {MAX_MATRIX_BINS} bins (use apply and "
                                  "the structured paths)")
             rows = [haar_matrix(self._n_bins)]
             rows += [sp.csr_matrix(np.ones((1, self._n_bins)))] * self._n_totals
-            self._matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
-        return self._matrix
+            self._lazy_matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
+        return self._lazy_matrix
 
     def __repr__(self) -> str:
         return f"<HaarStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """Row 0 (the noisy total) and the appended totals; row 0 of n = 1 is the only row."""
         mask = np.zeros(self.n_rows, dtype=bool)
         mask[0] = True
         mask[self._n_bins:] = True
         return mask
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r) from cumulative sums S:
         2 S_m - S_a - S_b per node. O(n)."""
         x = np.asarray(x, dtype=float)
@@ -152,7 +158,7 @@ class HaarStrategy(Strategy):
         """A copy with one more all-ones row at level 0 (the last row)."""
         return HaarStrategy(self._n_bins, n_totals=self._n_totals + 1, name=self.name)
 
-    def _uniform(self, w: np.ndarray):
+    def _uniform(self, w: _F) -> tuple[float, float, _F] | None:
         """(total-row weight, common node weight, appended-total weights) or None."""
         n = self._n_bins
         nodes = w[1:n]
@@ -160,7 +166,7 @@ class HaarStrategy(Strategy):
             return None
         return float(w[0]), float(nodes[0]) if nodes.size else 0.0, w[n:]
 
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         u = self._uniform(w)
         if u is None:
             return super()._add_remove_loss(w, p)
@@ -171,7 +177,7 @@ class HaarStrategy(Strategy):
             return w0 + L * wn + float(wt.sum())
         return math.sqrt(w0 * w0 + L * wn * wn + float(np.sum(wt * wt)))
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         u = self._uniform(w)
         if u is None:
             return super()._swap_loss(w, p)

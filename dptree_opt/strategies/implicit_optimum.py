@@ -31,8 +31,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 from scipy.linalg import lapack
 
 import scipy.sparse as sp
@@ -43,6 +46,8 @@ from ..validation import check_int, check_positive
 from ..workloads import Workload
 from .base import Strategy, frozen_csr, readonly
 from .optimized import dual_start
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
 
 __all__ = ["ImplicitFactorization", "ImplicitOptimum", "factorization_moments",
            "gaussian_optimal_implicit", "inverse_sqrt_diagonal", "spectral_bounds",
@@ -108,7 +113,8 @@ def tridiagonal_inverse_diagonal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _Resolvent(a, b, 0.0).diag
 
 
-def spectral_bounds(a: np.ndarray, b: np.ndarray, inverse_trace: float | None = None):
+def spectral_bounds(a: np.ndarray, b: np.ndarray,
+                    inverse_trace: float | None = None) -> tuple[float, float]:
     """(lam_min, lam_max) enclosing the spectrum of the SPD tridiagonal T: Gershgorin above;
     below 1 / tr(T^-1) (``inverse_trace`` if known, else computed, O(n))."""
     radius = np.abs(a).copy()
@@ -120,7 +126,7 @@ def spectral_bounds(a: np.ndarray, b: np.ndarray, inverse_trace: float | None = 
 
 
 def _sqrt_nodes(lam_min: float, lam_max: float, step: float = _STEP,
-                truncation: float = _TRUNCATION):
+                truncation: float = _TRUNCATION) -> tuple[_F, _F]:
     """Nodes s_k = t_k^2 and weights of T^(-1/2) ~ sum_k w_k (T + s_k)^-1: the trapezoid rule on
     (2/pi) int e^u (T + e^(2u))^-1 du (module docstring)."""
     lo = 0.5 * math.log(lam_min) - truncation
@@ -130,7 +136,7 @@ def _sqrt_nodes(lam_min: float, lam_max: float, step: float = _STEP,
 
 
 def _power_nodes(alpha: float, lam_min: float, lam_max: float, step: float = 0.6,
-                 truncation: float = _TRUNCATION):
+                 truncation: float = _TRUNCATION) -> tuple[_F, _F]:
     """Nodes and weights of T^-alpha ~ sum_k w_k (T + s_k)^-1 (0 < alpha < 1): the trapezoid
     rule on (sin(alpha pi) / pi) int e^((1 - alpha) v) (T + e^v)^-1 dv (analytic in
     |Im v| < pi: error ~ exp(-2 pi^2 / step); tails e^-truncation)."""
@@ -167,7 +173,7 @@ def inverse_sqrt_diagonal(a: np.ndarray, b: np.ndarray, lam_min: float, lam_max:
     return out
 
 
-def _gram_inverse(w: Workload):
+def _gram_inverse(w: Workload) -> tuple[_F, _F, _F]:
     """(a, b) of the tridiagonal G^-1 and diag(G), for prefix / all_range / identity."""
     n = w.n_bins
     i = np.arange(n, dtype=float)
@@ -205,7 +211,7 @@ class ImplicitOptimum:
     iterations: int
     seconds: float
     method: str
-    history: tuple = ()
+    history: tuple[tuple[float, float], ...] = ()
 
     @property
     def gap(self) -> float:
@@ -214,7 +220,7 @@ class ImplicitOptimum:
 
 
 def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter: int = 1000,
-                              d0=None, time_limit: float | None = None,
+                              d0: ArrayLike | None = None, time_limit: float | None = None,
                               primal_every: int | None = None,
                               progress: bool = False) -> ImplicitOptimum:
     """The Gaussian optimum (P) for the prefix / all-range / identity workload at any n, with
@@ -240,8 +246,9 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
     ga, gb, gdiag = _gram_inverse(workload)
     n = workload.n_bins
     d = dual_start(workload, d0)
-    best_primal, best_dual, best = math.inf, -math.inf, None
-    history = []
+    best_primal, best_dual = math.inf, -math.inf
+    best: tuple[_F, _F, dict[str, Any]] | None = None
+    history: list[tuple[float, float]] = []
     bar = Progress(max_iter, "gaussian optimum", enabled=progress)
     it = 0
     q_err = 0.0
@@ -283,6 +290,9 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
             break
         d = s  # fixed point d <- diag((D^1/2 G D^1/2)^1/2)
     bar.close()
+    if best is None:
+        raise ValueError("the implicit Gaussian optimum found no finite primal value "
+                         f"for the {workload.kind!r} workload over {n} bins")
     gap = best_primal / best_dual - 1.0
     d, s, mom = best
     strategy = ImplicitFactorization(ga, gb, gdiag, d, workload_kind=workload.kind,
@@ -297,7 +307,7 @@ def gaussian_optimal_implicit(workload: Workload, *, tol: float = 1e-3, max_iter
                 f"iterations, certified gap {gap:.2e}"), history=tuple(history))
 
 
-def _workload_total(kind: str, moments: dict) -> float:
+def _workload_total(kind: str, moments: dict[str, Any]) -> float:
     if kind == "all_range":
         return float(moments["all_range_total"])
     return float(moments["identity" if kind == "identity" else "prefix"].sum())
@@ -312,8 +322,9 @@ def _tri_matvec(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def factorization_moments(ga: np.ndarray, gb: np.ndarray, gdiag: np.ndarray, d: np.ndarray,
-                          *, weights=None, all_range: bool = False,
-                          quadrature: tuple = (_STEP, _TRUNCATION)) -> dict:
+                          *, weights: ArrayLike | None = None, all_range: bool = False,
+                          quadrature: tuple[float, float] = (_STEP, _TRUNCATION)
+                          ) -> dict[str, Any]:
     """Unit-noise moments of the BLUE x^ = A^-1 y for the factorisation A'A = X(d) =
     D^(-1/2) S D^(-1/2) (before the scaling c): Cov = X(d)^-1 = D^(1/2) T^(1/2) D^(1/2),
     T = D^(-1/2) G^-1 D^(-1/2), G^-1 = tridiag(gb, ga, gb), ``gdiag`` = diag(G).
@@ -410,9 +421,11 @@ class ImplicitFactorization(Strategy):
 
 
     max_matrix_bins = MAX_MATRIX_BINS
-    def __init__(self, ga, gb, gdiag, d, *, normalise: bool = True, n_totals: int = 0,
-                 workload_kind: str = "prefix", name: str = "implicit optimum", _diag_s=None,
-                 _diag_error: float = 0.0, _moments=None, _weights=None):
+    def __init__(self, ga: ArrayLike, gb: ArrayLike, gdiag: ArrayLike, d: ArrayLike, *,
+                 normalise: bool = True, n_totals: int = 0, workload_kind: str = "prefix",
+                 name: str = "implicit optimum", _diag_s: _F | None = None,
+                 _diag_error: float = 0.0, _moments: dict[str, Any] | None = None,
+                 _weights: ArrayLike | None = None) -> None:
         d = readonly(np.array(d, dtype=float))  # a copy: the caller's array stays its own
         n = d.size
         if d.ndim != 1 or n < 1 or not np.all(np.isfinite(d)) or np.any(d <= 0):
@@ -447,10 +460,10 @@ class ImplicitFactorization(Strategy):
         self._n_totals = int(n_totals)
         self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
-        self._matrix = None
-        self._corner = None
+        self._lazy_matrix: sp.csr_matrix | None = None
+        self._corner: float | None = None
         self._raw_moments = _moments  # factorization_moments at weights e (before c)
-        self._moments = None
+        self._moments: dict[str, Any] | None = None
         self.workload_kind = workload_kind
         self.name = name
 
@@ -497,7 +510,7 @@ class ImplicitFactorization(Strategy):
             out += w * _Resolvent(self._a, self._b, float(s)).solve(y)
         return out
 
-    def _check_rows(self, x, rows: int) -> np.ndarray:
+    def _check_rows(self, x: ArrayLike, rows: int) -> _F:
         x = np.asarray(x, dtype=float)
         if x.shape[:1] != (rows,):
             raise ValueError(f"expected {rows} rows, got shape {x.shape}")
@@ -506,14 +519,14 @@ class ImplicitFactorization(Strategy):
     def _col(self, v: np.ndarray, ndim: int) -> np.ndarray:
         return v.reshape((-1,) + (1,) * (ndim - 1))
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r); then the totals."""
         x = self._check_rows(x, self._n_bins)
         core = self._power(0.25, x / self._col(self._e, x.ndim)) / math.sqrt(self._c)
         tot = np.broadcast_to(x.sum(axis=0), (self._n_totals,) + x.shape[1:])
         return np.concatenate([core, tot], axis=0) if self._n_totals else core
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u (A' = D^(-1/2) T^(-1/4) / sqrt(c), T^(-1/4) symmetric)."""
         u = self._check_rows(u, self.n_rows)
         core = u[:self._n_bins]
@@ -522,7 +535,7 @@ class ImplicitFactorization(Strategy):
             out = out + u[self._n_bins:].sum(axis=0)
         return out
 
-    def solve(self, y) -> np.ndarray:
+    def solve(self, y: ArrayLike) -> _F:
         """A^-1 y for the n rows of A (y of shape (n,) or (n, r))."""
         y = self._check_rows(y, self._n_bins)
         z = self._power(0.75, y)
@@ -535,14 +548,14 @@ class ImplicitFactorization(Strategy):
     def matrix(self) -> sp.csr_matrix:
         """A as CSR (dense n x n; canonical, read-only), from n applications; n <= 2048
         only."""
-        if self._matrix is None:
+        if self._lazy_matrix is None:
             if self._n_bins > MAX_MATRIX_BINS:
                 raise ValueError(f"the implicit optimum's explicit matrix is dense: refused for "
                                  f"{self._n_bins} > {MAX_MATRIX_BINS} bins")
-            self._matrix = frozen_csr(self.apply(np.eye(self._n_bins)))
-        return self._matrix
+            self._lazy_matrix = frozen_csr(self.apply(np.eye(self._n_bins)))
+        return self._lazy_matrix
 
-    def moments(self) -> dict:
+    def moments(self) -> dict[str, Any]:
         """Unit-noise BLUE moments (``factorization_moments``, all-range total included) of
         this strategy (A'A = X / c: every variance times c); computed once, cached."""
         if self._moments is None:

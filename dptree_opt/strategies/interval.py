@@ -17,19 +17,29 @@ the smallest row containing bin c (-1 if none). This structure gives, without th
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from functools import cached_property
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..limits import (INTERVAL_BYTES_PER_BIN, INTERVAL_BYTES_PER_ROW, TREE_BYTES_PER_ROW,
                       check_memory)
 from ..validation import check_int, check_n
 from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
 
+if TYPE_CHECKING:
+    import networkx as nx
 
-def interval_matrix(lo: np.ndarray, hi: np.ndarray, n_bins: int) -> sp.csr_matrix:
+_F: TypeAlias = "npt.NDArray[np.float64]"
+_I: TypeAlias = "npt.NDArray[np.int64]"
+
+
+def interval_matrix(lo: npt.NDArray[np.integer[Any]], hi: npt.NDArray[np.integer[Any]],
+                    n_bins: int) -> sp.csr_matrix:
     """CSR 0/1 matrix whose row r is the indicator of bins [lo_r, hi_r). O(nnz)."""
     counts = (hi - lo).astype(np.int64)
     indptr = np.concatenate([[0], np.cumsum(counts)])
@@ -37,7 +47,7 @@ def interval_matrix(lo: np.ndarray, hi: np.ndarray, n_bins: int) -> sp.csr_matri
     return sp.csr_matrix((np.ones(indptr[-1]), indices, indptr), shape=(lo.size, n_bins))
 
 
-def _top_two(values: np.ndarray, groups: np.ndarray):
+def _top_two(values: _F, groups: _I) -> tuple[_I, _F, _F]:
     """Distinct groups and, per group, the largest and second-largest value (-inf if none)."""
     ids, inv = np.unique(groups, return_inverse=True)
     b1 = np.full(ids.size, -np.inf)
@@ -52,7 +62,11 @@ def _top_two(values: np.ndarray, groups: np.ndarray):
 class IntervalStrategy(Strategy):
     """A strategy whose rows are the 0/1 indicators of nested-or-disjoint bin ranges."""
 
-    def __init__(self, lo, hi, parent, levels, *, n_bins: int, depth, bin_row, name: str):
+    # hierarchy(): the graph node of each row (set only on strategies built from a graph)
+    node_labels: list[Hashable]
+
+    def __init__(self, lo: ArrayLike, hi: ArrayLike, parent: ArrayLike, levels: ArrayLike, *,
+                 n_bins: int, depth: ArrayLike, bin_row: ArrayLike, name: str) -> None:
         self._n_bins = int(n_bins)
         # copies: a caller's arrays are neither frozen nor shared
         self._lo = readonly(np.array(lo, dtype=np.int64))
@@ -66,27 +80,27 @@ class IntervalStrategy(Strategy):
 
     # structure (subclasses may compute these lazily)
     @property
-    def lo(self) -> np.ndarray:
+    def lo(self) -> _I:
         """First bin of each row's range."""
         return self._lo
 
     @property
-    def hi(self) -> np.ndarray:
+    def hi(self) -> _I:
         """One past the last bin of each row's range."""
         return self._hi
 
     @property
-    def parent(self) -> np.ndarray:
+    def parent(self) -> _I:
         """Index of the smallest row strictly containing each row (-1 for forest roots)."""
         return self._parent
 
     @property
-    def depth(self) -> np.ndarray:
+    def depth(self) -> _I:
         """Depth of each row in the forest (0 at forest roots)."""
         return self._depth
 
     @property
-    def bin_row(self) -> np.ndarray:
+    def bin_row(self) -> _I:
         """For each bin, the smallest row containing it (-1 if no row does)."""
         return self._bin_row
 
@@ -102,17 +116,17 @@ class IntervalStrategy(Strategy):
                      "need no matrix, or fewer bins")
         return frozen_csr(interval_matrix(self.lo, self.hi, self.n_bins), copy=False)
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """Rows whose range is every bin (the total N)."""
         return (self.lo == 0) & (self.hi == self.n_bins)
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r) via cumulative sums, O(m + n), no matrix."""
         x = np.asarray(x, dtype=float)
         s = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(x, axis=0)])
         return s[self.hi] - s[self.lo]
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u for u of shape (m,) or (m, r) via a difference array, O(m + n), no
         matrix."""
         u = np.asarray(u, dtype=float)
@@ -134,7 +148,7 @@ class IntervalStrategy(Strategy):
         )
 
     # -------------------------------------------------------- sensitivity
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         wp = w if p == 1 else w * w
         n = self.n_bins
         # weight of rows containing bin c, via a difference array: O(m + n)
@@ -142,7 +156,7 @@ class IntervalStrategy(Strategy):
         best = float(cover.max())
         return best if p == 1 else float(np.sqrt(max(best, 0.0)))
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         wp = w if p == 1 else w * w
         m = self.n_rows
         par = np.where(self.parent < 0, m, self.parent)  # m = virtual super-root
@@ -172,7 +186,7 @@ class IntervalStrategy(Strategy):
 class PrefixSums(IntervalStrategy):
     """Rows C_1..C_n (row j = bins [0, j]); the chain's swap loss has a closed form."""
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         # moving a record from bin a to bin b > a changes rows a..b-1; weights are >= 0, so
         # the worst pair is (0, n-1): all rows but the total.
         wp = w[:-1] if p == 1 else w[:-1] ** 2
@@ -180,7 +194,8 @@ class PrefixSums(IntervalStrategy):
         return s if p == 1 else float(np.sqrt(s))
 
 
-def tree_level_sensitivity(branching, level: int, neighbours: str, norm: int) -> float:
+def tree_level_sensitivity(branching: Sequence[int], level: int, neighbours: str,
+                           norm: int) -> float:
     """One level's sensitivity at unit scale in the level-uniform tree with ``branching``
     (k_1..k_h), O(h), no tree built (``LevelUniformTree.level_sensitivity``; docs/math.md
     section 1): add/remove 1 (every leaf lies under one node of the level); swap 2^(1/p)
@@ -230,7 +245,7 @@ class LevelUniformTree(IntervalStrategy):
         """Rows of one level."""
         return slice(int(self.level_offsets[level]), int(self.level_offsets[level + 1]))
 
-    def _node_index(self) -> tuple[np.ndarray, np.ndarray]:
+    def _node_index(self) -> tuple[_I, _I]:
         """(index within level, width) of every row."""
         check_memory(24 * self.n_rows, f"the node ranges of a tree with {self.n_rows} rows",
                      "use fewer bins")
@@ -239,17 +254,17 @@ class LevelUniformTree(IntervalStrategy):
         return idx, np.repeat(self.level_widths, self.level_sizes)
 
     @cached_property
-    def lo(self) -> np.ndarray:
+    def lo(self) -> _I:
         idx, width = self._node_index()
         return readonly(idx * width)
 
     @cached_property
-    def hi(self) -> np.ndarray:
+    def hi(self) -> _I:
         idx, width = self._node_index()
         return readonly((idx + 1) * width)
 
     @cached_property
-    def parent(self) -> np.ndarray:
+    def parent(self) -> _I:
         idx, _ = self._node_index()
         k = np.repeat(np.array((1,) + self.branching, dtype=np.int64), self.level_sizes)
         lvl = self.levels.astype(np.int64)
@@ -257,14 +272,14 @@ class LevelUniformTree(IntervalStrategy):
         return readonly(np.where(lvl == 0, -1, off + idx // k))
 
     @property
-    def depth(self) -> np.ndarray:
+    def depth(self) -> _I:
         return readonly(self.levels.astype(np.int64))
 
     @cached_property
-    def bin_row(self) -> np.ndarray:
+    def bin_row(self) -> _I:
         return readonly(np.arange(self.n_bins, dtype=np.int64) + self.level_offsets[-2])
 
-    def level_weights(self, weights: np.ndarray) -> np.ndarray | None:
+    def level_weights(self, weights: _F) -> _F | None:
         """Per-level weight if ``weights`` is constant on every level, else None."""
         starts = self.level_offsets[:-1]
         lo_w = np.minimum.reduceat(weights, starts)
@@ -277,7 +292,7 @@ class LevelUniformTree(IntervalStrategy):
         the first split, else none (2^(1/p) or 0)."""
         return tree_level_sensitivity(self.branching, level, neighbours, norm)
 
-    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+    def sensitivity(self, weights: ArrayLike, neighbours: str, norm: int) -> float:
         """Exact loss; closed form when weights are constant per level (docs/math.md section 1):
         add/remove: ||(W_0..W_h)||_p (every leaf lies under one node per level);
         swap: ||(W_{u+1}..W_h)||_p * 2^(1/p), u = the first level with k_{u+1} >= 2 (two
@@ -305,7 +320,7 @@ def _check_interval_size(rows: int, n: int, what: str) -> None:
                  f"{what} over {n} bins ({rows} rows)", "use fewer bins")
 
 
-def histogram(n) -> Strategy:
+def histogram(n: int) -> IntervalStrategy:
     """A = I over n bins: each bin measured once (all rows at level 1; no total row). The
     grid version (a shape (n_1, .., n_d)) is ``strategies.histogram`` (module kronecker)."""
     n = check_n(n)
@@ -340,7 +355,7 @@ def padded_height(n: int, k: int) -> int:
     return h
 
 
-def resolve_branching(n: int, branching) -> tuple[int, ...]:
+def resolve_branching(n: int, branching: int | Sequence[int]) -> tuple[int, ...]:
     """The branching list for ``tree(n, branching)``; ValueError if it does not match n."""
     n = check_n(n)
     if isinstance(branching, (int, np.integer)) and not isinstance(branching, bool):
@@ -355,7 +370,7 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
     if isinstance(branching, (str, bytes)):
         raise ValueError(f"branching must be an int or a list of ints, got {branching!r}")
     try:
-        orig = list(branching)
+        orig = list(cast("Sequence[int]", branching))  # checked below (a bool: TypeError)
     except TypeError:
         raise ValueError(f"branching must be an int or a list of ints, got {branching!r}") from None
     # integers only: no bools, no floats (2.0, inf, nan), no strings
@@ -370,14 +385,14 @@ def resolve_branching(n: int, branching) -> tuple[int, ...]:
     return tuple(ks)
 
 
-def tree(n: int, branching) -> LevelUniformTree:
+def tree(n: int, branching: int | Sequence[int]) -> LevelUniformTree:
     """Level-uniform tree over n bins ([RTS] Def. IV.1) with its root row (level 0).
 
     ``branching``: an int k (n must be a power of k) or a list [k_1..k_h] with product n."""
     return LevelUniformTree(check_n(n), resolve_branching(n, branching))
 
 
-def truncated_tree(n: int, branching) -> IntervalStrategy:
+def truncated_tree(n: int, branching: Sequence[int]) -> IntervalStrategy:
     """The level-uniform tree with branching (k_1..k_h) over K' = prod k_l >= n bins,
     truncated to the first n bins: the padding bins are known zeros, so nodes lying entirely
     in them are dropped and the last node of each level keeps only [lo, n) (OpenDP's
@@ -395,14 +410,17 @@ def truncated_tree(n: int, branching) -> IntervalStrategy:
     counts = [-(-n // w) for w in widths]
     _check_interval_size(sum(counts), n, "the truncated tree")
     offsets = np.concatenate(([0], np.cumsum(counts)))
-    lo, hi, parent, depth = [], [], [], []
+    lo: list[_I] = []
+    hi: list[_I] = []
+    parent: list[_I] = []
+    depths: list[_I] = []
     for d, (w, c) in enumerate(zip(widths, counts)):
         i = np.arange(c, dtype=np.int64)
         lo.append(i * w)
         hi.append(np.minimum((i + 1) * w, n))
         parent.append(offsets[d - 1] + i // ks[d - 1] if d else np.full(c, -1, dtype=np.int64))
-        depth.append(np.full(c, d, dtype=np.int64))
-    depth = np.concatenate(depth)
+        depths.append(np.full(c, d, dtype=np.int64))
+    depth = np.concatenate(depths)
     return IntervalStrategy(
         np.concatenate(lo), np.concatenate(hi), np.concatenate(parent), depth.astype(np.int32),
         n_bins=n, depth=depth, bin_row=offsets[-2] + np.arange(n),
@@ -414,7 +432,7 @@ def binary_tree(n: int) -> LevelUniformTree:
     return tree(n, 2)
 
 
-def hierarchy(graph, root=None) -> IntervalStrategy:
+def hierarchy(graph: nx.Graph[Any], root: Hashable | None = None) -> IntervalStrategy:
     """Strategy of an arbitrary rooted tree (networkx): one row per node, bins = leaves.
 
     ``graph``: a networkx DiGraph arborescence (edges parent -> child; the root is found) or
@@ -431,26 +449,30 @@ def hierarchy(graph, root=None) -> IntervalStrategy:
     if graph.is_directed():
         if not nx.is_arborescence(graph):
             raise ValueError("graph must be a rooted tree (an arborescence: edges parent -> child)")
-        roots = [v for v, d in graph.in_degree() if d == 0]
+        digraph = cast("nx.DiGraph[Any]", graph)
+        roots = [v for v, d in digraph.in_degree() if d == 0]
         if root is not None and root != roots[0]:
             raise ValueError(f"root={root!r} is not the arborescence's root {roots[0]!r}")
         root = roots[0]
 
-        def children(v, _parent):
-            return list(graph.successors(v))
+        def children(v: Hashable, parent: Hashable | None) -> list[Hashable]:
+            return list(digraph.successors(v))
     else:
         if not nx.is_tree(graph):
             raise ValueError("graph must be a tree (connected, acyclic)")
         if root is None or root not in graph:
             raise ValueError("root: an undirected tree needs root=<a node of the graph>")
 
-        def children(v, parent):
+        def children(v: Hashable, parent: Hashable | None) -> list[Hashable]:
             return [u for u in graph.neighbors(v) if u != parent]
 
     # iterative DFS (input conversion: O(nodes) Python, as networkx itself)
-    labels, parent_of, depth, lo = [], [], [], []
+    labels: list[Hashable] = []
+    parent_of: list[int] = []
+    depth: list[int] = []
+    lo: list[int] = []
     n_leaves = 0
-    stack = [(root, None, -1, 0)]
+    stack: list[tuple[Hashable, Hashable | None, int, int]] = [(root, None, -1, 0)]
     while stack:
         v, pv, pidx, d = stack.pop()
         me = len(labels)

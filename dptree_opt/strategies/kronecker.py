@@ -35,10 +35,14 @@ from __future__ import annotations
 
 import math
 import string
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..workloads import along_axis as _along
 from ..limits import check_memory
@@ -53,8 +57,12 @@ MAX_PAIR_BINS = 4096          # swap: all n_i^2 pairs of an axis are enumerated 
 _PAIR_BLOCK_FLOATS = 1 << 23  # floats per block of pair profiles
 _COMBO_FLOATS = 1 << 26       # floats per block of profile combinations
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
+# per axis: (profiles of c == c', profiles of c != c'), each of shape (U, 3 radix)
+_PairProfiles: TypeAlias = "tuple[_F, _F]"
 
-def _factor_rmatvec(factor: Strategy, u: np.ndarray) -> np.ndarray:
+
+def _factor_rmatvec(factor: Strategy, u: _F) -> _F:
     rm = getattr(factor, "rmatvec", None)
     return rm(u) if rm is not None else factor.matrix.T @ u
 
@@ -72,7 +80,8 @@ class KroneckerStrategy(Strategy):
         Label for printed tables.
     """
 
-    def __init__(self, factors, *, n_totals: int = 0, name: str | None = None):
+    def __init__(self, factors: Iterable[Strategy], *, n_totals: int = 0,
+                 name: str | None = None) -> None:
         factors = tuple(factors)
         if not factors:
             raise ValueError("kron needs at least one factor strategy")
@@ -92,7 +101,7 @@ class KroneckerStrategy(Strategy):
                              f"{math.prod(self._radix)} level combinations, more than the "
                              "int32 level codes hold; use fewer levels per factor")
         self.name = name or " x ".join(f.name for f in factors)
-        self._profile_cache: dict = {}
+        self._profile_cache: dict[tuple[str, int], Any] = {}
 
     @property
     def n_rows(self) -> int:
@@ -100,7 +109,7 @@ class KroneckerStrategy(Strategy):
         return self._n_core + self._n_totals
 
     @cached_property
-    def _levels(self) -> np.ndarray:
+    def _levels(self) -> npt.NDArray[np.int32]:  # type: ignore[override]  # built on first use
         """The level code of every row (module docstring), built on first use: one int32
         per row of the product, so its size is checked first (``limits.check_memory``)."""
         check_memory(4 * self.n_rows + 8 * self._n_core, f"the level of each of the "
@@ -131,7 +140,7 @@ class KroneckerStrategy(Strategy):
 
     def level_tuple(self, level: int) -> tuple[int, ...]:
         """The factors' levels (l_1, .., l_d) of a level code."""
-        out = []
+        out: list[int] = []
         for r in reversed(self._radix):
             level, li = divmod(int(level), r)
             out.append(li)
@@ -155,20 +164,20 @@ class KroneckerStrategy(Strategy):
         shape = " x ".join(map(str, self._shape))
         return f"<KroneckerStrategy {self.name}: {self.n_rows} rows x {self.n_bins} cells ({shape})>"
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """All-ones rows: products of all-ones factor rows, and the appended totals."""
         mask = np.ones(1, dtype=bool)
         for f in self._factors:
             mask = (mask[:, None] & f.total_row_mask()[None, :]).ravel()
         return np.concatenate([mask, np.ones(self._n_totals, dtype=bool)])
 
-    def _check_cells(self, x) -> np.ndarray:
+    def _check_cells(self, x: ArrayLike) -> _F:
         x = np.asarray(x, dtype=float)
         if x.shape[:1] != (self._n_bins,):
             raise ValueError(f"x must have {self._n_bins} rows (cells), got shape {x.shape}")
         return x
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r), one factor per axis (no big matrix)."""
         x = self._check_cells(x)
         t = x.reshape(self._shape + x.shape[1:])
@@ -180,20 +189,23 @@ class KroneckerStrategy(Strategy):
         tot = np.broadcast_to(x.sum(axis=0), (self._n_totals,) + x.shape[1:])
         return np.concatenate([core, tot], axis=0)
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u for u of shape (m,) or (m, r)."""
         u = np.asarray(u, dtype=float)
         if u.shape[:1] != (self.n_rows,):
             raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
         t = u[:self._n_core].reshape(self._row_shape + u.shape[1:])
         for axis, f in enumerate(self._factors):
-            t = _along(t, axis, lambda v, f=f: _factor_rmatvec(f, v))
+            def rmat(v: _F, f: Strategy = f) -> _F:  # f bound per axis
+                return _factor_rmatvec(f, v)
+
+            t = _along(t, axis, rmat)
         out = t.reshape((self._n_bins,) + u.shape[1:])
         if self._n_totals:
             out = out + u[self._n_core:].sum(axis=0)
         return out
 
-    def gram_matvec(self, v) -> np.ndarray:
+    def gram_matvec(self, v: ArrayLike) -> _F:
         """(A' A) @ v = A' (A v) for v of shape (n,) or (n, r)."""
         return self.rmatvec(self.apply(v))
 
@@ -202,7 +214,7 @@ class KroneckerStrategy(Strategy):
         return KroneckerStrategy(self._factors, n_totals=self._n_totals + 1, name=self.name)
 
     # -------------------------------------------------------- sensitivity
-    def _code_weights(self, w: np.ndarray):
+    def _code_weights(self, w: _F) -> tuple[_F, _F] | None:
         """(W tensor of shape radix, appended-total weights) if w depends on the level only."""
         n_codes = math.prod(self._radix)
         codes = self._levels[:self._n_core]
@@ -228,14 +240,14 @@ class KroneckerStrategy(Strategy):
         return self._structured_swap(W, p, lambda: super(KroneckerStrategy, self).level_sensitivity(
             level, neighbours, norm))
 
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         cw = self._code_weights(w)
         if cw is None:
             return super()._add_remove_loss(w, p)
-        return self._structured_add_remove(*cw, p)
+        return self._structured_add_remove(cw[0], cw[1], p)
 
     @cached_property
-    def _present_codes(self) -> np.ndarray:
+    def _present_codes(self) -> npt.NDArray[np.bool_]:
         """Which level codes have core rows: the outer product of the factors' present
         levels (no per-row array), flattened in code order."""
         present = np.ones(1, dtype=bool)
@@ -245,12 +257,12 @@ class KroneckerStrategy(Strategy):
         return present
 
     @cached_property
-    def _tree_split_depths(self):
+    def _tree_split_depths(self) -> tuple[int, ...] | None:
         """For a product of complete level-uniform trees (levels = depths): per axis the
         smallest depth at which two different cells can still share a node (their deepest
         common node), i.e. (first level with k >= 2) - 1, or h_i for a one-cell axis;
         else None."""
-        out = []
+        out: list[int] = []
         for f, r in zip(self._factors, self._radix):
             if not (isinstance(f, LevelUniformTree) and f.n_bins == math.prod(f.branching)
                     and r == f.height + 1 and np.array_equal(f.levels, f.depth)):
@@ -259,7 +271,7 @@ class KroneckerStrategy(Strategy):
             out.append(split[0] if split else f.height)
         return tuple(out)
 
-    def _structured_add_remove(self, W: np.ndarray, wt: np.ndarray, p: int) -> float:
+    def _structured_add_remove(self, W: _F, wt: _F, p: int) -> float:
         Wp = W ** p
         if self._tree_split_depths is not None:
             # every level tuple partitions the cells: each cell meets one row per tuple
@@ -269,7 +281,7 @@ class KroneckerStrategy(Strategy):
         best = _max_multilinear(Wp, profiles) + float(np.sum(wt ** p))
         return best if p == 1 else math.sqrt(max(best, 0.0))
 
-    def _profiles(self, kind: str, p: int):
+    def _profiles(self, kind: str, p: int) -> list[Any]:
         """Each axis's distinct column ("columns") or pair ("pairs") profiles, cached."""
         key = (kind, p)
         if key not in self._profile_cache:
@@ -278,14 +290,17 @@ class KroneckerStrategy(Strategy):
                 else _pair_profiles(f, p, r) for f, r in zip(self._factors, self._radix)]
         return self._profile_cache[key]
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         cw = self._code_weights(w)
-        generic = lambda: super(KroneckerStrategy, self)._swap_loss(w, p)  # noqa: E731
+
+        def generic() -> float:
+            return super(KroneckerStrategy, self)._swap_loss(w, p)
+
         if cw is None:
             return self._matrix_fallback(generic)
         return self._structured_swap(cw[0], p, generic)  # appended totals never change
 
-    def _matrix_fallback(self, generic):
+    def _matrix_fallback(self, generic: Callable[[], float]) -> float:
         if self._n_bins > MAX_MATRIX_CELLS:
             raise ValueError(
                 "Kronecker swap sensitivity: weights that are not constant per level, or "
@@ -293,7 +308,7 @@ class KroneckerStrategy(Strategy):
                 f"explicit matrix: refused for {self._n_bins} > {MAX_MATRIX_CELLS} cells")
         return generic()
 
-    def _structured_swap(self, W: np.ndarray, p: int, generic) -> float:
+    def _structured_swap(self, W: _F, p: int, generic: Callable[[], float]) -> float:
         Wp = W ** p
         s = self._tree_split_depths
         if s is not None:
@@ -312,7 +327,7 @@ class KroneckerStrategy(Strategy):
 
 
 # ------------------------------------------------------------- factor profiles
-def _unique_rows(a: np.ndarray) -> np.ndarray:
+def _unique_rows(a: _F) -> _F:
     """The distinct rows of a 2-D float array (any order; used for maxima, so a duplicate
     kept by a rounding difference in the keys is harmless): rows keyed by a random
     projection (one 1-D sort instead of a lexicographic one), every row then verified
@@ -335,7 +350,7 @@ def _level_indicator(factor: Strategy, radix: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(m), (factor.levels, np.arange(m))), shape=(radix, m))
 
 
-def _column_profiles(factor: Strategy, p: int, radix: int) -> np.ndarray:
+def _column_profiles(factor: Strategy, p: int, radix: int) -> _F:
     """S[l, c] = sum over rows r of level l of |A[r, c]|^p, shape (radix, n)."""
     a = factor.matrix
     ap = abs(a) if p == 1 else a.multiply(a)
@@ -356,7 +371,7 @@ def _constant_magnitude(factor: Strategy) -> bool:
     return bool(np.all(mx == mn))
 
 
-def _pair_profiles(factor: Strategy, p: int, radix: int):
+def _pair_profiles(factor: Strategy, p: int, radix: int) -> _PairProfiles:
     """Distinct (S[:, c], S[:, c'], O[:, c, c']) over all ordered pairs (c, c') of one axis,
     split by c == c': returns (same, distinct), arrays of shape (U, 3 radix)."""
     n = factor.n_bins
@@ -376,8 +391,8 @@ def _pair_profiles(factor: Strategy, p: int, radix: int):
     by_level = [(sp.diags(scale[factor.levels == lvl]) @ a[factor.levels == lvl]).tocsc()
                 for lvl in range(radix)]
     raw = [a[factor.levels == lvl].tocsc() for lvl in range(radix)]
-    same_rows = []
-    distinct = []
+    same_rows: list[_F] = []
+    distinct_rows: list[_F] = []
     block = max(1, _PAIR_BLOCK_FLOATS // max(1, 3 * radix * n))
     for start in range(0, n, block):
         stop = min(n, start + block)
@@ -389,13 +404,13 @@ def _pair_profiles(factor: Strategy, p: int, radix: int):
         same_rows.append(prof[idx, np.arange(start, stop)])
         mask = np.ones((stop - start, n), dtype=bool)
         mask[idx, np.arange(start, stop)] = False
-        distinct.append(_unique_rows(prof[mask]))
+        distinct_rows.append(_unique_rows(prof[mask]))
     same = _unique_rows(np.concatenate(same_rows))
-    distinct = _unique_rows(np.concatenate(distinct)) if n > 1 else np.zeros((0, 3 * radix))
+    distinct = _unique_rows(np.concatenate(distinct_rows)) if n > 1 else np.zeros((0, 3 * radix))
     return same, distinct
 
 
-def _einsum_terms(W: np.ndarray, mats) -> np.ndarray:
+def _einsum_terms(W: _F, mats: Sequence[_F]) -> _F:
     """sum_l W[l] prod_i mats_i[u_i, l_i], a tensor over (U_1, .., U_d)."""
     d = W.ndim
     lv, uv = string.ascii_letters[:d], string.ascii_letters[d:2 * d]
@@ -403,23 +418,23 @@ def _einsum_terms(W: np.ndarray, mats) -> np.ndarray:
     return np.einsum(spec, W, *mats, optimize=True)
 
 
-def _blocks(first: np.ndarray, rest_size: int):
+def _blocks(first: _F, rest_size: int) -> Iterator[slice]:
     """Row blocks of the first axis so a block x rest tensor stays under _COMBO_FLOATS."""
     step = max(1, _COMBO_FLOATS // max(1, rest_size))
     for s in range(0, first.shape[0], step):
         yield slice(s, s + step)
 
 
-def _max_multilinear(W: np.ndarray, profiles) -> float:
+def _max_multilinear(W: _F, profiles: Sequence[_F]) -> float:
     """max over profile combinations of sum_l W[l] prod_i profiles_i[u_i, l_i]."""
     rest = math.prod(p.shape[0] for p in profiles[1:])
     best = -np.inf
     for blk in _blocks(profiles[0], rest):
-        best = max(best, float(_einsum_terms(W, [profiles[0][blk]] + profiles[1:]).max()))
+        best = max(best, float(_einsum_terms(W, [profiles[0][blk], *profiles[1:]]).max()))
     return best
 
 
-def _max_swap(W: np.ndarray, per_axis) -> float:
+def _max_swap(W: _F, per_axis: Sequence[_PairProfiles]) -> float:
     """max over pairs c != c' of g(c) + g(c') - 2 sum_l W[l] prod_i O_i (module docstring).
 
     A combination picks, per axis, a 'same' or a 'distinct' profile; the all-same combination
@@ -442,16 +457,17 @@ def _max_swap(W: np.ndarray, per_axis) -> float:
     return max(best, 0.0)
 
 
-def kron(*factors: Strategy, name: str | None = None) -> KroneckerStrategy:
+def kron(*factors: Strategy | Sequence[Strategy], name: str | None = None) -> KroneckerStrategy:
     """The Kronecker product A_1 x .. x A_d of strategies over the row-major grid of their
     bin counts (docs/math.md section 8): one budget level per tuple of factor levels, exact
     sensitivities without the (prod n_i)-sized matrix (module docstring)."""
     if len(factors) == 1 and isinstance(factors[0], (list, tuple)):
         factors = tuple(factors[0])
-    return KroneckerStrategy(factors, name=name)
+    # anything else that is not a Strategy is refused by KroneckerStrategy's check
+    return KroneckerStrategy(factors, name=name)  # type: ignore[arg-type]  # checked there
 
 
-def histogram(n) -> Strategy:
+def histogram(n: int | Sequence[int]) -> Strategy:
     """A = I: each bin (cell) measured once (all rows at level 1; no total row).
 
     ``n`` bins, or a grid shape (n_1, .., n_d) (d >= 2): the flat grid, the Kronecker product
@@ -463,4 +479,4 @@ def histogram(n) -> Strategy:
             return kron(*[_histogram_1d(k) for k in dims],
                         name="histogram " + "x".join(map(str, dims)))
         n = dims[0] if dims else n
-    return _histogram_1d(n)
+    return _histogram_1d(n)  # type: ignore[arg-type]  # a non-int left here: check_n refuses it

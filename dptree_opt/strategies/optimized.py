@@ -56,9 +56,13 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
 import scipy.linalg as sla
 import scipy.optimize as sopt
 import scipy.sparse as sp
@@ -68,6 +72,11 @@ from ..validation import check_int
 from ..workloads import KroneckerWorkload, Workload
 from .base import Strategy
 from .kronecker import KroneckerStrategy
+
+_F: TypeAlias = "npt.NDArray[np.float64]"
+# the eigen-system kept by _GaussianProblem.evaluate for .factor: (V, sqrt(mu), diag(X(d)))
+_Fl: TypeAlias = "npt.NDArray[np.floating[Any]]"
+_EigenState: TypeAlias = "tuple[_Fl, _Fl, _Fl]"
 
 __all__ = ["OptimizedStrategy", "dual_start", "gaussian_optimal", "gaussian_optimal_cvxpy",
            "p_identity", "p_identity_objective", "laplace_p_identity", "kron_p_identity",
@@ -105,7 +114,7 @@ class OptimizedStrategy:
     iterations: int
     seconds: float
     method: str
-    history: tuple = ()
+    history: tuple[tuple[float, float], ...] = ()
 
     @property
     def gap(self) -> float | None:
@@ -115,7 +124,7 @@ class OptimizedStrategy:
         return self.error / self.lower_bound - 1.0
 
 
-def check_workload(workload) -> Workload:
+def check_workload(workload: object) -> Workload:
     """The workload, checked: a dptree_opt Workload of at most MAX_BINS bins (the optimised
     strategies are dense; ValueError otherwise)."""
     if not isinstance(workload, Workload):
@@ -142,7 +151,7 @@ def _gram_diag(w: Workload) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ Gaussian
-def _tridiagonal_inverse_gram(w: Workload):
+def _tridiagonal_inverse_gram(w: Workload) -> tuple[_F, _F] | None:
     """(diag, offdiag) of G^-1 when it is tridiagonal, else None.
 
     Prefix: G^-1 = (P'P)^-1 = P^-1 P^-T with P^-1 the bidiagonal difference operator, so
@@ -186,7 +195,8 @@ class _GaussianProblem:
         """G @ z (O(n) per column for prefix/all_range/identity via the workload)."""
         return self.g @ z if self.g is not None else self.w.gram_matvec(z)
 
-    def evaluate(self, d: np.ndarray):
+    def evaluate(self, d: npt.NDArray[np.floating[Any]]
+                 ) -> tuple[float, float, npt.NDArray[np.floating[Any]], _EigenState]:
         """Return (dual, primal, diag of M^(1/2), factor) for d > 0.
 
         The eigen-system of M: mu_k = eigenvalues of M (ascending), V its eigenvectors.
@@ -211,7 +221,8 @@ class _GaussianProblem:
         primal = float(np.sum(np.einsum("ik,ik->k", v, egev) / root))
         return dual, primal, sqrt_diag, (v, root, x)
 
-    def factor(self, d: np.ndarray, state) -> np.ndarray:
+    def factor(self, d: npt.NDArray[np.floating[Any]],
+               state: _EigenState) -> npt.NDArray[np.floating[Any]]:
         """Upper Cholesky factor R of X~ (R'R = X~, unit column norms), dense (n, n)."""
         v, root, x = state
         # X = D^-1/2 V diag(sqrt(mu)) V' D^-1/2; X~ = S X S, S = diag(x)^-1/2
@@ -228,7 +239,7 @@ def _dense_strategy(r: np.ndarray, name: str) -> Strategy:
     return Strategy(r, name=name)  # from the dense array: no second copy of its CSR
 
 
-def dual_start(workload: Workload, d0=None) -> np.ndarray:
+def dual_start(workload: Workload, d0: ArrayLike | None = None) -> _F:
     """The dual fixed point's starting point: ``d0`` checked (positive, shape (n,)), or the
     SVD-bound point d = (||W||_* / n)^2 1, whose dual value is the SVD bound."""
     n = workload.n_bins
@@ -241,7 +252,7 @@ def dual_start(workload: Workload, d0=None) -> np.ndarray:
 
 
 def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 500,
-                     d0=None) -> OptimizedStrategy:
+                     d0: ArrayLike | None = None) -> OptimizedStrategy:
     """The optimal Gaussian strategy for ``workload`` under add/remove (module docstring).
 
     Solves (P) by the fixed point on the dual variable d (Denisov et al. 2022), from
@@ -254,10 +265,11 @@ def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 5
     w = check_workload(workload)
     t0 = time.perf_counter()
     prob = _GaussianProblem(w)
-    d = dual_start(w, d0)
-    best_primal, best_dual, best = math.inf, -math.inf, None
-    start_error = None
-    history = []
+    d: npt.NDArray[np.floating[Any]] = dual_start(w, d0)
+    best_primal, best_dual = math.inf, -math.inf
+    best: tuple[npt.NDArray[np.floating[Any]], _EigenState] | None = None
+    start_error: float | None = None
+    history: list[tuple[float, float]] = []
     it = 0
     for it in range(1, max_iter + 1):
         dual, primal, sqrt_diag, state = prob.evaluate(d)
@@ -270,6 +282,8 @@ def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 5
         if best_primal <= best_dual * (1.0 + tol):
             break
         d = sqrt_diag  # fixed point d <- diag((D^1/2 G D^1/2)^1/2)
+    if best is None or start_error is None:
+        raise ValueError("the Gaussian optimiser found no finite primal value")
     r = prob.factor(*best)
     secs = time.perf_counter() - t0
     return OptimizedStrategy(
@@ -280,7 +294,7 @@ def gaussian_optimal(workload: Workload, *, tol: float = 1e-6, max_iter: int = 5
         history=tuple(history))
 
 
-def gaussian_optimal_cvxpy(workload: Workload, solver=None):
+def gaussian_optimal_cvxpy(workload: Workload, solver: str | None = None) -> tuple[_F, float]:
     """Reference solution of (P) with cvxpy (matrix_frac, an SDP): (X, optimal value).
     For small n only (n <= 32 in the tests)."""
     import cvxpy as cp
@@ -297,7 +311,7 @@ def gaussian_optimal_cvxpy(workload: Workload, solver=None):
 
 
 # ------------------------------------------------------------------------------ Laplace
-def p_identity(theta) -> Strategy:
+def p_identity(theta: ArrayLike) -> Strategy:
     """HDMM's p-Identity strategy A = [I; Theta] D, D = diag(1 / (1 + 1'Theta)).
 
     ``theta``: non-negative (p, n). Every column has l1 norm 1. Rows 0..n-1 are the scaled
@@ -319,10 +333,10 @@ class _PIdentityObjective:
         self.g = None if w.kind in ("prefix", "all_range", "identity") else w.gram_dense()
         self.evals = 0
 
-    def gram_times(self, z):
+    def gram_times(self, z: _F) -> _F:
         return self.g @ z if self.g is not None else self.w.gram_matvec(z)
 
-    def __call__(self, flat):
+    def __call__(self, flat: _F) -> tuple[float, _F]:
         self.evals += 1
         p, n = self.p, self.n
         th = flat.reshape(p, n)
@@ -340,7 +354,7 @@ class _PIdentityObjective:
         return f, grad.ravel()
 
 
-def p_identity_objective(workload: Workload, theta) -> tuple[float, np.ndarray]:
+def p_identity_objective(workload: Workload, theta: ArrayLike) -> tuple[float, _F]:
     """(f, grad) of HDMM's p-Identity objective tr(G (A'A)^-1) at ``theta`` (p, n)."""
     th = np.asarray(theta, dtype=float)
     obj = _PIdentityObjective(check_workload(workload), th.shape[0])
@@ -377,7 +391,8 @@ def _dyadic_start(n: int, p: int) -> np.ndarray:
 
 
 def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int = 2,
-                       seed=0, max_iter: int = 500) -> OptimizedStrategy:
+                       seed: int | np.random.SeedSequence | None = 0,
+                       max_iter: int = 500) -> OptimizedStrategy:
     """HDMM's p-Identity strategy optimised by L-BFGS-B (module docstring), best of
     ``starts`` starts: a dyadic tree-like start and ``starts - 1`` uniform [0, 1) random
     ones (HDMM's). ``p`` defaults to max(1, n // 16) (HDMM's choice for 1-D range
@@ -390,7 +405,8 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     obj = _PIdentityObjective(w, p)
     rng = np.random.default_rng(seed)
     inits = [_dyadic_start(n, p)] + [rng.random((p, n)) for _ in range(max(0, starts - 1))]
-    best_f, best_th, start_f, iters = math.inf, None, math.inf, 0
+    best_f, start_f, iters = math.inf, math.inf, 0
+    best_th: _F | None = None
     for th0 in inits:
         f0 = obj(th0.ravel())[0]
         start_f = min(start_f, f0)
@@ -402,6 +418,8 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
         if f < best_f:
             best_f, best_th = f, th
     secs = time.perf_counter() - t0
+    if best_th is None:
+        raise ValueError("the p-Identity optimiser found no finite objective value")
     strat = p_identity(best_th.reshape(p, n))
     return OptimizedStrategy(
         strategy=strat, error=2.0 * _trace_gram_inverse(strat, w),
@@ -460,10 +478,10 @@ class _SingleLevelKronecker(KroneckerStrategy):
         return all(np.unique(f.levels).size == 1 for f in self.factors)
 
     @cached_property
-    def _unit_l1_swap(self):
+    def _unit_l1_swap(self) -> float | None:
         if not self._single_level:
             return None
-        kappas = []
+        kappas: list[float] = []
         disjoint = False
         for f in self.factors:
             a = f.matrix.tocsc()
@@ -474,21 +492,22 @@ class _SingleLevelKronecker(KroneckerStrategy):
                 return None
             kappas.append(float(norms.mean()))
             if f.n_bins >= 2:
-                s = (a != 0).astype(np.int64)
-                overlap = (s.T @ s).toarray()  # shared rows of every column pair, n x n
+                s = sp.csc_matrix((np.ones(a.nnz, np.int64), a.indices, a.indptr), shape=a.shape)
+                # shared rows of every column pair, n x n
+                overlap = sp.csr_matrix(s.T @ s).toarray()
                 np.fill_diagonal(overlap, 1)
                 disjoint = disjoint or bool(np.any(overlap == 0))
         return 2.0 * math.prod(kappas) if disjoint else None
 
     @cached_property
-    def _l2_swap_squared(self):
+    def _l2_swap_squared(self) -> float | None:
         """max over c != c' of ||a_c - a_c'||_2^2 at unit weight (class docstring), or None
         when the structure does not apply or is too large."""
         if not self._single_level or max(self.grid_shape) > MAX_SWAP_PAIR_BINS:
             return None
         if self.n_bins == 1:
             return 0.0
-        sets = []
+        sets: list[tuple[_F, _F]] = []
         for f in self.factors:
             a = f.matrix
             x = np.asarray((a.T @ a).todense(), dtype=float)  # X_i, n x n
@@ -519,7 +538,7 @@ class _SingleLevelKronecker(KroneckerStrategy):
                 best = max(best, float((first[i:i + step] @ verts.T).max()))
         return max(best, 0.0)
 
-    def _structured_swap(self, W, p, generic):
+    def _structured_swap(self, W: _F, p: int, generic: Callable[[], float]) -> float:
         if self._single_level:
             w = float(np.sum(W))  # the weight of the one level code
             if p == 1 and self._unit_l1_swap is not None:
@@ -528,12 +547,13 @@ class _SingleLevelKronecker(KroneckerStrategy):
                 return w * math.sqrt(self._l2_swap_squared)
         return super()._structured_swap(W, p, generic)
 
-    def with_total_row(self):
+    def with_total_row(self) -> _SingleLevelKronecker:
         """A copy with one more all-ones row at level 0 (the last row)."""
         return _SingleLevelKronecker(self.factors, n_totals=self.n_totals + 1, name=self.name)
 
 
-def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
+def kron_p_identity(workload: Workload, p: int | Sequence[int] | None = None, *,
+                    starts: int = 2, seed: int | np.random.SeedSequence | None = 0,
                     max_iter: int = 500) -> OptimizedStrategy:
     """HDMM's Kronecker p-Identity strategy ("OPT_kron" with p-Identity factors; McKenna,
     Miklau, Hay, Machanavajjhala, VLDB 2018, Sec. 6; their ``KronPIdentity``) for a
@@ -563,17 +583,17 @@ def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
                          "workloads.kron(...)); for 1-D use laplace_p_identity")
     d = len(workload.factors)
     if p is None or (isinstance(p, (int, np.integer)) and not isinstance(p, bool)):
-        ps = [p] * d
+        ps: list[Any] = [p] * d
     else:
         try:
-            ps = list(p)
+            ps = list(p)  # type: ignore[arg-type]  # a bool: TypeError, refused below
         except TypeError:
             raise ValueError(f"p must be None, an int or one int per axis, got {p!r}") from None
         if len(ps) != d:
             raise ValueError(f"p: one value per axis ({d}), got {len(ps)}")
     t0 = time.perf_counter()
-    done: dict = {}
-    results = []
+    done: dict[tuple[object, ...], OptimizedStrategy] = {}
+    results: list[OptimizedStrategy] = []
     for w, pi in zip(workload.factors, ps):
         key = (w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
                None if w.hi is None else w.hi.tobytes(), pi)
@@ -594,7 +614,7 @@ def kron_p_identity(workload, p=None, *, starts: int = 2, seed=0,
             r.method for r in results))
 
 
-def kron_gaussian_optimal(workload, *, tol: float = 1e-6,
+def kron_gaussian_optimal(workload: Workload, *, tol: float = 1e-6,
                           max_iter: int = 500) -> OptimizedStrategy:
     """The Kronecker product of the 1-D Gaussian optima (:func:`gaussian_optimal` on each
     axis's workload factor; identical axes solved once) for a Kronecker workload: the
@@ -609,8 +629,8 @@ def kron_gaussian_optimal(workload, *, tol: float = 1e-6,
         raise ValueError("kron_gaussian_optimal needs a Kronecker workload over a grid; for "
                          "1-D use gaussian_optimal")
     t0 = time.perf_counter()
-    done: dict = {}
-    results = []
+    done: dict[tuple[object, ...], OptimizedStrategy] = {}
+    results: list[OptimizedStrategy] = []
     for w in workload.factors:
         key = (w.kind, w.n_bins, None if w.lo is None else w.lo.tobytes(),
                None if w.hi is None else w.hi.tobytes())
@@ -620,10 +640,12 @@ def kron_gaussian_optimal(workload, *, tol: float = 1e-6,
     shape = "x".join(str(w.n_bins) for w in workload.factors)
     strat = _SingleLevelKronecker([r.strategy for r in results],
                                   name=f"kron gaussian optimum {shape}")
+    bounds = [r.lower_bound for r in results]  # all set by gaussian_optimal
     return OptimizedStrategy(
         strategy=strat, error=math.prod(r.error for r in results),
         start_error=math.prod(r.start_error for r in results),
-        lower_bound=math.prod(r.lower_bound for r in results),
+        lower_bound=(math.prod(b for b in bounds if b is not None)
+                     if all(b is not None for b in bounds) else None),
         iterations=sum(r.iterations for r in done.values()),
         seconds=time.perf_counter() - t0,
         method="Kronecker product of the 1-D Gaussian optima: " + "; ".join(

@@ -20,9 +20,13 @@ sequences any mixed split.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..limits import check_memory
 from .base import Strategy, frozen_csr, readonly
@@ -32,8 +36,11 @@ __all__ = ["QuadtreeStrategy", "quadtree"]
 
 MAX_MATRIX_CELLS = 1 << 16
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
 
-def _morton(shape, axis_branchings) -> np.ndarray:
+
+def _morton(shape: tuple[int, ...],
+            axis_branchings: Sequence[Sequence[int]]) -> npt.NDArray[np.int64]:
     """Morton leaf index of every row-major cell: level by level (root first), the level's
     child digit is the mixed-radix code of the axes' digits (axis 0 most significant)."""
     h = len(axis_branchings[0])
@@ -52,7 +59,8 @@ class QuadtreeStrategy(Strategy):
     """A quadtree over a row-major grid (module docstring). Rows are the Morton tree's rows
     (level by level, root first); columns the row-major cells."""
 
-    def __init__(self, shape, axis_branchings, *, name: str | None = None):
+    def __init__(self, shape: Sequence[int], axis_branchings: Sequence[Sequence[int]], *,
+                 name: str | None = None) -> None:
         self._shape = tuple(int(n) for n in shape)
         self._axis_branchings = tuple(tuple(int(k) for k in ks) for ks in axis_branchings)
         h = len(self._axis_branchings[0])
@@ -69,7 +77,7 @@ class QuadtreeStrategy(Strategy):
         self._tree = LevelUniformTree(self._n_bins, ks)
         self._levels = self._tree.levels
         self._morton = readonly(_morton(self._shape, self._axis_branchings))
-        self._matrix = None
+        self._lazy_matrix: sp.csr_matrix | None = None
         self.name = name or ("quadtree " + "x".join(map(str, self._shape)))
 
     @property
@@ -88,7 +96,7 @@ class QuadtreeStrategy(Strategy):
         return self._tree
 
     @property
-    def morton(self) -> np.ndarray:
+    def morton(self) -> npt.NDArray[np.int64]:
         """Morton leaf index of each row-major cell (shape (cells,))."""
         return self._morton
 
@@ -96,19 +104,19 @@ class QuadtreeStrategy(Strategy):
     def matrix(self) -> sp.csr_matrix:
         """A = the Morton tree's matrix with its columns in row-major cell order (up to
         MAX_MATRIX_CELLS cells; canonical, read-only)."""
-        if self._matrix is None:
+        if self._lazy_matrix is None:
             if self._n_bins > MAX_MATRIX_CELLS:
                 raise ValueError(f"the quadtree's explicit matrix is refused for "
                                  f"{self._n_bins} > {MAX_MATRIX_CELLS} cells (use apply / "
                                  "rmatvec and the structured paths)")
-            self._matrix = frozen_csr(self._tree.matrix[:, self._morton], copy=False)
-        return self._matrix
+            self._lazy_matrix = frozen_csr(self._tree.matrix[:, self._morton], copy=False)
+        return self._lazy_matrix
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """The root row (the total)."""
         return self._levels == 0
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for row-major cells x of shape (cells,) or (cells, r): box sums, O(cells h)."""
         x = np.asarray(x, dtype=float)
         if x.shape[0] != self._n_bins:
@@ -117,7 +125,7 @@ class QuadtreeStrategy(Strategy):
         xm[self._morton] = x
         return self._tree.apply(xm)
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u (shape (cells,) or (cells, r)), row-major cells."""
         u = np.asarray(u, dtype=float)
         if u.shape[0] != self.n_rows:
@@ -132,7 +140,7 @@ class QuadtreeStrategy(Strategy):
         """The quadtree already measures the total (its root)."""
         return self
 
-    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+    def sensitivity(self, weights: ArrayLike, neighbours: str, norm: int) -> float:
         """The Morton tree's (a column permutation changes no neighbour's loss)."""
         return self._tree.sensitivity(weights, neighbours, norm)
 
@@ -141,7 +149,8 @@ class QuadtreeStrategy(Strategy):
         return self._tree.level_sensitivity(level, neighbours, norm)
 
 
-def quadtree(shape, branching=2, *, name: str | None = None) -> QuadtreeStrategy:
+def quadtree(shape: Sequence[int], branching: int | Sequence[Sequence[int]] = 2, *,
+             name: str | None = None) -> QuadtreeStrategy:
     """A quadtree over the grid ``shape`` (d >= 2 axes): every node splits every axis.
     ``branching``: an int b (every axis splits b ways at every level: n_i = b^h with one h
     for all axes) or a sequence of per-axis sequences of equal length (k_(i, 1..h), with
@@ -158,7 +167,7 @@ def quadtree(shape, branching=2, *, name: str | None = None) -> QuadtreeStrategy
         b = int(branching)
         if b < 2:
             raise ValueError(f"branching must be >= 2, got {branching!r}")
-        heights = set()
+        heights: set[int] = set()
         for n in dims:
             h = round(math.log(n, b)) if n > 1 else 0
             if b ** h != n:
@@ -170,8 +179,8 @@ def quadtree(shape, branching=2, *, name: str | None = None) -> QuadtreeStrategy
                              f"{dims}; pass per-axis branchings for other shapes")
         per_axis = [(b,) * heights.pop()] * len(dims)
     else:
-        if isinstance(branching, (str, bytes)) or any(isinstance(ks, (str, bytes))
-                                                      for ks in branching):
+        if (isinstance(branching, (str, bytes, bool)) or not isinstance(branching, Iterable)
+                or any(isinstance(ks, (str, bytes)) for ks in branching)):
             raise ValueError("branching must be an int or one sequence of ints per axis, "
                              f"got {branching!r}")
         try:

@@ -38,11 +38,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from .. import workloads
 from ..limits import check_memory
-from .base import Strategy, check_neighbours, check_norm, frozen_csr
+from .base import MatrixLike, Strategy, check_neighbours, check_norm, frozen_csr
 from .haar import HaarStrategy
 from .implicit_optimum import ImplicitFactorization
 from .interval import IntervalStrategy
@@ -75,17 +77,27 @@ INFLATION = 2.0**-40          # calibration margin: sensitivity x (1 + 2^-40), r
 _EXACT = 2.0**53              # integers up to here are exact doubles
 
 
-def _check_integral(values: np.ndarray, what: str) -> None:
+
+def _check_integral(values: npt.NDArray[np.floating], what: str) -> None:
     if not np.all(values == np.round(values)):
         raise ValueError(f"{what} must be integers")
     if values.size and float(np.max(np.abs(values))) > MAX_ENTRY:
         raise ValueError(f"{what} must be at most 2^40 in magnitude (exact integer answers)")
 
 
-class _ExactSensitivity:
+class _ExactSensitivity(Strategy):
     """Mixin: sensitivities from the exact integer ones (:meth:`exact_sensitivity`) when the
     core rows (level 1) share one weight and the appended total rows (level 0) another;
     the generic computation otherwise."""
+
+    # set by the concrete classes' __init__
+    _n_core: int
+    _max_entry: float
+    _exact_cache: dict[tuple[str, int], int]
+
+    def _exact(self, neighbours: str, p: int) -> int:
+        """The exact integer sensitivity (the concrete classes')."""
+        raise NotImplementedError
 
     def exact_sensitivity(self, neighbours: str, norm: int) -> int:
         """The exact sensitivity of the integer core rows (all-ones totals excluded) at unit
@@ -105,7 +117,7 @@ class _ExactSensitivity:
         """max |M_ij| over the core rows (1 for the total rows): bounds |answer| <= it x N."""
         return max(int(self._max_entry), 1)
 
-    def sensitivity(self, weights, neighbours: str, norm: int) -> float:
+    def sensitivity(self, weights: ArrayLike, neighbours: str, norm: int) -> float:
         """The loss of diag(weights) A (``Strategy.sensitivity``): from the exact integer
         sensitivity when the core rows share one weight and the total rows another, times
         (1 + 2^-40) rounded up (the calibration is never below the exact one); else the
@@ -137,8 +149,8 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
     (the name of A), ``n_totals``. Its arrays are read-only (the exact sensitivities are
     computed once and cached: a changed matrix would not be calibrated)."""
 
-    def __init__(self, matrix, *, scale_bits: int, source: str, n_totals: int = 0,
-                 name: str | None = None):
+    def __init__(self, matrix: MatrixLike, *, scale_bits: int, source: str, n_totals: int = 0,
+                 name: str | None = None) -> None:
         core = frozen_csr(matrix)  # a canonical, read-only copy
         _check_integral(core.data, "the scaled strategy's entries")
         m, n = core.shape
@@ -151,7 +163,7 @@ class IntegerStrategy(_ExactSensitivity, Strategy):
         self._max_entry = float(np.max(np.abs(core.data), initial=0.0))
         self.scale_bits = int(scale_bits)
         self.source = source
-        self._exact_cache: dict = {}
+        self._exact_cache = {}
 
     @property
     def core(self) -> sp.csr_matrix:
@@ -198,8 +210,8 @@ class IntegerToeplitz(_ExactSensitivity, ToeplitzStrategy):
     strategy): l1 by ``toeplitz_swap_sensitivity`` on the integers (exact sums), l2^2 =
     S2(n) + S2(n - D) - 2 R(D) with the exact int64 autocorrelation R (O(n^2))."""
 
-    def __init__(self, coefficients, *, scale_bits: int, source: str, n_totals: int = 0,
-                 name: str | None = None):
+    def __init__(self, coefficients: ArrayLike, *, scale_bits: int, source: str,
+                 n_totals: int = 0, name: str | None = None) -> None:
         c = np.asarray(coefficients, dtype=float)
         _check_integral(c, "the scaled Toeplitz coefficients")
         super().__init__(c, n_totals=n_totals,
@@ -207,9 +219,9 @@ class IntegerToeplitz(_ExactSensitivity, ToeplitzStrategy):
         self._max_entry = float(np.max(np.abs(c)))
         self.scale_bits = int(scale_bits)
         self.source = source
-        self._exact_cache: dict = {}
+        self._exact_cache = {}
 
-    def integer_coefficients(self) -> np.ndarray:
+    def integer_coefficients(self) -> npt.NDArray[np.int64]:
         """m_0..m_(n-1) as int64."""
         return self._a.astype(np.int64)
 

@@ -44,10 +44,13 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import scipy.fft as sfft
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..validation import check_int
 from .base import Strategy, frozen_csr, readonly
@@ -71,8 +74,10 @@ MAX_GENERAL_L1_SWAP_BINS = 1 << 15
 _DIRECT_CONV = 64
 _DIRECT_AUTOCORR = 4096
 
+_F: TypeAlias = "npt.NDArray[np.float64]"
 
-def check_coefficients(coefficients) -> np.ndarray:
+
+def check_coefficients(coefficients: ArrayLike) -> _F:
     """Validate a first column a: 1-D, non-empty, finite, a_0 != 0 (float64 copy, read-only)."""
     try:
         a = np.array(coefficients, dtype=float)
@@ -88,7 +93,7 @@ def check_coefficients(coefficients) -> np.ndarray:
     return readonly(a)
 
 
-def series_multiply(a: np.ndarray, x, n: int | None = None) -> np.ndarray:
+def series_multiply(a: ArrayLike, x: ArrayLike, n: int | None = None) -> _F:
     """First ``n`` coefficients of a(z) x(z) along the LAST axis of ``x`` (batched).
 
     = T(a) x for x of length n. FFT convolution, O(n log n) (direct for short a or x); the
@@ -114,7 +119,7 @@ def series_multiply(a: np.ndarray, x, n: int | None = None) -> np.ndarray:
     return out
 
 
-def series_inverse(a, n: int | None = None) -> np.ndarray:
+def series_inverse(a: ArrayLike, n: int | None = None) -> _F:
     """The first ``n`` coefficients of 1 / a(z) (a_0 != 0): the first column of T(a)^-1.
 
     Newton's iteration b_(2m) = b_m - b_m (a b_m - 1) mod z^(2m) (module docstring): each
@@ -133,7 +138,7 @@ def series_inverse(a, n: int | None = None) -> np.ndarray:
     return b[:n]
 
 
-def _cross_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _cross_correlation(x: _F, y: _F) -> _F:
     """c[j] = sum_k x_k y_(k+j), j = 0..n-1 (x, y of length n): FFT, O(n log n)."""
     n = x.size
     if n <= _DIRECT_AUTOCORR:
@@ -142,7 +147,7 @@ def _cross_correlation(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return sfft.irfft(sfft.rfft(y, size) * np.conj(sfft.rfft(x, size)), size)[:n]
 
 
-def toeplitz_swap_sensitivity(a, p: int) -> float:
+def toeplitz_swap_sensitivity(a: ArrayLike, p: int) -> float:
     """Unit-weight swap sensitivity max_(a != b) ||A_:a - A_:b||_p of T(a) (module docstring).
 
     p = 2: O(n log n) (FFT autocorrelation; direct for n <= 4096). p = 1: O(n) when a is
@@ -192,7 +197,8 @@ class ToeplitzStrategy(Strategy):
         Label for printed tables.
     """
 
-    def __init__(self, coefficients, *, n_totals: int = 0, name: str = "toeplitz"):
+    def __init__(self, coefficients: ArrayLike, *, n_totals: int = 0,
+                 name: str = "toeplitz") -> None:
         a = check_coefficients(coefficients)
         n_totals = check_int(n_totals, "n_totals", 0)
         n = int(a.size)
@@ -202,13 +208,13 @@ class ToeplitzStrategy(Strategy):
         self._n_totals = int(n_totals)
         self._levels = readonly(np.concatenate([np.ones(n, dtype=np.int32),
                                                  np.zeros(self._n_totals, dtype=np.int32)]))
-        self._matrix = None
-        self._inverse = None
+        self._lazy_matrix: sp.csr_matrix | None = None
+        self._inverse: _F | None = None
         self.name = name
 
     # ------------------------------------------------------------- basics
     @property
-    def coefficients(self) -> np.ndarray:
+    def coefficients(self) -> _F:
         """a_0..a_(n-1), the first column (read-only)."""
         return self._a
 
@@ -221,7 +227,7 @@ class ToeplitzStrategy(Strategy):
     def matrix(self) -> sp.csr_matrix:
         """A as CSR (n(n+1)/2 nonzeros at most; canonical, read-only), built on first
         request; n <= 8192 only."""
-        if self._matrix is None:
+        if self._lazy_matrix is None:
             n = self._n_bins
             if n > MAX_MATRIX_BINS:
                 raise ValueError(
@@ -232,13 +238,13 @@ class ToeplitzStrategy(Strategy):
             keep = vals != 0
             core = sp.csr_matrix((vals[keep], (i[keep], j[keep])), shape=(n, n))
             rows = [core] + [sp.csr_matrix(np.ones((1, n)))] * self._n_totals
-            self._matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
-        return self._matrix
+            self._lazy_matrix = frozen_csr(sp.vstack(rows, format="csr"), copy=False)
+        return self._lazy_matrix
 
     def __repr__(self) -> str:
         return f"<ToeplitzStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
 
-    def total_row_mask(self) -> np.ndarray:
+    def total_row_mask(self) -> npt.NDArray[np.bool_]:
         """All-ones rows: the appended totals, and row n-1 of T(a) when every a_k == 1. O(n)."""
         mask = np.zeros(self.n_rows, dtype=bool)
         mask[self._n_core:] = True
@@ -249,7 +255,7 @@ class ToeplitzStrategy(Strategy):
         """The scaling of row n-1 (1 for T(a); d_(n-1) for a row scaling D T(a))."""
         return 1.0
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """A @ x for x of shape (n,) or (n, r): the FFT product, then the totals. O(n log n)."""
         x = np.asarray(x, dtype=float)
         if x.shape[:1] != (self._n_bins,):
@@ -260,7 +266,7 @@ class ToeplitzStrategy(Strategy):
         tot = np.broadcast_to(x.sum(axis=0), (self._n_totals,) + x.shape[1:])
         return np.concatenate([core, tot], axis=0)
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """A' @ u for u of shape (rows,) or (rows, r). The transpose of T(a) reverses both
         index orders: A'u = reverse(T(a) reverse(u)); total rows add their answers. O(n log n)."""
         u = np.asarray(u, dtype=float)
@@ -273,13 +279,13 @@ class ToeplitzStrategy(Strategy):
             out = out + u[n:].sum(axis=0)
         return np.ascontiguousarray(out)
 
-    def inverse_coefficients(self) -> np.ndarray:
+    def inverse_coefficients(self) -> _F:
         """First column of A^-1 (the power series 1 / a(z) mod z^n), cached. O(n log n)."""
         if self._inverse is None:
             self._inverse = readonly(series_inverse(self._a))
         return self._inverse
 
-    def solve(self, y) -> np.ndarray:
+    def solve(self, y: ArrayLike) -> _F:
         """A^-1 y for y of shape (n,) or (n, r) (the Toeplitz rows only). O(n log n)."""
         y = np.asarray(y, dtype=float)
         if y.shape[:1] != (self._n_bins,):
@@ -292,15 +298,16 @@ class ToeplitzStrategy(Strategy):
         new = copy.copy(self)
         new._n_totals = self._n_totals + 1
         new._levels = readonly(np.append(self._levels, np.int32(0)).astype(np.int32))
-        new._matrix = None
+        new._lazy_matrix = None
         return new
 
     # -------------------------------------------------------- sensitivity
-    def _uniform_core_weight(self, w: np.ndarray):
+    def _uniform_core_weight(self, w: _F) -> float | None:
+        """The common weight of the Toeplitz rows, or None if they differ."""
         core = w[: self._n_core]
         return float(core[0]) if np.all(core == core[0]) else None
 
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         u = self._uniform_core_weight(w)
         if u is None:  # generic exact search on the explicit matrix (n <= 8192)
             return super()._add_remove_loss(w, p)
@@ -309,7 +316,7 @@ class ToeplitzStrategy(Strategy):
             return u * float(np.abs(self._a).sum()) + float(tot.sum())
         return math.sqrt(u * u * float(np.sum(self._a**2)) + float(np.sum(tot**2)))
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         u = self._uniform_core_weight(w)
         if u is None:
             return super()._swap_loss(w, p)
@@ -324,7 +331,7 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
     Row i measures d_i (T(a) x)_i (d_i > 0). Measuring D T(a) x with noise of variance v per
     row is measuring T(a) x with variance v / d_i^2 on row i, so the BLUE and its errors keep
     the Toeplitz structure (:mod:`dptree_opt.engines.toeplitz`). Sensitivity with equal
-    weight u on the scaled rows: column j is (d_i a_(i-j))_(i >= j), so
+    weight u on the scaled rows: column j is (d_i a_(i-j))_(i >= j), so::
 
         add/remove:  l_p^p = u^p max_j sum_(k < n-j) d_(k+j)^p |a_k|^p  (+ the totals)
 
@@ -332,8 +339,8 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
     so the swap sensitivity is the generic exact search on ``.matrix`` (n <= MAX_MATRIX_BINS;
     refused above)."""
 
-    def __init__(self, coefficients, row_scale, *, n_totals: int = 0,
-                 name: str = "scaled toeplitz"):
+    def __init__(self, coefficients: ArrayLike, row_scale: ArrayLike, *, n_totals: int = 0,
+                 name: str = "scaled toeplitz") -> None:
         super().__init__(coefficients, n_totals=n_totals, name=name)
         try:
             d = np.array(row_scale, dtype=float)
@@ -346,7 +353,7 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
         self._d = readonly(d)
 
     @property
-    def row_scale(self) -> np.ndarray:
+    def row_scale(self) -> _F:
         """d_0..d_(n-1), the row scaling (read-only)."""
         return self._d
 
@@ -354,11 +361,11 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
     def matrix(self) -> sp.csr_matrix:
         """D T(a) as CSR (with the totals; canonical, read-only), built on request;
         n <= MAX_MATRIX_BINS."""
-        if self._matrix is None:
-            plain = ToeplitzStrategy.matrix.fget(self)  # T(a) and the totals
-            self._matrix = frozen_csr(sp.csr_matrix(sp.diags(self._scale_column(1)) @ plain),
-                                      copy=False)
-        return self._matrix
+        if self._lazy_matrix is None:
+            plain = super().matrix  # T(a) and the totals
+            self._lazy_matrix = frozen_csr(
+                sp.csr_matrix(sp.diags(self._scale_column(1)) @ plain), copy=False)
+        return self._lazy_matrix
 
     def __repr__(self) -> str:
         return f"<ScaledToeplitzStrategy {self.name}: {self.n_rows} rows x {self.n_bins} bins>"
@@ -366,31 +373,31 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
     def _last_row_scale(self) -> float:
         return float(self._d[-1])
 
-    def _scale_column(self, ndim: int) -> np.ndarray:
+    def _scale_column(self, ndim: int) -> _F:
         """(d, 1 per total row) shaped to broadcast over the rows of an ndim array."""
         scale = np.concatenate([self._d, np.ones(self._n_totals)])
         return scale.reshape((-1,) + (1,) * (ndim - 1))
 
-    def apply(self, x) -> np.ndarray:
+    def apply(self, x: ArrayLike) -> _F:
         """D T(a) x, then the totals. O(n log n)."""
         out = super().apply(x)
         return out * self._scale_column(out.ndim)
 
-    def rmatvec(self, u) -> np.ndarray:
+    def rmatvec(self, u: ArrayLike) -> _F:
         """(D T(a))' u = T(a)' (D u). O(n log n)."""
         u = np.asarray(u, dtype=float)
         if u.shape[:1] != (self.n_rows,):
             raise ValueError(f"u must have {self.n_rows} rows, got shape {u.shape}")
         return super().rmatvec(u * self._scale_column(u.ndim))
 
-    def solve(self, y) -> np.ndarray:
+    def solve(self, y: ArrayLike) -> _F:
         """(D T(a))^-1 y = T(a)^-1 (y / d). O(n log n)."""
         y = np.asarray(y, dtype=float)
         if y.shape[:1] != (self._n_bins,):
             raise ValueError(f"y must have {self._n_bins} rows, got shape {y.shape}")
         return super().solve(y / self._d.reshape((-1,) + (1,) * (y.ndim - 1)))
 
-    def _add_remove_loss(self, w: np.ndarray, p: int) -> float:
+    def _add_remove_loss(self, w: _F, p: int) -> float:
         u = self._uniform_core_weight(w)
         if u is None:
             return Strategy._add_remove_loss(self, w, p)
@@ -401,7 +408,7 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
             return best + float(tot.sum())
         return math.sqrt(best + float(np.sum(tot**2)))
 
-    def _swap_loss(self, w: np.ndarray, p: int) -> float:
+    def _swap_loss(self, w: _F, p: int) -> float:
         if self._n_bins > MAX_MATRIX_BINS:
             raise ValueError(
                 "the swap sensitivity of a row-scaled Toeplitz strategy is an exact search over "
@@ -410,7 +417,8 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
         return Strategy._swap_loss(self, w, p)
 
 
-def toeplitz(coefficients, *, row_scale=None, name: str | None = None) -> ToeplitzStrategy:
+def toeplitz(coefficients: ArrayLike, *, row_scale: ArrayLike | None = None,
+             name: str | None = None) -> ToeplitzStrategy:
     """The lower-triangular Toeplitz strategy T(a) with first column ``coefficients``, or its
     row scaling D T(a) with ``row_scale`` = (d_0..d_(n-1)) > 0 (:class:`ScaledToeplitzStrategy`).
 

@@ -104,6 +104,7 @@ class AheadEngine(CounterEngine):
     like every budget list of the package; default the equal split)."""
 
     options: tuple[str, ...] = ("branching", "level_budgets")
+    horizon: int  # bounded: always set by __init__ (CounterEngine allows None)
     variance_bytes_per_step = 8           # a copy of the stored variances (measured 8.0)
 
     def __init__(self, horizon: int, *, noise: str, budget: float,

@@ -133,6 +133,8 @@ class Counter(SecretState):
         ``level_budgets`` for "tree_blue"; ``buffers``, ``objective``, ``theta``, ``omega``
         for "blt"; none for "sqrt".
 
+    Notes
+    -----
     ``update(count) -> estimate`` adds one step and returns the running count after it;
     ``variance`` is its exact variance; ``step_variances(steps)`` the exact variances after
     steps 1..steps (default T; at most 2 GiB of estimated memory); ``account()`` the privacy

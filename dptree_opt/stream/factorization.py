@@ -49,8 +49,10 @@ from __future__ import annotations
 
 import math
 from numbers import Integral
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..privacy import EXACT_LIMIT, HALF_ULP_OF_ONE, calibrate, check_budget, check_noise_scales
 from ..strategies.blt import (
@@ -71,6 +73,9 @@ from ..validation import check_int
 from .base import MAX_STRATEGY_STEPS, CounterEngine, StrategyRows
 from .noise import check_rng, checked_float_gaussian, gaussian_vector
 from .secret import NoiseBuffer
+
+if TYPE_CHECKING:
+    from opendp.mod import Measurement
 
 __all__ = [
     "MAX_SQRT_HORIZON",
@@ -113,13 +118,26 @@ class ToeplitzEngine(CounterEngine):
     noise = "gaussian"
     max_horizon = MAX_BLT_HORIZON
     horizon_note = ""       # why the horizon is limited, and what to use beyond
+    horizon: int            # always bounded
+    sensitivity: float
+    sigma: float
+    sigma2: float
+    estimate: float
+    variance: float
+    _rng: np.random.Generator | None
+    _measurement: Measurement | None
+    _block: NoiseBuffer
+    _pos: int
+    _block_size: int
+    _var_sum: float
 
-    def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None):
+    def __init__(self, horizon: int, *, noise: str = "gaussian", budget: float,
+                 rng: np.random.Generator | None = None) -> None:
         if noise != "gaussian":
             raise ValueError(f"mechanism {self.name!r} is Gaussian only (rho-zCDP, l2 "
                              f"sensitivity): give rho, not epsilon (got noise={noise!r})")
         if isinstance(horizon, (bool, np.bool_)) or not isinstance(horizon, Integral) \
-                or not 1 <= horizon <= self.max_horizon:
+                or not 1 <= int(horizon) <= self.max_horizon:
             raise ValueError(f"horizon must be an integer in [1, {self.max_horizon}] for "
                              f"mechanism {self.name!r}, got {horizon!r}{self.horizon_note}")
         self.horizon = int(horizon)
@@ -194,11 +212,11 @@ class ToeplitzEngine(CounterEngine):
         return z
 
     # ------------------------------------------------------------- interface
-    def _check_steps(self, steps, minimum: int = 1) -> int:
+    def _check_steps(self, steps: int, minimum: int = 1) -> int:
         """``steps`` for the coefficient functions: an integer in [minimum, horizon]."""
         return check_int(steps, "steps", minimum, self.horizon, why="the horizon")
 
-    def push(self, count) -> tuple[float, float]:
+    def push(self, count: int) -> tuple[float, float]:
         """Add the next step's exact count; return (private running count, its exact variance
         sigma^2 sum_(k<t) b_k^2). ValueError for a bad count or beyond the horizon (nothing
         drawn)."""
@@ -211,7 +229,7 @@ class ToeplitzEngine(CounterEngine):
         self.variance = self.sigma2 * self._var_sum
         return self.estimate, self.variance
 
-    def run(self, counts) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, counts: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """A whole stream at once on a fresh engine (vectorised, FFT products): returns the
         running counts and their variances after steps 1..len(counts); afterwards ``push``
         continues from step len(counts). With a numpy Generator it equals pushing the counts
@@ -248,12 +266,12 @@ class ToeplitzEngine(CounterEngine):
         b = self.noise_coefficients(steps)
         return self.sigma2 * np.cumsum(b * b)
 
-    def correlate(self, z) -> np.ndarray:
+    def correlate(self, z: ArrayLike) -> np.ndarray:
         """B z = M C^-1 z (the noise of the running counts for draws z), by FFT. Stateless."""
-        z = np.asarray(z, dtype=float)
-        if z.ndim != 1 or not 1 <= z.size <= self.horizon:
+        draws = np.asarray(z, dtype=float)
+        if draws.ndim != 1 or not 1 <= draws.size <= self.horizon:
             raise ValueError(f"z must be a 1-D array of 1..{self.horizon} draws")
-        return series_multiply(self.noise_coefficients(z.size), z)
+        return series_multiply(self.noise_coefficients(draws.size), draws)
 
     def strategy(self, steps: int) -> StrategyRows:
         """The first ``steps`` released rows: T(c) restricted to the first ``steps`` inputs
@@ -376,27 +394,33 @@ class BLTEngine(ToeplitzEngine):
     options = ("buffers", "objective", "theta", "omega")
     variance_bytes_per_step = 32          # measured 24.1 (12 buffers) at 2^22 steps
 
-    def __init__(self, horizon, *, noise: str = "gaussian", budget, rng=None, buffers=None,
-                 objective: str = "mean", theta=None, omega=None):
+    objective: str | None   # None when theta / omega are given
+
+    def __init__(self, horizon: int, *, noise: str = "gaussian", budget: float,
+                 rng: np.random.Generator | None = None, buffers: int | None = None,
+                 objective: str = "mean", theta: ArrayLike | None = None,
+                 omega: ArrayLike | None = None) -> None:
         given = check_blt_options(buffers, objective, theta, omega)
         if given is not None:
-            th, om = given
-            radius = inverse_spectral_radius(th, om)
+            radius = inverse_spectral_radius(*given)
             if not radius < 1.0:
                 raise ValueError(f"C^-1 is not stable (spectral radius {radius!r} >= 1 of "
                                  "diag(theta) - 1 omega'): the noise would grow geometrically")
             self.objective = None
         else:
-            th = om = None
             self.objective = objective
-        self._given = (th, om)
+        self._search_objective = objective      # what _setup optimises when not given
+        self._given = given
         self._buffers = DEFAULT_BUFFERS if buffers is None else int(buffers)
         super().__init__(horizon, noise=noise, budget=budget, rng=rng)
 
     def _setup(self) -> None:
-        th, om = self._given
-        if th is None:
-            th, om, _ = optimize_blt(self.horizon, self._buffers, self.objective)
+        if self._given is None:
+            th, om, _ = optimize_blt(self.horizon, self._buffers, self._search_objective)
+        else:
+            th, om = self._given
+
+
         self.theta, self.omega = th, om
         self.buffers = int(th.size)
         d = self.buffers

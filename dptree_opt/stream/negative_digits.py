@@ -94,10 +94,14 @@ guarantee).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from numbers import Integral
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
 from ..data_release.secure_noise import sampler_description
 from ..privacy import check_budget, check_noise, split_budget
@@ -111,12 +115,13 @@ __all__ = ["NegativeDigitsEngine", "check_odd_branching", "balanced_levels", "ba
            "asymptotic_constants", "study_constants"]
 
 _MAX_HORIZON = 1 << 40
+_Ints = npt.NDArray[np.int64]
 
 
-def check_odd_branching(branching) -> int:
+def check_odd_branching(branching: int) -> int:
     """k: an odd integer >= 3 (the balanced digit set {-(k-1)/2..(k-1)/2} needs odd k)."""
     if isinstance(branching, (bool, np.bool_)) or not isinstance(branching, Integral) \
-            or branching < 3 or branching % 2 == 0:
+            or int(branching) < 3 or int(branching) % 2 == 0:
         raise ValueError(f"branching must be an odd integer >= 3 (balanced digits "
                          f"-(k-1)/2..(k-1)/2; even k is not supported), got {branching!r}")
     if branching > _MAX_HORIZON:
@@ -133,15 +138,20 @@ def balanced_levels(horizon: int, k: int) -> int:
     return H
 
 
-def _check_levels(levels, horizon: int, k: int) -> int:
+def _check_levels(levels: int | None, horizon: int, k: int) -> int:
     H = balanced_levels(horizon, k)
     if levels is None:
         return H
-    return check_int(levels, "levels", 1, H, none=True,
-                     why=f"more than {H} would add a level no step uses")
+    return check_int(levels, "levels", 1, H, why=f"more than {H} would add a level no step uses")
 
 
-def _tops(t, k: int, levels: int) -> list:
+@overload
+def _tops(t: int, k: int, levels: int) -> list[int]: ...
+@overload
+def _tops(t: _Ints, k: int, levels: int) -> list[_Ints]: ...
+
+
+def _tops(t: int | _Ints, k: int, levels: int) -> list[int] | list[_Ints]:
     """Q_l = round(t / k^l) k^l for l = 0..levels-1, and Q_levels = 0 (module docstring): int64
     arrays for an array t, Python integers for an integer t."""
     out = []
@@ -152,7 +162,7 @@ def _tops(t, k: int, levels: int) -> list:
     return out
 
 
-def _node_variance_sum(counts: np.ndarray, variances) -> np.ndarray:
+def _node_variance_sum(counts: np.ndarray, variances: ArrayLike) -> np.ndarray:
     """sum_l counts[l] v_l over axis 0 (levels); a level no step uses (count 0) never
     multiplies an infinite variance."""
     v = np.asarray(variances, dtype=float).reshape((-1,) + (1,) * (counts.ndim - 1))
@@ -160,22 +170,22 @@ def _node_variance_sum(counts: np.ndarray, variances) -> np.ndarray:
         return np.where(counts > 0, counts * v, 0.0).sum(axis=0)
 
 
-def balanced_digits(t, k: int, levels: int) -> np.ndarray:
+def balanced_digits(t: ArrayLike, k: int, levels: int) -> np.ndarray:
     """Digits b_l(t) = (Q_l - Q_(l+1)) / k^l, shape (levels, len(t)): the balanced base-k
     expansion of t when levels >= :func:`balanced_levels` (t); otherwise the top digit
     round(t / k^(levels-1)) is the free one (module docstring). Vectorised over t."""
-    t = np.atleast_1d(np.asarray(t, dtype=np.int64))
-    Q = _tops(t, k, levels)
+    steps = np.atleast_1d(np.asarray(t, dtype=np.int64))
+    Q = _tops(steps, k, levels)
     return np.array([(Q[level] - Q[level + 1]) // k**level for level in range(levels)])
 
 
-def level_node_counts(t, k: int, levels: int, horizon: int) -> np.ndarray:
+def level_node_counts(t: ArrayLike, k: int, levels: int, horizon: int) -> np.ndarray:
     """n_l(t): the number of level-l nodes the estimate after t steps uses, shape
     (levels, len(t)): |b_l(t)|, less the subtracted nodes that start at or after the horizon
     (zero rows, dropped). Vectorised over t (a loop over the levels only)."""
-    t = np.atleast_1d(np.asarray(t, dtype=np.int64))
-    Q = _tops(t, k, levels)
-    out = np.empty((levels, len(t)), dtype=np.int64)
+    steps = np.atleast_1d(np.asarray(t, dtype=np.int64))
+    Q = _tops(steps, k, levels)
+    out = np.empty((levels, len(steps)), dtype=np.int64)
     for level in range(levels):
         w = k**level
         lo, hi = Q[level], Q[level + 1]
@@ -203,7 +213,19 @@ def _terms(t: int, k: int, levels: int, horizon: int) -> list[tuple[int, int, in
     return out
 
 
+class NegativeDigitsRows(StrategyRows):
+    """:meth:`NegativeDigitsEngine.strategy`'s rows, with per-row ``level``, ``index``,
+    ``scale``, ``first_use`` and the (steps x rows) ``coefficients`` matrix L."""
+
+    level: npt.NDArray[np.int64]
+    index: npt.NDArray[np.int64]
+    scale: npt.NDArray[np.float64]
+    first_use: npt.NDArray[np.int64]
+    coefficients: sp.csr_matrix
+
+
 class NegativeDigitsEngine(CounterEngine):
+
     """The k-ary tree counter with negative digits (module docstring).
 
     Parameters: ``horizon`` T; ``noise`` "laplace" (budget = eps, pure DP, as in [APST]) or
@@ -218,9 +240,11 @@ class NegativeDigitsEngine(CounterEngine):
     name = "negative_digits"
     options = ("branching", "level_budgets", "levels")
     variance_bytes_per_step = 24          # measured 18.9 (k = 19), 22.3 (k = 3) at 2^22 steps
+    horizon: int                          # always bounded
 
-    def __init__(self, horizon, *, noise: str = "laplace", budget, rng=None, branching=19,
-                 level_budgets=None, levels=None):
+    def __init__(self, horizon: int, *, noise: str = "laplace", budget: float,
+                 rng: np.random.Generator | None = None, branching: int = 19,
+                 level_budgets: ArrayLike | None = None, levels: int | None = None) -> None:
         self.horizon = check_int(horizon, "horizon", 1, _MAX_HORIZON)
         self.noise = check_noise(noise)
         name = "epsilon" if self.noise == "laplace" else "rho"
@@ -277,7 +301,8 @@ class NegativeDigitsEngine(CounterEngine):
         self.total += self.check_step(count)
         self.t += 1
         top = self.levels - 1
-        noise, variance = [], 0.0
+        noise: list[float] = []
+        variance = 0.0
         for level, first, n, sign in _terms(self.t, self.branching, self.levels, self.horizon):
             if level == top:
                 # the top block is always nodes 0..n-1 (added), n non-decreasing in t
@@ -325,7 +350,7 @@ class NegativeDigitsEngine(CounterEngine):
                         else "numpy simulation noise (NO privacy guarantee)"),
         }
 
-    def strategy(self, steps: int) -> StrategyRows:
+    def strategy(self, steps: int) -> NegativeDigitsRows:
         """The virtual node rows over the first ``steps`` steps (small ``steps``; a Python
         loop over steps): first every node some step <= steps uses, in draw order (by first
         use, then level, then index: the order the engine draws their noise), then the other
@@ -337,7 +362,8 @@ class NegativeDigitsEngine(CounterEngine):
         steps = self.check_strategy_steps(steps)
         k, H, T = self.branching, self.levels, self.horizon
         order: dict[tuple[int, int], int] = {}
-        first_use, coef = [], []
+        first_use: list[int] = []
+        coef: list[tuple[int, int, int]] = []
         for t in range(1, steps + 1):
             for level, first, n, sign in _terms(t, k, H, T):
                 for i in range(first, first + n):
@@ -352,8 +378,8 @@ class NegativeDigitsEngine(CounterEngine):
                     order[(level, i)] = len(order)
                     first_use.append(steps + 1)
         nodes = np.array(list(order), dtype=np.int64).reshape(-1, 2)
-        level, index = nodes[:, 0], nodes[:, 1]
-        width = np.power(k, level, dtype=np.int64)
+        levels, index = nodes[:, 0], nodes[:, 1]
+        width = np.power(k, levels, dtype=np.int64)
         start = np.minimum(index * width, steps)
         end = np.minimum((index + 1) * width, steps)
         lengths = end - start
@@ -361,10 +387,10 @@ class NegativeDigitsEngine(CounterEngine):
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         cols = np.arange(len(rows)) - np.repeat(offsets - start, lengths)
         R = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(nodes), steps))
-        out = StrategyRows(R, self.level_variances[level],
-                           np.minimum((index + 1) * width, T))
-        out.level, out.index = level, index
-        out.scale = self.level_scales[level]
+        out = NegativeDigitsRows(R, self.level_variances[levels],
+                                 np.minimum((index + 1) * width, T))
+        out.level, out.index = levels, index
+        out.scale = self.level_scales[levels]
         out.first_use = np.asarray(first_use, dtype=np.int64)
         c = np.array(coef, dtype=np.int64).reshape(-1, 3)
         out.coefficients = sp.csr_matrix((c[:, 2].astype(float), (c[:, 0], c[:, 1])),
@@ -373,14 +399,15 @@ class NegativeDigitsEngine(CounterEngine):
 
 
 # ------------------------------------------------------------------------ study numbers
-def _level_variances(T: int, k: int, eps: float, levels, level_budgets) -> tuple[int, np.ndarray]:
+def _level_variances(T: int, k: int, eps: float, levels: int | None,
+                     level_budgets: ArrayLike | None) -> tuple[int, np.ndarray]:
     H = _check_levels(levels, T, k)
     budgets = split_budget(eps, H, level_budgets)[::-1]      # given root first
     return H, group_variances("laplace", budgets, secure=False)
 
 
-def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels=None,
-                  level_budgets=None) -> float:
+def mean_variance(T: int, k: int = 19, eps: float = 1.0, *, levels: int | None = None,
+                  level_budgets: ArrayLike | None = None) -> float:
     """The mean over t = 1..T of the exact variance of the running count (continuous Laplace,
     budget eps, equal split unless ``level_budgets``, root first): the mechanism's mean
     squared error."""
@@ -415,7 +442,7 @@ def _binary_mean_variances(T: int, eps: float) -> tuple[float, float]:
             float(digit_variances(t, 2, from_below_variances(v, 2)).mean()))
 
 
-def asymptotic_constants(k: int = 19) -> dict:
+def asymptotic_constants(k: int = 19) -> dict[str, float]:
     """Leading constants of the mean squared error, in units log2^3 T / eps^2 (module
     docstring): this mechanism c_k, the binary mechanism 1, Honaker's causal BLUE 1/2; their
     ratios; the odd k minimising c_k; and the delta below which this mechanism beats the
@@ -431,7 +458,8 @@ def asymptotic_constants(k: int = 19) -> dict:
             "gaussian_sqrt_delta_exponent": math.pi**2 * cln / 4}
 
 
-def study_constants(exponents=range(10, 21), k: int = 19, eps: float = 1.0) -> list[dict]:
+def study_constants(exponents: Iterable[int] = range(10, 21), k: int = 19,
+                    eps: float = 1.0) -> list[dict[str, float]]:
     """Per T = 2^e: exact mean variances (continuous Laplace, equal split) of this mechanism
     ([APST] levels and the best H), the binary mechanism and Honaker's causal BLUE, each in
     units log2^3 T / eps^2, and the ratios (binary / ours, Honaker / ours)."""
