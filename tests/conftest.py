@@ -1,6 +1,8 @@
 """Shared fixtures: spies on the secure samplers, traps on numpy noise."""
 
 import os
+import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -78,3 +80,19 @@ def no_numpy_noise(monkeypatch):
     for name in ("default_rng", "RandomState", "laplace", "normal", "standard_normal",
                  "random"):
         monkeypatch.setattr(np.random, name, boom)
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """A local[2] SparkSession shared by the Spark tests of this process (``getOrCreate``;
+    their ``xdist_group("spark")`` marker keeps them on one worker: one JVM). Skips without
+    pyspark or Java."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java")
+    from pyspark.sql import SparkSession
+    return (SparkSession.builder.master("local[2]").appName("dptree-opt-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.pyspark.python", sys.executable)
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate())

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -84,18 +83,6 @@ def invalid_table() -> pa.Table:
 
 
 # ------------------------------------------------------------------ engines
-@pytest.fixture(scope="module")
-def spark_session():
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    from pyspark.sql import SparkSession
-    # getOrCreate: shares the session with the other Spark test modules of this process
-    return (SparkSession.builder.master("local[2]").appName("dptree-opt-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate())
 
 
 @pytest.fixture(scope="module")

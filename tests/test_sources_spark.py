@@ -6,9 +6,6 @@ numbers come from the data built here and ``BinSpec.bin_index`` + ``np.bincount`
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -44,21 +41,11 @@ def test_batches_gathered_into_blocks_and_rows_round_trip(monkeypatch):
     assert empty.rows == 0 and not empty.hist.any()
 
 
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java")
-    from pyspark.sql import SparkSession
-    return (SparkSession.builder.master("local[2]").appName("dptree-opt-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.pyspark.python", sys.executable)
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate())
 
 
 @pytest.mark.xdist_group("spark")
-def test_spark_types_names_and_files(spark, tmp_path):
+def test_spark_types_names_and_files(spark_session, tmp_path):
+    spark = spark_session
     df = spark.createDataFrame([("a", 1.5, 2)], "s string, `a.b` double, n int")
     with pytest.raises(ValueError, match=r"^s: column type string is not an integer, "):
         count(df, SPEC, column="s")
