@@ -3,6 +3,7 @@
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,3 +97,18 @@ def spark_session():
             .config("spark.pyspark.python", sys.executable)
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate())
+
+
+@pytest.fixture(scope="session")
+def ext():
+    """The docs site's Sphinx extension module (docs/_ext/dptree_docs.py), imported from its
+    directory; skips without Sphinx (the ``docs`` extra)."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("sphinx.ext.napoleon")
+    path = str(Path(__file__).resolve().parents[1] / "docs" / "_ext")
+    sys.path.insert(0, path)
+    try:
+        import dptree_docs
+    finally:
+        sys.path.remove(path)
+    return dptree_docs

@@ -12,11 +12,9 @@ from __future__ import annotations
 import importlib
 import io
 import re
-import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-import pytest
 
 from dptree_opt.cli import main as cli_main
 
@@ -105,17 +103,6 @@ def test_markdown_doctest_blocks_end_with_a_blank_line():
 
 
 # ------------------------------------------------------------------ the build extension
-@pytest.fixture(scope="module")
-def ext():
-    pytest.importorskip("sphinx")
-    sys.path.insert(0, str(DOCS / "_ext"))
-    try:
-        import dptree_docs
-    finally:
-        sys.path.remove(str(DOCS / "_ext"))
-    return dptree_docs
-
-
 def test_rst_check_accepts_rest_and_flags_plain_text(ext):
     assert ext.rst_problem("A ``literal`` and *emphasis*.\n\n- a list\n- of two\n") == ""
     assert ext.rst_problem("sum over |x_i - y_i| of the bins\n")      # a substitution

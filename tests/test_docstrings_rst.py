@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,18 +34,6 @@ DOCS = ROOT / "docs"
 # (empty: every entry of the last build's literal_docstrings.txt has been fixed; an entry looks
 # like "dptree_opt.data_release.BinSpec": "typing round 2, data_release/ owner")
 EXPECTED_FAILURES: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def ext() -> types.ModuleType:
-    pytest.importorskip("sphinx")
-    pytest.importorskip("sphinx.ext.napoleon")
-    sys.path.insert(0, str(DOCS / "_ext"))
-    try:
-        import dptree_docs
-    finally:
-        sys.path.remove(str(DOCS / "_ext"))
-    return dptree_docs
 
 
 @pytest.fixture(scope="module")
