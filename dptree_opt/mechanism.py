@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
+from .participation import Participation, Sensitivity, as_participation, max_linear
 from .privacy import (
     calibrate,
     check_noise,
@@ -110,19 +111,31 @@ def _check_scale(scale: float, sensitivity: float, budget: float, noise: str,
                            _log10_scale(sensitivity, math.log10(budget), noise))
 
 
+def _sensitivity(released: Strategy, weights: np.ndarray, neighbours: str, p: int,
+                 part: Participation) -> Sensitivity:
+    """The sensitivity of diag(weights) A: under the neighbour model for one participation,
+    else under the schema (``Strategy.participation_sensitivity``; add/remove only)."""
+    if part.is_single:
+        return Sensitivity(released.sensitivity(weights, neighbours, p), True,
+                           "largest column norm")
+    return released.participation_sensitivity(weights, part, p)
+
+
 def _recomputed_loss(released: Strategy, weights: np.ndarray, neighbours: str,
-                     noise: str) -> float:
+                     noise: str, part: Participation) -> tuple[float, Sensitivity]:
     """The privacy loss of the scaled strategy diag(weights) A (eps, or rho = D2^2 / 2;
-    ``privacy.loss_from_sensitivity``). The loss is homogeneous (degree 1 for eps, 2 for
-    rho) in the weights, so weights whose squares would leave double range (beyond
-    1e+-150, extreme budgets) are divided by their largest and the loss multiplied back."""
+    ``privacy.loss_from_sensitivity``) and the sensitivity it came from (exact or a
+    certified upper bound). The loss is homogeneous (degree 1 for eps, 2 for rho) in the
+    weights, so weights whose squares would leave double range (beyond 1e+-150, extreme
+    budgets) are divided by their largest and the loss multiplied back."""
     top = float(np.max(weights, initial=0.0))
+    p = norm_of(noise)
     if not (top > 1e150 or 0 < top < 1e-150):
-        return loss_from_sensitivity(released.sensitivity(weights, neighbours,
-                                                          norm_of(noise)), noise)
-    loss = loss_from_sensitivity(released.sensitivity(weights / top, neighbours,
-                                                      norm_of(noise)), noise)
-    return loss * top if noise == "laplace" else loss * top * top
+        sens = _sensitivity(released, weights, neighbours, p, part)
+        return loss_from_sensitivity(sens.value, noise), sens
+    sens = _sensitivity(released, weights / top, neighbours, p, part)
+    loss = loss_from_sensitivity(sens.value, noise)
+    return (loss * top if noise == "laplace" else loss * top * top), sens
 
 
 def _log10_variance(scale: float, noise: str, discrete: bool) -> float:
@@ -142,12 +155,17 @@ def _log10_scale(sensitivity: float, log10_budget: float, noise: str) -> float:
     return math.log10(sensitivity) - 0.5 * (math.log10(2.0) + log10_budget)
 
 
-def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
+def row_sensitivities(strategy: Strategy, neighbours: str,
+                      participation: Participation | None = None) -> np.ndarray:
     """Each row's own sensitivity (shape (rows,)): the largest change of its answer when one
     record is added / removed (max_j ``|a_rj|``) or moved (max_(i, j) ``|a_ri - a_rj|``). The same
     under l1 and l2 (one row). Interval strategies in closed form (1, or 0 for a total row
-    under swap); others from the sparse matrix."""
+    under swap); others from the sparse matrix. Under a participation schema (add/remove):
+    max over patterns P of sum_(j in P) ``|a_rj|`` (:func:`participation_row_sensitivities`)."""
     neighbours = check_neighbours(neighbours)
+    part = as_participation(participation)
+    if not part.is_single:
+        return participation_row_sensitivities(strategy, part)
     if isinstance(strategy, IntervalStrategy):
         if neighbours == "add_remove":
             return np.ones(strategy.n_rows)
@@ -163,6 +181,43 @@ def row_sensitivities(strategy: Strategy, neighbours: str) -> np.ndarray:
     hi = np.where(full, hi, np.maximum(hi, 0.0))
     lo = np.where(full, lo, np.minimum(lo, 0.0))
     return hi - lo if strategy.n_bins > 1 else np.zeros(strategy.n_rows)
+
+
+# participation_row_sensitivities: dense rows up to this many entries
+_DENSE_ROW_ENTRIES = 1 << 24
+
+
+def participation_row_sensitivities(strategy: Strategy, part: Participation) -> np.ndarray:
+    """Each row's own sensitivity under a participation schema (shape (rows,)): max over
+    patterns P of sum_(j in P) ``|a_rj|`` (one row's answer changes by at most that; the same
+    under l1 and l2). Rows that are one interval of equal magnitudes (trees, prefix sums) in
+    closed form: magnitude x min(k, ceil(length / b)) (the most participations an interval
+    holds, for fixed-epoch and min-sep alike); other rows by the dynamic programme over the
+    dense rows while m n <= 2^24, else ValueError."""
+    part.check_steps(strategy.n_bins)
+    a = strategy.matrix.tocsr()
+    nnz = np.diff(a.indptr)
+    rows = np.flatnonzero(nnz > 0)
+    out = np.zeros(a.shape[0])
+    if not rows.size:
+        return out
+    absd = np.abs(a.data)
+    hi = np.maximum.reduceat(absd, a.indptr[rows])
+    lo = np.minimum.reduceat(absd, a.indptr[rows])
+    first = np.minimum.reduceat(a.indices, a.indptr[rows])
+    last = np.maximum.reduceat(a.indices, a.indptr[rows])
+    length = last - first + 1
+    simple = (hi == lo) & (length == nnz[rows])
+    kmax = part.max_participations(strategy.n_bins)
+    out[rows[simple]] = hi[simple] * np.minimum(kmax, -(-length[simple] // part.b))
+    other = rows[~simple]
+    if other.size:
+        if other.size * strategy.n_bins > _DENSE_ROW_ENTRIES:
+            raise ValueError(f"{other.size} rows are not intervals of equal entries: their "
+                             "participation sensitivities need a dense pass over "
+                             f"{other.size} x {strategy.n_bins} entries (limit 2^24)")
+        out[other] = max_linear(np.abs(a[other].toarray()), part)
+    return out
 
 
 def _discrete_laplace(rng: np.random.Generator, scale: npt.NDArray[np.float64],
@@ -313,7 +368,8 @@ class Mechanism:
                  rho: float | None = None, noise: str | None = None,
                  neighbours: str = "add_remove",
                  public_total: bool | None = None, level_budgets: ArrayLike | None = None,
-                 row_budgets: ArrayLike | None = None, discrete: bool = False) -> None:
+                 row_budgets: ArrayLike | None = None, discrete: bool = False,
+                 participation: Participation | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise ValueError(f"strategy must be a dptree_opt Strategy, got {type(strategy).__name__}")
         noise = infer_noise(noise, epsilon, rho)
@@ -325,6 +381,16 @@ class Mechanism:
             raise out_of_range(noise, budget, "the noise variance", 2.0 * _log10_scale(
                 1.0, math.log10(budget), noise) + (math.log10(2.0) if noise == "laplace" else 0))
         public = resolve_public(neighbours, public_total)
+        part = as_participation(participation)
+        if not part.is_single:
+            if neighbours != "add_remove":
+                raise ValueError("participation schemas are defined for add/remove "
+                                 "(zero-out) neighbours; a replaced user doubles the "
+                                 "sensitivity: use neighbours='add_remove'")
+            if public:
+                raise ValueError("public_total=True cannot be combined with a participation "
+                                 "schema (a user's steps are not one total)")
+            part.check_steps(strategy.n_bins)
 
         rows = strategy.n_rows + 1
         check_memory(rows * MECHANISM_BYTES_PER_ROW, f"a mechanism on {rows - 1} strategy rows",
@@ -338,12 +404,12 @@ class Mechanism:
             if level_budgets is not None:
                 raise ValueError("give level_budgets or row_budgets, not both")
             self._init_rows(strategy, released, noise, neighbours, public, budget,
-                            budget_name, row_budgets, discrete)
+                            budget_name, row_budgets, discrete, part)
             return
         present = np.flatnonzero(np.bincount(levels))  # levels present, O(rows)
         noisy_levels = present[present != 0] if public else present
-        sens = np.array([released.level_sensitivity(int(lvl), neighbours, p)
-                         for lvl in noisy_levels])
+        sens = np.array([_sensitivity(released, (levels == lvl).astype(float), neighbours, p,
+                                      part).value for lvl in noisy_levels])
         if level_budgets is None and noisy_levels.size:
             # equal split over the levels that depend on the data; a level whose rows cannot
             # change (sensitivity 0, e.g. k_1 = 1 under swap) is released exactly for free
@@ -371,14 +437,15 @@ class Mechanism:
             lookup[:, lvl] = s, level_variance[lvl], (1.0 / s if 0 < s < np.inf else 0.0)
         scale, variance, weights = (np.take(row, levels) for row in lookup)  # per row, O(rows)
 
-        actual = _recomputed_loss(released, weights, neighbours, noise)
+        actual, account = _recomputed_loss(released, weights, neighbours, noise, part)
         if actual > budget * (1 + 1e-9):
             raise ValueError(f"calibration error: the mechanism's {budget_name} would be "
                              f"{actual!r} > requested {budget!r}")
 
         self._set(strategy, released, noise, neighbours, public, budget_name, budget, actual,
                   {int(lv): float(b) for lv, b in zip(noisy_levels, budgets)}, level_scale,
-                  level_variance, level_sens, scale, variance, exact, discrete, None, None)
+                  level_variance, level_sens, scale, variance, exact, discrete, None, None,
+                  part, account)
 
     def _set(self, strategy: Strategy, released: Strategy, noise: str, neighbours: str,
              public: bool, budget_name: str, budget: float, actual: float,
@@ -387,7 +454,10 @@ class Mechanism:
              scale: npt.NDArray[np.float64], variance: npt.NDArray[np.float64],
              exact: npt.NDArray[np.bool_], discrete: bool,
              row_budgets: npt.NDArray[np.float64] | None,
-             row_sens: npt.NDArray[np.float64] | None) -> None:
+             row_sens: npt.NDArray[np.float64] | None, part: Participation,
+             account: Sensitivity) -> None:
+        self._participation = part
+        self._account = account
         self._strategy = strategy
         self._released = released
         self._noise = noise
@@ -410,7 +480,7 @@ class Mechanism:
 
     def _init_rows(self, strategy: Strategy, released: Strategy, noise: str, neighbours: str,
                    public: bool, budget: float, budget_name: str, row_budgets: ArrayLike,
-                   discrete: bool) -> None:
+                   discrete: bool, part: Participation) -> None:
         """Per-row budgets: scales from each row's own sensitivity, loss recomputed."""
         m = strategy.n_rows
         try:
@@ -428,7 +498,7 @@ class Mechanism:
         if np.any(b[exact_level0] > 0):
             raise ValueError("row_budgets: with a public N the level-0 (total) rows are "
                              "released exactly; give them 0")
-        own = row_sensitivities(released, neighbours)
+        own = row_sensitivities(released, neighbours, part)
         exact = exact_level0 | (own == 0)
         with np.errstate(divide="ignore", invalid="ignore"):  # exact rows: 0 / 0 discarded
             if noise == "laplace":
@@ -441,7 +511,7 @@ class Mechanism:
             variance = discrete_variances(scale, noise)
         weights = np.where((scale > 0) & np.isfinite(scale),
                            1.0 / np.where(scale > 0, scale, 1.0), 0.0)
-        actual = _recomputed_loss(released, weights, neighbours, noise)
+        actual, account = _recomputed_loss(released, weights, neighbours, noise, part)
         if actual > budget * (1 + 1e-9):
             raise ValueError(f"row_budgets: the scaled strategy's {budget_name} is {actual!r} "
                              f"> the requested {budget!r} (on a tree under add/remove every "
@@ -449,7 +519,7 @@ class Mechanism:
         levels0 = {0: 0.0} if public else {}
         self._set(strategy, released, noise, neighbours, public, budget_name, budget, actual,
                   {}, dict(levels0), dict(levels0), dict(levels0), scale, variance, exact,
-                  discrete, b, own)
+                  discrete, b, own, part, account)
 
     def __setattr__(self, name: str, value: object) -> None:
         if getattr(self, "_frozen", False):
@@ -486,6 +556,19 @@ class Mechanism:
     def public_total(self) -> bool:
         """Whether N is public (released exactly)."""
         return self._public_total
+
+    @property
+    def participation(self) -> Participation:
+        """The participation schema the noise is calibrated to (``participation.single()``
+        unless one was given; docs/math.md section 11)."""
+        return self._participation
+
+    @property
+    def sensitivity(self) -> Sensitivity:
+        """The sensitivity of the scaled strategy diag(1/scale) A behind ``.epsilon`` /
+        ``.rho``: its value, whether it is exact or a certified upper bound (then the
+        reported loss is an upper bound too) and how it was computed."""
+        return self._account
 
     @property
     def epsilon(self) -> float | None:
@@ -672,6 +755,10 @@ class Mechanism:
             "noise is drawn by a secure sampler (dptree_opt.release); measure() and "
             "sample_noise() draw numpy SIMULATION noise, which carries no privacy guarantee",
         ]
+        if not self._participation.is_single:
+            bound = "exact" if self._account.exact else "a certified upper bound"
+            lines.append(f"participation: {self._participation.describe()}; the loss is "
+                         f"{bound} ({self._account.method})")
         if self._public_total:
             why = ("invariant under swap" if self._neighbours == "swap"
                    else "declared public by the caller: N itself is NOT protected")

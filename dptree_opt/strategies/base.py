@@ -21,11 +21,20 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 from scipy.sparse.linalg import LinearOperator
 
+from ..participation import (
+    Participation,
+    Sensitivity,
+    as_participation,
+    column_norms_sensitivity,
+    gram_sensitivity,
+)
 from ..privacy import check_neighbours
 
 
 # Generic swap search: columns per chunk of the Gram route, floats per chunk of the direct one.
 _DIRECT_SWAP_BINS = 2048  # the direct recomputation of a degenerate l2 swap, O(m n^2)
+# Generic participation sensitivity: a dense Gram X = A'A up to this many steps (128 MB)
+DENSE_GRAM_BINS = 4096
 _PAIR_CHUNK = 256
 _PAIR_FLOATS = 1 << 24
 
@@ -212,6 +221,37 @@ class Strategy:
         """Sensitivity of the rows of one level at unit scale (the calibration input)."""
         return self.sensitivity((self.levels == level).astype(float), neighbours, norm)
 
+    def participation_sensitivity(self, weights: ArrayLike, participation: Participation | None,
+                                  norm: int) -> Sensitivity:
+        """Sensitivity of diag(w) A when one user enters several steps (columns) under a
+        participation schema (``dptree_opt.participation``, docs/math.md section 11), under
+        add / remove ("zero-out") neighbours. ``single()`` (or None) is :meth:`sensitivity`
+        under add/remove. Returns a :class:`~dptree_opt.participation.Sensitivity` (value,
+        exact or a certified upper bound, method). Structured subclasses override
+        ``_participation_loss``; the generic one: l1 from column norms (exact for vector
+        contributions); l2 from the dense Gram up to ``DENSE_GRAM_BINS`` steps
+        (:func:`~dptree_opt.participation.gram_sensitivity`), beyond it exact when no row
+        spans b steps (pattern columns orthogonal), else the triangle bound."""
+        w = self._check_weights(weights)
+        p = check_norm(norm)
+        part = as_participation(participation)
+        if part.is_single:
+            return Sensitivity(self.sensitivity(w, "add_remove", p), True, "largest column norm")
+        part.check_steps(self.n_bins)
+        return self._participation_loss(w, part, p)
+
+    def _participation_loss(self, w: _F, part: Participation, p: int) -> Sensitivity:
+        a = self.matrix
+        if p == 1:
+            norms = np.asarray(abs(a).T @ w).ravel()
+            return column_norms_sensitivity(norms, part, 1,
+                                            nonnegative=bool(np.all(a.data >= 0)))
+        wa = sp.diags(w) @ a
+        if self.n_bins <= DENSE_GRAM_BINS:
+            return gram_sensitivity((wa.T @ wa).toarray(), part)
+        norms = np.sqrt(np.asarray(wa.multiply(wa).sum(axis=0)).ravel())
+        return column_norms_sensitivity(norms, part, 2, orthogonal=row_span(a) < part.b)
+
     def _check_weights(self, weights: ArrayLike) -> _F:
         w = np.asarray(weights, dtype=float)
         if w.shape != (self.n_rows,):
@@ -306,3 +346,17 @@ class Strategy:
             diff = a[:, j:] - a[:, :-j]
             best = max(best, float(np.einsum("rc,rc->c", diff, diff).max()))
         return best
+
+
+def row_span(a: sp.csr_matrix) -> int:
+    """The widest row of a CSR matrix: max over rows of (last - first nonzero column) + 1
+    (0 for an all-zero matrix). Columns at least this far apart share no row, so their
+    inner products vanish. O(nnz)."""
+    a = sp.csr_matrix(a)
+    nnz = np.diff(a.indptr)
+    rows = np.flatnonzero(nnz > 0)
+    if not rows.size:
+        return 0
+    first = np.minimum.reduceat(a.indices, a.indptr[rows])
+    last = np.maximum.reduceat(a.indices, a.indptr[rows])
+    return int((last - first).max()) + 1
