@@ -1,0 +1,290 @@
+"""Participation schemas and the generic sensitivities under them (docs/math.md section 11),
+against brute force over every pattern and every sign, written here without the library's
+dynamic programmes."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+import dptree_opt as dp
+from dptree_opt import participation as P
+from dptree_opt.strategies import Strategy, binary_tree, prefix_sums
+
+
+# ------------------------------------------------------------------ brute-force oracle
+def brute_patterns(kind, n, k, b):
+    """Every pattern, by filtering all subsets of range(n) (no library code)."""
+    if kind == "single":
+        return [(i,) for i in range(n)]
+    if kind == "fixed_epoch":
+        return [tuple(o + b * j for j in range(k)) for o in range(b)]
+    out = []
+    for size in range(1, n + 1):
+        if k is not None and size > k:
+            break
+        for c in itertools.combinations(range(n), size):
+            if all(c[i + 1] - c[i] >= b for i in range(size - 1)):
+                out.append(c)
+    return out
+
+
+def brute_scalar(a, pats, p):
+    """max over patterns and signs of ||A[:, P] s||_p (the maximum of a convex function of
+    s in [-1, 1]^P is at a vertex)."""
+    best = 0.0
+    for pat in pats:
+        cols = a[:, list(pat)]
+        for s in itertools.product((-1.0, 1.0), repeat=len(pat)):
+            best = max(best, float(np.linalg.norm(cols @ np.array(s), ord=p)))
+    return best
+
+
+def brute_vector_l1(a, pats):
+    return max(float(np.abs(a[:, list(pat)]).sum()) for pat in pats)
+
+
+def make(kind, k, b, vector=True):
+    if kind == "single":
+        return P.single(vector=vector)
+    if kind == "fixed_epoch":
+        return P.fixed_epoch(k, b, vector=vector)
+    return P.min_sep(k, b, vector=vector)
+
+
+schemas = st.sampled_from(["single", "fixed_epoch", "min_sep"])
+
+
+@st.composite
+def schema_and_n(draw, max_n=9):
+    kind = draw(schemas)
+    if kind == "fixed_epoch":
+        k = draw(st.integers(1, 3))
+        b = draw(st.integers(1, max_n // k))
+        return kind, k, b, k * b
+    n = draw(st.integers(1, max_n))
+    k = draw(st.one_of(st.none(), st.integers(1, 4)))
+    b = draw(st.integers(1, n + 1))
+    return kind, k, b, n
+
+
+# ------------------------------------------------------------------ schemas
+def test_constructors_validate():
+    with pytest.raises(ValueError, match="k"):
+        P.fixed_epoch(0, 3)
+    with pytest.raises(ValueError, match="b"):
+        P.min_sep(2, 0)
+    with pytest.raises(ValueError, match="vector"):
+        P.min_sep(2, 3, vector="yes")
+    with pytest.raises(ValueError, match="participation"):
+        P.as_participation("fixed_epoch")
+    with pytest.raises(ValueError, match="n = k b = 12"):
+        P.fixed_epoch(3, 4).check_steps(13)
+    # TF Privacy counts the steps strictly between two participations
+    assert P.min_sep_tf(3, 2) == P.min_sep(3, 3)
+    assert P.as_participation(None) == P.single()
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema_and_n())
+def test_patterns_and_counts_match_brute_force(case):
+    kind, k, b, n = case
+    part = make(kind, k, b)
+    listed = sorted(tuple(int(i) for i in p) for p in part.patterns(n))
+    assert listed == sorted(brute_patterns(kind, n, k, b))
+    assert part.count_patterns(n) == len(listed)
+    assert part.max_participations(n) == max(len(p) for p in listed)
+
+
+@settings(max_examples=80, deadline=None)
+@given(schema_and_n(max_n=12), st.integers(0, 2**32 - 1))
+def test_max_linear_is_the_best_pattern(case, seed):
+    kind, k, b, n = case
+    part = make(kind, k, b)
+    x = np.random.default_rng(seed).exponential(size=(3, n))
+    x[0, ::2] = 0.0
+    want = [max(float(row[list(p)].sum()) for p in brute_patterns(kind, n, k, b)) for row in x]
+    got = part.max_linear(x)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    for row, w in zip(x, want):
+        pat = part.argmax_linear(row)
+        assert tuple(int(i) for i in pat) in set(brute_patterns(kind, n, k, b)) or w == 0
+        assert math.isclose(float(row[pat].sum()), w, rel_tol=1e-12)
+
+
+def test_max_linear_refuses_bad_input():
+    with pytest.raises(ValueError, match=">= 0"):
+        P.max_linear([1.0, -1.0], P.min_sep(2, 1))
+    with pytest.raises(ValueError, match="finite"):
+        P.max_linear([1.0, np.nan], P.min_sep(2, 1))
+    with pytest.raises(ValueError, match="too many to list"):
+        next(P.min_sep(None, 1).patterns(40))
+
+
+# ------------------------------------------------------------------ sensitivities
+@settings(max_examples=60, deadline=None)
+@given(schema_and_n(max_n=8), st.integers(0, 2**32 - 1), st.booleans())
+def test_generic_sensitivity_matches_brute_force(case, seed, nonneg):
+    """Strategy.participation_sensitivity (generic dense path) against every pattern and
+    sign: l1 vector = sum of the pattern's column l1 norms; scalar l1 / l2 = the sign
+    maximum; vector l2 with X >= 0 = the all-plus sign; otherwise a certified upper bound
+    at least the sign maximum (and exact whenever it says so)."""
+    kind, k, b, n = case
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(n + 2, n))
+    if nonneg:
+        a = np.abs(a)
+    a[rng.random(a.shape) < 0.3] = 0.0
+    a[0, 0] = 1.0                                     # never an all-zero matrix
+    strat = Strategy(a)
+    w = rng.uniform(0.5, 2.0, size=n + 2)
+    wa = w[:, None] * a
+    pats = brute_patterns(kind, n, k, b)
+    for vector in (True, False):
+        part = make(kind, k, b, vector)
+        l1 = strat.participation_sensitivity(w, part, 1)
+        want1 = brute_vector_l1(wa, pats) if vector else brute_scalar(wa, pats, 1)
+        if l1.exact:
+            assert math.isclose(l1.value, want1, rel_tol=1e-9)
+        else:
+            assert l1.value >= want1 * (1 - 1e-12)
+        l2 = strat.participation_sensitivity(w, part, 2)
+        scalar2 = brute_scalar(wa, pats, 2)
+        assert l2.value >= scalar2 * (1 - 1e-9)       # never below what a pattern attains
+        if nonneg or not vector:
+            assert l2.exact or part.is_single or kind == "min_sep"
+        if l2.exact and (nonneg or not vector):
+            assert math.isclose(l2.value, scalar2, rel_tol=1e-9)
+        if l2.lower is not None:
+            assert l2.lower <= scalar2 * (1 + 1e-9)
+
+
+def sdp_vector_l2(x_pp):
+    """max <X_PP, G> over psd G with unit diagonal (vector contributions), by cvxpy."""
+    cp = pytest.importorskip("cvxpy")
+    k = x_pp.shape[0]
+    g = cp.Variable((k, k), PSD=True)
+    prob = cp.Problem(cp.Maximize(cp.trace(x_pp @ g)), [cp.diag(g) == 1])
+    prob.solve(solver="CLARABEL")
+    return float(prob.value)
+
+
+def test_vector_l2_with_mixed_signs_is_bounded_by_the_sdp_value():
+    """Mixed-sign X: the vector sensitivity (an SDP per pattern) lies in [sign maximum,
+    sum |X_PP|]; the framework returns the upper end, flagged when it is not attained."""
+    rng = np.random.default_rng(7)
+    a = np.tril(rng.normal(size=(6, 6)))
+    strat = Strategy(a)
+    part = P.fixed_epoch(3, 2)
+    got = strat.participation_sensitivity(np.ones(6), part, 2)
+    x = a.T @ a
+    sdp = max(sdp_vector_l2(x[np.ix_(p, p)]) for p in ([0, 2, 4], [1, 3, 5]))
+    assert got.value**2 >= sdp * (1 - 1e-6)
+    assert got.lower is not None and got.lower**2 <= sdp * (1 + 1e-6)
+    if not got.exact:
+        assert "upper bound" in got.method
+
+
+def test_published_jax_privacy_cases():
+    """jax_privacy tests/matrix_factorization/sensitivity_test.py (test_banded,
+    test_single_participation_sensitivity, FixedEpochSensitivityTest.test_identity /
+    test_full_participation)."""
+    c = np.array([[1.0, 0, 0, 0], [2, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, -6]])
+    s = Strategy(c)
+    ones = np.ones(4)
+    assert s.participation_sensitivity(ones, P.single(), 2).value == 6.0
+    for b in (2, 3):
+        got = s.participation_sensitivity(ones, P.min_sep(None, b), 2)
+        assert got.exact and math.isclose(got.value, math.sqrt(41.0), rel_tol=1e-12)
+    assert math.isclose(s.participation_sensitivity(ones, P.min_sep(1, 2), 2).value, 6.0)
+    eye = Strategy(np.eye(16))
+    for e in (1, 2, 4, 8, 16):
+        got = eye.participation_sensitivity(np.ones(16), P.fixed_epoch(e, 16 // e), 2)
+        assert got.exact and math.isclose(got.value, math.sqrt(e), rel_tol=1e-12)
+    rng = np.random.default_rng(456)
+    cpos = np.abs(rng.normal(size=(16, 16))) * np.tri(16)
+    got = Strategy(cpos).participation_sensitivity(np.ones(16), P.fixed_epoch(16, 1), 2)
+    assert math.isclose(got.value, np.linalg.norm(cpos.sum(axis=1)), rel_tol=1e-12)
+
+
+def test_gram_sensitivity_refuses_non_square():
+    with pytest.raises(ValueError, match="square"):
+        P.gram_sensitivity(np.ones((3, 4)), P.min_sep(2, 1))
+
+
+def test_beyond_dense_gram_orthogonal_columns_are_exact():
+    """Past the dense Gram limit the generic path is exact when no row spans b steps
+    (identity: sum of k unit columns) and a labelled upper bound otherwise."""
+    n = 4100
+    eye = Strategy(sp.eye(n))
+    got = eye.participation_sensitivity(np.ones(n), P.min_sep(5, 10), 2)
+    assert got.exact and math.isclose(got.value, math.sqrt(5.0))
+    pre = prefix_sums(n)
+    got = pre.participation_sensitivity(np.ones(pre.n_rows), P.min_sep(3, 1000), 2)
+    assert not got.exact and "upper bound" in got.method
+    # the true value (columns 0, 1000, 2000 of the prefix matrix) is below the bound
+    # X_ij = n - max(i, j): diagonal n, n - 1000, n - 2000; off-diagonal pairs twice
+    true = math.sqrt(n + 3 * (n - 1000) + 5 * (n - 2000))
+    assert got.value >= true
+
+
+# ------------------------------------------------------------------ mechanisms
+def test_mechanism_calibrates_to_the_schema():
+    """A binary tree over 16 steps, fixed-epoch (4, 4): column j of level l (node width
+    16 / 2^l) shares its node with the pattern's other columns iff they are in the same
+    node: counts per node are 4 (root), 2, 1, 1, 1 for levels 0..4, so the level
+    sensitivities are 4, sqrt(2 * 2^2) = 2 sqrt 2, 2, 2, 2 (each level has 4 columns of
+    the pattern spread over its nodes)."""
+    tree = binary_tree(16)
+    m = dp.Mechanism(tree, rho=0.5, participation=P.fixed_epoch(4, 4))
+    want = {0: 4.0, 1: 2 * math.sqrt(2), 2: 2.0, 3: 2.0, 4: 2.0}
+    for lvl, v in want.items():
+        assert math.isclose(m.level_sensitivities[lvl], v, rel_tol=1e-12)
+    assert math.isclose(m.rho, 0.5, rel_tol=1e-9) and m.sensitivity.exact
+    assert "fixed_epoch(k=4, b=4)" in m.describe()
+    single = dp.Mechanism(tree, rho=0.5)
+    assert single.participation == P.single()
+    # more noise, never less
+    assert np.all(m.variances >= single.variances)
+
+
+def test_mechanism_refusals():
+    tree = binary_tree(16)
+    with pytest.raises(ValueError, match="add/remove"):
+        dp.Mechanism(tree, rho=1.0, neighbours="swap", participation=P.min_sep(2, 4))
+    with pytest.raises(ValueError, match="public_total"):
+        dp.Mechanism(tree, rho=1.0, public_total=True, participation=P.min_sep(2, 4))
+    with pytest.raises(ValueError, match="n = k b"):
+        dp.Mechanism(tree, rho=1.0, participation=P.fixed_epoch(3, 4))
+    with pytest.raises(ValueError, match="participation must be"):
+        dp.Mechanism(tree, rho=1.0, participation=(2, 4))
+
+
+def test_laplace_vector_contributions_scale_by_k_on_trees():
+    """l1 vector contributions: each participation adds its column's l1 norm (the tree's
+    height + 1 nodes at unit weight), so the k-participation loss is k times the single one
+    and the equal-split scales are k times larger."""
+    tree = binary_tree(64)
+    single = dp.Mechanism(tree, epsilon=1.0)
+    for part in (P.fixed_epoch(4, 16), P.min_sep(4, 3)):
+        m = dp.Mechanism(tree, epsilon=1.0, participation=part)
+        np.testing.assert_allclose(m.scales, 4 * single.scales, rtol=1e-12)
+        assert m.sensitivity.exact
+
+
+def test_row_budgets_under_participation():
+    """Budgets per node: a node covering L steps holds min(k, ceil(L / b)) participations,
+    so its own sensitivity is that count; the recomputed loss stays within the budget."""
+    tree = binary_tree(16)
+    part = P.min_sep(3, 5)
+    own = dp.mechanism.row_sensitivities(tree, "add_remove", part)
+    dense = tree.matrix.toarray()
+    pats = brute_patterns("min_sep", 16, 3, 5)
+    want = [max(float(row[list(p)].sum()) for p in pats) for row in dense]
+    np.testing.assert_allclose(own, want)
+    b = np.full(tree.n_rows, 1.0 / 5 / 3)           # 5 levels, 3 participations
+    m = dp.Mechanism(tree, epsilon=1.0, row_budgets=b, participation=part)
+    assert m.epsilon <= 1.0 + 1e-9
