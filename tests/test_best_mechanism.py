@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import dptree_opt as dp
 from dptree_opt import Mechanism, optimize, strategies, workloads
 from dptree_opt.data_release.secure_noise import secure_form, secure_measure
+from dptree_opt.optimize import families_1d
 
 from oracles import brute_loss, factorisations
 
@@ -414,7 +415,7 @@ def test_custom_ranges_with_too_many_trees_search_the_short_ones(monkeypatch):
     K = 2^16 has 32768 against 20000): the trees of height <= 3 (1 + 5 + 10 = 16) are
     searched, said in the method; the result is level_uniform's over those heights and its
     error the dense GLS of its mechanism."""
-    monkeypatch.setattr(optimize.best, "MAX_WORKLOAD_SEARCH_TREES", 20)
+    monkeypatch.setattr(families_1d, "MAX_WORKLOAD_SEARCH_TREES", 20)
     K = 64
     w = workloads.ranges(K, [(0, 9), (3, 40), (10, 63), (17, 17), (20, 31)])
     d = optimize.best_mechanism(w, 1.0, families=["tree_equal"])

@@ -288,3 +288,13 @@ def test_row_budgets_under_participation():
     b = np.full(tree.n_rows, 1.0 / 5 / 3)           # 5 levels, 3 participations
     m = dp.Mechanism(tree, epsilon=1.0, row_budgets=b, participation=part)
     assert m.epsilon <= 1.0 + 1e-9
+
+
+def test_releases_refuse_a_participation_mechanism():
+    """A histogram release or a counter protects one record: a design calibrated to a
+    participation schema is refused before anything is counted or drawn."""
+    m = dp.Mechanism(binary_tree(16), rho=0.5, participation=P.min_sep(2, 4))
+    with pytest.raises(ValueError, match="single participation"):
+        dp.release(np.arange(16.0), lower=0.0, upper=16.0, bins=16, design=m)
+    with pytest.raises(ValueError, match="single participation"):
+        dp.stream.Counter(16, rho=0.5, design=m)

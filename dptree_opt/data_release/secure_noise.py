@@ -402,7 +402,7 @@ def design_mechanism(design: object) -> Mechanism:
     ``Design`` whose ``releasable`` is False (with its ``release_note``: refused before
     anything is built or drawn)."""
     if isinstance(design, Mechanism):
-        return design
+        return _single_participation(design)
     if isinstance(design, Design) and not design.releasable:
         why = design.release_note or "Design.releasable is False"
         raise ValueError(f"design: the {design.family!r} design is not releasable ({why}); "
@@ -414,6 +414,17 @@ def design_mechanism(design: object) -> Mechanism:
         raise ValueError(f"design must be a Design (optimize.best_mechanism), an optimiser's "
                          f"result with .mechanism(), or a Mechanism; got "
                          f"{type(design).__name__}")
+    return _single_participation(mech)
+
+
+def _single_participation(mech: Mechanism) -> Mechanism:
+    """``mech`` when its noise is calibrated to one participation (a release or a counter
+    protects one record / event); ValueError for a participation schema (docs/math.md
+    section 11), whose noise is for a stream of contributions (``stream.CorrelatedNoise``)."""
+    if not mech.participation.is_single:
+        raise ValueError(f"design: its mechanism is calibrated to {mech.participation.describe()}"
+                         "; releases and counters protect one record (single participation): "
+                         "use stream.CorrelatedNoise for noise under multiple participations")
     return mech
 
 

@@ -1,0 +1,266 @@
+"""The 1-D families of ``optimize.best_mechanism`` (its docstring describes each): one
+``*_applies`` check (None or why not) and one ``*_family`` builder per family."""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+from ..limits import at_budget
+from ..strategies import (Strategy, blt,
+                          gaussian_optimal_implicit, haar, histogram, kron,
+                          sqrt_factorization)
+from ..workloads import KroneckerWorkload, StackedWorkload
+from .beyond_trees import (GAUSSIAN_DENSE_ITERATIONS, dense_optimum_seconds,
+                           optimized_strategy)
+from .blue_budgets import optimal_blue_budgets
+from .direct import MAX_DIRECT_ENTRIES, direct_rows
+from .factorisations import factorisations_by_height
+from .levels import level_variances, noisy_levels
+from .node_budgets import optimal_node_budgets
+from .search import MAX_WORKLOAD_SEARCH_TREES, finest_refinement, level_uniform
+from .family import (Candidate, GAUSSIAN_DENSE_MAX_ITER, GAUSSIAN_DENSE_SHARE, IMPLICIT_SHARE,
+                     IMPLICIT_TOL, MAX_DENSE_BINS, MAX_GAUSSIAN_DENSE_BINS,
+                     MAX_OPTIMAL_SEARCH_BINS, MAX_P_IDENTITY_BINS, NODE_BUDGETS_SHARE, Problem,
+                     RANGE_SCORE_SECONDS, TREE_SCORE_SECONDS, shape_of, too_slow,
+                     tree_design_candidate)
+
+
+
+# --------------------------------------------------------------------------- families
+# Each family is ``applies(problem) -> None | reason`` (cheap checks: workload, noise, size)
+# and ``build(problem) -> [candidates] | reason`` (the work; a reason only for time).
+def anywhere(p: Problem) -> None:
+    return None
+
+
+def one_d(p: Problem) -> str | None:
+    return None if p.one_d else "1-D workloads only"
+
+
+def one_d_tree(p: Problem) -> str | None:
+    if not p.one_d:
+        return "1-D workloads only (grids: grid_kron_trees, grid_quadtree)"
+    if p.n < 2:
+        return "a tree needs at least 2 bins"
+    return None
+
+
+def histogram_family(p: Problem) -> list[Candidate]:
+    return [Candidate(p.mechanism(histogram(shape_of(p.workload))), "every bin measured once "
+                       "(strategies.histogram)")]
+
+
+def direct_applies(p: Problem) -> str | None:
+    w = p.workload
+    if w.n_queries > p.n:
+        return (f"more queries ({w.n_queries}) than bins ({p.n}): measuring every query "
+                "costs more than a strategy over the bins")
+    if p.one_d and w.kind == "identity":
+        return "the workload's rows are the bins: the same mechanism as 'histogram'"
+    if isinstance(w, StackedWorkload) and (w.n_queries * p.n > MAX_DIRECT_ENTRIES
+                                           or p.n > MAX_DENSE_BINS):
+        return (f"a stacked workload is measured as a dense matrix, up to {MAX_DENSE_BINS} "
+                f"cells (got {p.n})")
+    return None
+
+
+def direct_family(p: Problem) -> list[Candidate] | str:
+    w = p.workload
+    strat: Strategy | str
+    if p.one_d:
+        strat = direct_rows(w, "workload rows", MAX_DENSE_BINS)
+    elif isinstance(w, KroneckerWorkload):
+        parts = [direct_rows(f, f"{f.kind} rows", MAX_DENSE_BINS) for f in w.factors]
+        why = [x for x in parts if isinstance(x, str)]
+        strat = why[0] if why else kron(*[x for x in parts if isinstance(x, Strategy)],
+                                        name="workload rows")
+    else:
+        strat = Strategy(w.dense(), name="workload rows")
+    if isinstance(strat, str):
+        return strat
+    return [Candidate(p.mechanism(strat), "the workload's own rows measured directly "
+                       "(distinct rows, one noise scale)")]
+
+
+def _equal_leaf_variance(p: Problem, h: int) -> float:
+    """The leaves' noise variance of a height-h tree (every factor >= 2: their level
+    sensitivities are those of (2, .., 2)) with the budget split equally over its noisy
+    levels (``optimize.levels``, Mechanism's calibration)."""
+    m = len(noisy_levels(h, p.neighbours))
+    return float(level_variances((2,) * h, (p.budget / m,) * m, noise=p.noise,
+                                 neighbours=p.neighbours)[-1])
+
+
+def _identity_heights(p: Problem, flat_error: float) -> int:
+    """The tallest height an unpadded equal-budget tree can have and still beat the flat
+    tree (K) on the identity workload: a height-h tree has error >= (K / 2) v_h, v_h its
+    leaf variance (docs/math.md section 4), so heights where that exceeds ``flat_error``
+    are not searched."""
+    tallest = len(finest_refinement((p.n,)))
+    return max([1] + [h for h in range(2, tallest + 1)
+                      if p.n / 2 * _equal_leaf_variance(p, h) <= flat_error * (1 + 1e-9)])
+
+
+def tree_equal_family(p: Problem) -> list[Candidate] | str:
+    w = p.workload
+    search = partial(level_uniform, p.n, p.epsilon, rho=p.rho, estimator="blue",
+                     neighbours=p.neighbours, budgets="equal", top=0)
+    if w.kind in ("prefix", "all_range"):
+        d = search(workload=w.kind)
+        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
+    # identity, total, custom ranges: unpadded trees scored exactly, one by one
+    if w.kind == "identity":
+        flat = search(workload=w, allow_padding=False, height=1)
+        h = _identity_heights(p, flat.error)
+        d = flat if h == 1 else search(workload=w, allow_padding=False, max_height=h)
+        return [tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, "
+                                       f"every tree of height <= {h} (a taller one has "
+                                       f"error >= (K / 2) x its leaf variance, above the "
+                                       f"flat tree's)")]
+    by_height = factorisations_by_height(p.n)
+    total = sum(by_height.values())
+    if total <= MAX_WORKLOAD_SEARCH_TREES:
+        d = search(workload=w, allow_padding=False)
+        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets, "
+                                       f"all {total} trees")]
+    h, count = 0, 0
+    while h + 1 in by_height and count + by_height[h + 1] <= MAX_WORKLOAD_SEARCH_TREES:
+        h += 1
+        count += by_height[h]
+    slow = too_slow(count * (TREE_SCORE_SECONDS + w.n_queries * RANGE_SCORE_SECONDS), p)
+    if slow:
+        return slow
+    d = search(workload=w, allow_padding=False, max_height=h)
+    return [tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, not "
+                                   f"exhaustive: the {count} trees of height <= {h} of "
+                                   f"{total} (scored one by one, up to "
+                                   f"{MAX_WORKLOAD_SEARCH_TREES})")]
+
+
+def tree_optimal_applies(p: Problem) -> str | None:
+    if p.one_d and p.workload.kind not in ("prefix", "all_range", "identity"):
+        return ("optimal per-level budgets are computed for the prefix, all-range and "
+                "identity workloads only")
+    return one_d_tree(p)
+
+
+def tree_optimal_family(p: Problem) -> list[Candidate]:
+    w = p.workload
+    if w.kind == "identity":
+        # no tree with any per-level budgets beats the histogram (docs/math.md section 4),
+        # which is the finest tree with every budget on its leaves
+        d = optimal_blue_budgets(finest_refinement((p.n,)), p.budget, noise=p.noise,
+                                 neighbours=p.neighbours, workload="identity")
+        return [tree_design_candidate(d, "optimize.optimal_blue_budgets on the finest tree "
+                                       "(identity: no level-uniform tree with any budgets "
+                                       "beats the histogram)")]
+    if p.n <= MAX_OPTIMAL_SEARCH_BINS:
+        d = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue",
+                          neighbours=p.neighbours, budgets="optimal", workload=w.kind, top=0)
+        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, optimal budgets")]
+    # larger K: optimal budgets on the best equal-budget tree's finest
+    # refinement and on the finest tree of K (with optimal budgets a refinement never loses)
+    eq = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue", neighbours=p.neighbours,
+                       budgets="equal", top=0, workload=w.kind)
+    out = []
+    for ks in sorted({finest_refinement((p.n,)), finest_refinement(eq.branching)}):
+        d = optimal_blue_budgets(ks, p.budget, noise=p.noise, neighbours=p.neighbours,
+                                 workload=w.kind, n_queries=p.n)
+        out.append(tree_design_candidate(d, "optimize.optimal_blue_budgets on a finest tree"))
+    return out
+
+
+def node_budgets_applies(p: Problem) -> str | None:
+    if p.one_d and p.workload.kind != "prefix":
+        return "budgets per node are optimised for the CDF (prefix workload) only"
+    return one_d_tree(p)
+
+
+def node_budgets_family(p: Problem) -> list[Candidate]:
+    ks = finest_refinement((p.n,))
+    res = optimal_node_budgets(ks, p.epsilon, rho=p.rho, neighbours=p.neighbours,
+                               time_limit=p.share(NODE_BUDGETS_SHARE))
+    return [Candidate(res.mechanism(), f"optimize.optimal_node_budgets on the finest tree "
+                       f"{list(ks)}: {res.iterations} L-BFGS-B iterations from the optimal "
+                       f"per-level budgets ({res.start_mean:.6g} per prefix)")]
+
+
+def haar_applies(p: Problem) -> str | None:
+    if p.one_d and p.n & (p.n - 1) and p.n > MAX_DENSE_BINS:
+        return (f"K = {p.n} is not a power of two: the Haar strategy is then a plain matrix, "
+                f"scored densely up to {MAX_DENSE_BINS} bins")
+    return one_d(p)
+
+
+def haar_family(p: Problem) -> list[Candidate]:
+    return [Candidate(p.mechanism(haar(p.n)), "Privelet's Haar wavelet (strategies.haar)")]
+
+
+def sqrt_family(p: Problem) -> list[Candidate]:
+    return [Candidate(p.mechanism(sqrt_factorization(p.n)),
+                       "square-root factorisation of the prefix matrix "
+                       "(strategies.sqrt_factorization)")]
+
+
+def blt_family(p: Problem) -> list[Candidate]:
+    s = blt(p.n)
+    return [Candidate(p.mechanism(s), f"buffered linear Toeplitz, {s.buffers} buffers "
+                       "optimised for the mean prefix error (strategies.blt)")]
+
+
+def gaussian_optimum_applies(p: Problem) -> str | None:
+    if p.noise != "gaussian":
+        return "Gaussian noise only (rho)"
+    if not p.one_d or p.workload.kind not in ("prefix", "all_range", "identity"):
+        return "1-D prefix, all-range and identity workloads only (a tridiagonal G^-1)"
+    return None
+
+
+def gaussian_optimum_family(p: Problem) -> list[Candidate]:
+    res = gaussian_optimal_implicit(p.workload, tol=IMPLICIT_TOL,
+                                    time_limit=p.share(IMPLICIT_SHARE))
+    method = f"strategies.gaussian_optimal_implicit: {res.method}"
+    if p.neighbours != "add_remove":
+        return [Candidate(p.mechanism(res.strategy), method + " (optimal for add/remove "
+                           "neighbours; no certificate under swap)")]
+    # the dual value at unit sensitivity and sigma^2 = 1 (rho = 1/2), restated at rho
+    return [Candidate(p.mechanism(res.strategy), method, float(at_budget(
+        res.lower_bound / 2.0, "gaussian", p.budget)), "dual of the Gaussian optimum, certified")]
+
+
+def dense_optimum_applies(p: Problem) -> str | None:
+    if not p.one_d:
+        return "1-D workloads only (grids: kron_p_identity, kron_gaussian_optimum)"
+    if p.noise == "gaussian":
+        if p.workload.kind in ("prefix", "all_range", "identity"):
+            return "the implicit optimum (gaussian_optimum) solves the same problem at any size"
+        if p.n > MAX_GAUSSIAN_DENSE_BINS:
+            return (f"dense: a dense eigendecomposition per iteration, up to "
+                    f"{MAX_GAUSSIAN_DENSE_BINS} bins (got {p.n})")
+    elif p.n > MAX_P_IDENTITY_BINS:
+        return (f"dense: HDMM's p-Identity is optimised up to {MAX_P_IDENTITY_BINS} bins "
+                f"(got {p.n}; its cost is cubic in K)")
+    return None
+
+
+def dense_optimum_family(p: Problem) -> list[Candidate] | str:
+    slow = too_slow(dense_optimum_seconds(p.noise, p.n), p)
+    if slow:
+        return slow
+    if p.noise == "gaussian":   # as many iterations as its share of the time left allows
+        per = dense_optimum_seconds("gaussian", p.n, iterations=1)
+        max_iter = int(min(GAUSSIAN_DENSE_MAX_ITER, max(
+            GAUSSIAN_DENSE_ITERATIONS, p.share(GAUSSIAN_DENSE_SHARE) // per)))
+        res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours,
+                                 max_iter=max_iter)
+    else:
+        res = optimized_strategy(p.workload, p.noise, neighbours=p.neighbours)
+    method = f"optimize.optimized_strategy: {res.method}"
+    if p.noise == "gaussian" and p.neighbours == "add_remove" and res.lower_bound:
+        return [Candidate(p.mechanism(res.strategy), method, float(at_budget(
+            res.lower_bound / 2.0, "gaussian", p.budget)),
+            "dual of the Gaussian optimum, certified")]
+    return [Candidate(p.mechanism(res.strategy), method)]
+
+
