@@ -83,6 +83,7 @@ import numpy as np
 from ..bounds import error_lower_bound, svd_bound
 from ..error import expected_error
 from ..mechanism import Mechanism
+from ..participation import Participation, as_participation
 from ..privacy import resolve_budget, resolve_public
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
 from .design import Design
@@ -204,7 +205,8 @@ def _describe(w: Workload) -> str:
 def best_mechanism(workload: Workload, epsilon: float | None = None, *,
                    rho: float | None = None, neighbours: str = "add_remove",
                    time_limit: float = 60.0, families: str | Iterable[str] | None = None,
-                   releasable: bool = False) -> Design:
+                   releasable: bool = False,
+                   participation: Participation | None = None) -> Design:
     """The best mechanism for ``workload`` found among every family of :data:`FAMILIES`
     that applies (module docstring), ranked by the exact BLUE error.
 
@@ -221,6 +223,12 @@ def best_mechanism(workload: Workload, epsilon: float | None = None, *,
     releasable : True keeps only the designs that ``dptree_opt.release(..., design=d)`` and
         ``stream.Counter(..., design=d)`` run with OpenDP's discrete samplers (real-valued
         strategies as scaled integer strategies, ``docs/releasing_designs.md``).
+    participation : a schema of ``dptree_opt.participation`` (default ``single()``): one
+        user's data enters several steps of a stream (private learning; docs/math.md
+        section 11). Every candidate is calibrated to it (add/remove neighbours, 1-D
+        workloads over the n steps); the families built for one participation (trees with
+        searched budgets) are recalibrated, budgets per node are skipped, and the learning
+        families (restarted trees, banded factorisations, the participation optimum) run.
 
     Returns
     -------
@@ -239,12 +247,21 @@ def best_mechanism(workload: Workload, epsilon: float | None = None, *,
     noise = "laplace" if epsilon is not None else "gaussian"
     budget = resolve_budget(noise, epsilon, rho)
     resolve_public(neighbours)      # validates the neighbour model
+    part = as_participation(participation)
+    if not part.is_single:
+        if neighbours != "add_remove":
+            raise ValueError("participation schemas are defined for add/remove (zero-out) "
+                             "neighbours")
+        if isinstance(workload, (KroneckerWorkload, StackedWorkload)):
+            raise ValueError("participation schemas apply to a stream: a 1-D workload over "
+                             "its steps")
+        part.check_steps(workload.n_bins)
     if (isinstance(time_limit, (bool, np.bool_)) or not isinstance(time_limit, Real)
             or not math.isfinite(time_limit) or time_limit <= 0):
         raise ValueError(f"time_limit must be a finite number of seconds > 0, got "
                          f"{time_limit!r}")
     names = _check_families(families, releasable)
-    p = Problem(workload, noise, budget, neighbours, t0 + float(time_limit))
+    p = Problem(workload, noise, budget, neighbours, t0 + float(time_limit), part)
     name_of = _describe(workload)
     designs: list[tuple[float, bool, int, Design]] = []
     skipped: list[tuple[str, str]] = []

@@ -108,13 +108,13 @@ def tree_equal_family(p: Problem) -> list[Candidate] | str:
                      neighbours=p.neighbours, budgets="equal", top=0)
     if w.kind in ("prefix", "all_range"):
         d = search(workload=w.kind)
-        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets")]
+        return [tree_design_candidate(p, d, "optimize.level_uniform, BLUE, equal budgets")]
     # identity, total, custom ranges: unpadded trees scored exactly, one by one
     if w.kind == "identity":
         flat = search(workload=w, allow_padding=False, height=1)
         h = _identity_heights(p, flat.error)
         d = flat if h == 1 else search(workload=w, allow_padding=False, max_height=h)
-        return [tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, "
+        return [tree_design_candidate(p, d, f"optimize.level_uniform, BLUE, equal budgets, "
                                        f"every tree of height <= {h} (a taller one has "
                                        f"error >= (K / 2) x its leaf variance, above the "
                                        f"flat tree's)")]
@@ -122,7 +122,7 @@ def tree_equal_family(p: Problem) -> list[Candidate] | str:
     total = sum(by_height.values())
     if total <= MAX_WORKLOAD_SEARCH_TREES:
         d = search(workload=w, allow_padding=False)
-        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, equal budgets, "
+        return [tree_design_candidate(p, d, "optimize.level_uniform, BLUE, equal budgets, "
                                        f"all {total} trees")]
     h, count = 0, 0
     while h + 1 in by_height and count + by_height[h + 1] <= MAX_WORKLOAD_SEARCH_TREES:
@@ -132,7 +132,7 @@ def tree_equal_family(p: Problem) -> list[Candidate] | str:
     if slow:
         return slow
     d = search(workload=w, allow_padding=False, max_height=h)
-    return [tree_design_candidate(d, f"optimize.level_uniform, BLUE, equal budgets, not "
+    return [tree_design_candidate(p, d, f"optimize.level_uniform, BLUE, equal budgets, not "
                                    f"exhaustive: the {count} trees of height <= {h} of "
                                    f"{total} (scored one by one, up to "
                                    f"{MAX_WORKLOAD_SEARCH_TREES})")]
@@ -152,13 +152,13 @@ def tree_optimal_family(p: Problem) -> list[Candidate]:
         # which is the finest tree with every budget on its leaves
         d = optimal_blue_budgets(finest_refinement((p.n,)), p.budget, noise=p.noise,
                                  neighbours=p.neighbours, workload="identity")
-        return [tree_design_candidate(d, "optimize.optimal_blue_budgets on the finest tree "
+        return [tree_design_candidate(p, d, "optimize.optimal_blue_budgets on the finest tree "
                                        "(identity: no level-uniform tree with any budgets "
                                        "beats the histogram)")]
     if p.n <= MAX_OPTIMAL_SEARCH_BINS:
         d = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue",
                           neighbours=p.neighbours, budgets="optimal", workload=w.kind, top=0)
-        return [tree_design_candidate(d, "optimize.level_uniform, BLUE, optimal budgets")]
+        return [tree_design_candidate(p, d, "optimize.level_uniform, BLUE, optimal budgets")]
     # larger K: optimal budgets on the best equal-budget tree's finest
     # refinement and on the finest tree of K (with optimal budgets a refinement never loses)
     eq = level_uniform(p.n, p.epsilon, rho=p.rho, estimator="blue", neighbours=p.neighbours,
@@ -167,11 +167,14 @@ def tree_optimal_family(p: Problem) -> list[Candidate]:
     for ks in sorted({finest_refinement((p.n,)), finest_refinement(eq.branching)}):
         d = optimal_blue_budgets(ks, p.budget, noise=p.noise, neighbours=p.neighbours,
                                  workload=w.kind, n_queries=p.n)
-        out.append(tree_design_candidate(d, "optimize.optimal_blue_budgets on a finest tree"))
+        out.append(tree_design_candidate(p, d, "optimize.optimal_blue_budgets on a finest tree"))
     return out
 
 
 def node_budgets_applies(p: Problem) -> str | None:
+    if not p.participation.is_single:
+        return ("budgets per node are optimised for one participation (every root-to-leaf "
+                "path sums to the budget)")
     if p.one_d and p.workload.kind != "prefix":
         return "budgets per node are optimised for the CDF (prefix workload) only"
     return one_d_tree(p)

@@ -7,7 +7,7 @@ the families)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +15,8 @@ import numpy as np
 from ..engines import GRID_TREE_ENGINES, claimed_by
 from ..error import expected_error
 from ..mechanism import Mechanism
-from ..strategies import (Strategy)
+from ..participation import Participation, single
+from ..strategies import Strategy
 from ..strategies.scaled import secure_route
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload, prefix
 from .result import TreeDesign
@@ -61,6 +62,7 @@ class Problem:
     budget: float
     neighbours: str
     deadline: float
+    participation: Participation = single()
 
     @property
     def epsilon(self) -> float | None:
@@ -96,9 +98,22 @@ class Problem:
         """Seconds a time-limited family may use: ``fraction`` of what is left."""
         return max(fraction * self.remaining(), MIN_SECONDS)
 
-    def mechanism(self, strategy: Strategy) -> Mechanism:
+    def mechanism(self, strategy: Strategy, level_budgets: Sequence[float] | None = None,
+                  ) -> Mechanism:
+        """``strategy`` calibrated to the setting (equal split, or ``level_budgets``)."""
         return Mechanism(strategy, noise=self.noise, neighbours=self.neighbours,
-                         epsilon=self.epsilon, rho=self.rho)
+                         epsilon=self.epsilon, rho=self.rho, level_budgets=level_budgets,
+                         participation=self.participation)
+
+    def recalibrated(self, mech: Mechanism) -> Mechanism:
+        """``mech`` itself under one participation; under a participation schema the same
+        strategy and per-level budgets calibrated to the schema (an optimiser built for one
+        participation chose them)."""
+        if self.participation.is_single:
+            return mech
+        budgets = mech.level_budgets
+        return self.mechanism(mech.strategy, [budgets[lvl] for lvl in sorted(budgets)]
+                              if len(budgets) > 1 else None)
 
 
 @dataclass(frozen=True)
@@ -173,6 +188,11 @@ def shape_of(w: Workload) -> int | tuple[int, ...]:
     return w.grid_shape if isinstance(w, KroneckerWorkload) else w.n_bins
 
 
-def tree_design_candidate(d: TreeDesign, how: str) -> Candidate:
-    return Candidate(d.mechanism(), f"{how}: branching {list(d.branching)}; {d.method}")
+def tree_design_candidate(p: Problem, d: TreeDesign, how: str) -> Candidate:
+    """A tree design as a candidate (recalibrated under a participation schema: the tree
+    and its budgets were chosen for one participation, and the method says so)."""
+    note = "" if p.participation.is_single else (
+        f"; chosen for one participation, recalibrated to {p.participation.describe()}")
+    return Candidate(p.recalibrated(d.mechanism()),
+                     f"{how}: branching {list(d.branching)}; {d.method}{note}")
 
