@@ -298,3 +298,34 @@ def test_releases_refuse_a_participation_mechanism():
         dp.release(np.arange(16.0), lower=0.0, upper=16.0, bins=16, design=m)
     with pytest.raises(ValueError, match="single participation"):
         dp.stream.Counter(16, rho=0.5, design=m)
+
+
+def test_best_mechanism_calibrates_every_candidate_to_the_schema():
+    """best_mechanism(participation=): each design's mechanism carries the schema, and the
+    square root's score equals an independent dense computation: sens^2 = the largest
+    block sum of X = C'C over the fixed-epoch offsets (C >= 0), sigma^2 = sens^2 / (2 rho),
+    error = sigma^2 ||W C^-1||_F^2 = sigma^2 ||C||_F^2 (W = C C)."""
+    n, k, b, rho = 64, 4, 16, 0.5
+    part = P.fixed_epoch(k, b)
+    d = dp.optimize.best_mechanism(dp.workloads.prefix(n), rho=rho, participation=part,
+                                   families=["histogram", "sqrt", "tree_equal"], time_limit=30)
+    designs = (d,) + d.alternatives
+    assert all(x.mechanism().participation == part for x in designs)
+    c = np.zeros(n)
+    c[0] = 1.0
+    for i in range(1, n):
+        c[i] = c[i - 1] * (2 * i - 1) / (2 * i)
+    C = np.array([[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
+    X = C.T @ C
+    sens2 = max(X[np.ix_(o + b * np.arange(k), o + b * np.arange(k))].sum() for o in range(b))
+    want = sens2 / (2 * rho) * float((C * C).sum())
+    sq = next(x for x in designs if x.family == "sqrt")
+    assert math.isclose(sq.error, want, rel_tol=1e-9)
+    hist = next(x for x in designs if x.family == "histogram")
+    # identity: sens^2 = k, error = sigma^2 n (n + 1) / 2
+    assert math.isclose(hist.error, k / (2 * rho) * n * (n + 1) / 2, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="n = k b"):
+        dp.optimize.best_mechanism(dp.workloads.prefix(65), rho=rho, participation=part)
+    with pytest.raises(ValueError, match="add/remove"):
+        dp.optimize.best_mechanism(dp.workloads.prefix(64), rho=rho, participation=part,
+                                   neighbours="swap")
