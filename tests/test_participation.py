@@ -329,3 +329,23 @@ def test_best_mechanism_calibrates_every_candidate_to_the_schema():
     with pytest.raises(ValueError, match="add/remove"):
         dp.optimize.best_mechanism(dp.workloads.prefix(64), rho=rho, participation=part,
                                    neighbours="swap")
+
+
+def test_node_budgets_under_participation_keep_the_single_design_at_eps_over_k():
+    """Laplace: a pattern of k participations crosses k root-to-leaf paths; budgets per
+    node optimised for one participation at eps / k keep their scales and spend eps. The
+    error equals that single-participation design's (same scales), and the recomputed
+    loss is within eps."""
+    n, k = 64, 4
+    part = P.fixed_epoch(k, n // k)
+    d = dp.optimize.best_mechanism(dp.workloads.prefix(n), epsilon=1.0, participation=part,
+                                   families=["node_budgets"], time_limit=30)
+    m = d.mechanism()
+    assert m.participation == part and m.epsilon <= 1.0 + 1e-9
+    single = dp.optimize.optimal_node_budgets((2,) * 6, 1.0 / k).mechanism()
+    np.testing.assert_allclose(np.sort(m.scales), np.sort(single.scales), rtol=1e-6)
+    assert math.isclose(d.error, dp.expected_error(dp.workloads.prefix(n), single),
+                        rel_tol=1e-6)
+    with pytest.raises(ValueError, match="no family"):
+        dp.optimize.best_mechanism(dp.workloads.prefix(n), rho=1.0, participation=part,
+                                   families=["node_budgets"])

@@ -7,9 +7,10 @@ from functools import partial
 
 
 from ..limits import at_budget
+from ..mechanism import Mechanism, row_sensitivities
 from ..strategies import (Strategy, blt,
                           gaussian_optimal_implicit, haar, histogram, kron,
-                          sqrt_factorization)
+                          sqrt_factorization, tree)
 from ..workloads import KroneckerWorkload, StackedWorkload
 from .beyond_trees import (GAUSSIAN_DENSE_ITERATIONS, dense_optimum_seconds,
                            optimized_strategy)
@@ -172,21 +173,35 @@ def tree_optimal_family(p: Problem) -> list[Candidate]:
 
 
 def node_budgets_applies(p: Problem) -> str | None:
-    if not p.participation.is_single:
-        return ("budgets per node are optimised for one participation (every root-to-leaf "
-                "path sums to the budget)")
+    if not p.participation.is_single and p.noise != "laplace":
+        return ("budgets per node under a participation schema: Laplace noise only (the l1 "
+                "loss adds over a pattern's root-to-leaf paths)")
     if p.one_d and p.workload.kind != "prefix":
         return "budgets per node are optimised for the CDF (prefix workload) only"
     return one_d_tree(p)
 
 
 def node_budgets_family(p: Problem) -> list[Candidate]:
+    """Budgets per node on the finest tree. Under a participation schema (Laplace): the
+    optimum for one participation at eps / k' (k' the most participations a pattern holds),
+    each node's scale kept: a pattern crosses at most k' root-to-leaf paths, each summing
+    to eps / k' in 1 / scale, so the l1 loss is at most eps (docs/math.md section 11)."""
     ks = finest_refinement((p.n,))
-    res = optimal_node_budgets(ks, p.epsilon, rho=p.rho, neighbours=p.neighbours,
-                               time_limit=p.share(NODE_BUDGETS_SHARE))
-    return [Candidate(res.mechanism(), f"optimize.optimal_node_budgets on the finest tree "
-                       f"{list(ks)}: {res.iterations} L-BFGS-B iterations from the optimal "
-                       f"per-level budgets ({res.start_mean:.6g} per prefix)")]
+    k = p.participation.max_participations(p.n)
+    budget = p.budget / k if p.noise == "laplace" else p.budget
+    res = optimal_node_budgets(ks, budget if p.epsilon is not None else None, rho=p.rho,
+                               neighbours=p.neighbours, time_limit=p.share(NODE_BUDGETS_SHARE))
+    how = (f"optimize.optimal_node_budgets on the finest tree {list(ks)}: {res.iterations} "
+           f"L-BFGS-B iterations from the optimal per-level budgets ({res.start_mean:.6g} per "
+           "prefix)")
+    if p.participation.is_single:
+        return [Candidate(res.mechanism(), how)]
+    strat = tree(p.n, ks)
+    own = row_sensitivities(strat, p.neighbours, p.participation)
+    mech = Mechanism(strat, epsilon=p.epsilon, neighbours=p.neighbours,
+                     row_budgets=res.budgets * own, participation=p.participation)
+    return [Candidate(mech, f"{how}; optimised for one participation at eps / {k}, each "
+                      f"node's scale kept under {p.participation.describe()}")]
 
 
 def haar_applies(p: Problem) -> str | None:
