@@ -222,13 +222,17 @@ def test_beyond_dense_gram_orthogonal_columns_are_exact():
     eye = Strategy(sp.eye(n))
     got = eye.participation_sensitivity(np.ones(n), P.min_sep(5, 10), 2)
     assert got.exact and math.isclose(got.value, math.sqrt(5.0))
-    pre = prefix_sums(n)
-    got = pre.participation_sensitivity(np.ones(pre.n_rows), P.min_sep(3, 1000), 2)
+    pre = Strategy(np.tril(np.ones((n, n))))          # the prefix matrix, unstructured
+    got = pre.participation_sensitivity(np.ones(n), P.min_sep(3, 1000), 2)
     assert not got.exact and "upper bound" in got.method
-    # the true value (columns 0, 1000, 2000 of the prefix matrix) is below the bound
-    # X_ij = n - max(i, j): diagonal n, n - 1000, n - 2000; off-diagonal pairs twice
+    # the worst pattern of a non-increasing non-negative Toeplitz C is 0, b, 2b (columns
+    # 0, 1000, 2000): X_ij = n - max(i, j), diagonal n, n - 1000, n - 2000, pairs twice
     true = math.sqrt(n + 3 * (n - 1000) + 5 * (n - 2000))
     assert got.value >= true
+    struct = prefix_sums(n).participation_sensitivity(np.ones(n), P.min_sep(3, 1000), 2)
+    assert struct.value >= true * (1 - 1e-12)
+    if struct.exact:
+        assert math.isclose(struct.value, true, rel_tol=1e-12)
 
 
 # ------------------------------------------------------------------ mechanisms
