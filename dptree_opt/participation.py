@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike
 from .validation import check_bool, check_int
 
 __all__ = ["Participation", "Sensitivity", "single", "fixed_epoch", "min_sep", "min_sep_tf",
-           "as_participation", "KINDS", "max_linear", "gram_sensitivity",
+           "as_participation", "parse", "KINDS", "max_linear", "gram_sensitivity",
            "column_norms_sensitivity", "ENUMERATION_LIMIT"]
 
 KINDS = ("single", "fixed_epoch", "min_sep")
@@ -213,6 +213,38 @@ def as_participation(obj: object) -> Participation:
         return obj
     raise ValueError("participation must be dptree_opt.participation.single(), fixed_epoch(k, "
                      f"b) or min_sep(k, b), got {obj!r}")
+
+
+def parse(spec: str) -> Participation:
+    """A schema from text (command lines): "single", "fixed_epoch:K:B", "min_sep:K:B" or
+    "min_sep_tf:K:S" (K may be "none" for min_sep: as many as fit); append ":scalar" for
+    scalar contributions. ValueError naming the spec otherwise.
+
+    >>> parse("fixed_epoch:6:342").describe()
+    'fixed_epoch(k=6, b=342), vector contributions'
+    >>> parse("min_sep:none:4:scalar") == min_sep(None, 4, vector=False)
+    True
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"participation must be text such as 'fixed_epoch:6:342', got {spec!r}")
+    parts = spec.strip().lower().split(":")
+    vector = True
+    if len(parts) > 1 and parts[-1] in ("scalar", "vector"):
+        vector = parts.pop() == "vector"
+    usage = ("participation: expected 'single', 'fixed_epoch:K:B', 'min_sep:K:B' or "
+             f"'min_sep_tf:K:S' (optionally ':scalar'), got {spec!r}")
+    if parts == ["single"]:
+        return single(vector=vector)
+    if len(parts) != 3 or parts[0] not in ("fixed_epoch", "min_sep", "min_sep_tf"):
+        raise ValueError(usage)
+    try:
+        k = None if parts[1] == "none" and parts[0] != "fixed_epoch" else int(parts[1])
+        b = int(parts[2])
+    except ValueError:
+        raise ValueError(usage) from None
+    if parts[0] == "fixed_epoch":
+        return fixed_epoch(k, b, vector=vector)          # type: ignore[arg-type]
+    return (min_sep if parts[0] == "min_sep" else min_sep_tf)(k, b, vector=vector)
 
 
 def _check_linear(x: ArrayLike) -> _F:

@@ -353,3 +353,28 @@ def test_node_budgets_under_participation_keep_the_single_design_at_eps_over_k()
     with pytest.raises(ValueError, match="no family"):
         dp.optimize.best_mechanism(dp.workloads.prefix(n), rho=1.0, participation=part,
                                    families=["node_budgets"])
+
+
+def test_participation_designs_are_not_releasable_and_the_cli_takes_a_schema(capsys):
+    """Releases protect one record: under a schema no design is releasable, and
+    releasable=True is refused; `dptree-opt optimize --family auto --participation`."""
+    part = P.parse("fixed_epoch:2:32")
+    assert part == P.fixed_epoch(2, 32)
+    d = dp.optimize.best_mechanism(dp.workloads.prefix(64), rho=0.5, participation=part,
+                                   families=["sqrt"], time_limit=10)
+    assert not d.releasable and "participation" in d.release_note
+    assert d.as_dict()["participation"] == part.describe()
+    with pytest.raises(ValueError, match="releasable"):
+        dp.optimize.best_mechanism(dp.workloads.prefix(64), rho=0.5, participation=part,
+                                   releasable=True)
+    for bad in ("fixed_epoch:2", "min_sep:x:3", "epochs:2:32", "fixed_epoch:none:4"):
+        with pytest.raises(ValueError, match="participation"):
+            P.parse(bad)
+    from dptree_opt.cli import main
+    assert main(["optimize", "--bins", "64", "--rho", "0.5", "--family", "auto",
+                 "--participation", "fixed_epoch:2:32", "--time-limit", "10", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"participation": "fixed_epoch(k=2, b=32), vector contributions"' in out
+    with pytest.raises(SystemExit):
+        main(["optimize", "--bins", "64", "--rho", "0.5", "--family", "auto",
+              "--participation", "epochs:2"])

@@ -10,7 +10,7 @@ import math
 import time
 from dataclasses import replace
 
-from .. import optimize, workloads
+from .. import optimize, participation, workloads
 from ..limits import MAX_SEARCH_BINS, check_count
 from ._common import Budget, Subparsers, add_budget_arguments, bins_arg, budget_kwargs
 
@@ -95,7 +95,8 @@ def _run_auto(args: argparse.Namespace, budget: Budget) -> int:
         raise ValueError(f"--time-limit must be a finite number of seconds > 0, got {limit}")
     workload = getattr(workloads, args.workload)(args.bins)
     design = optimize.best_mechanism(workload, neighbours=args.neighbours, time_limit=limit,
-                                     releasable=args.releasable, **budget)
+                                     releasable=args.releasable, **budget,
+                                     participation=args.participation)
     design = replace(design, alternatives=design.alternatives[:args.top])
     if args.json:
         print(json.dumps(design.as_dict(), indent=2))
@@ -109,8 +110,9 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_kwargs(args)
     if args.family == "auto":
         return _run_auto(args, budget)
-    if args.time_limit is not None or args.releasable:
-        raise ValueError("--time-limit and --releasable are for --family auto")
+    if args.time_limit is not None or args.releasable or args.participation is not None:
+        raise ValueError("--time-limit, --releasable and --participation are for --family "
+                         "auto")
     if isinstance(args.bins, tuple):
         return _run_grid(args, budget)
     if args.family is not None:
@@ -223,6 +225,14 @@ def _run_node(args: argparse.Namespace, budget: Budget) -> int:
     return 0
 
 
+def _participation_arg(text: str) -> participation.Participation:
+    """--participation: a schema (``participation.parse``), bad text an argparse error."""
+    try:
+        return participation.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: Subparsers) -> None:
     """Add the `optimize` subcommand to the subparsers ``sub``."""
     opt = sub.add_parser(
@@ -266,6 +276,13 @@ def register(sub: Subparsers) -> None:
                      help="--family auto: seconds for the whole search (default 60)")
     opt.add_argument("--releasable", action="store_true",
                      help="--family auto: only families with a secure sampler path today")
+    opt.add_argument("--participation", type=_participation_arg, default=None,
+                     metavar="SCHEMA",
+                     help="--family auto: one user's data enters several steps (private "
+                          "learning): fixed_epoch:K:B (K epochs of B steps, bins = K B), "
+                          "min_sep:K:B (at most K steps, B apart; K may be none) or "
+                          "min_sep_tf:K:S (TF Privacy's min_separation S = B - 1); append "
+                          ":scalar for scalar contributions (default: vectors)")
     opt.add_argument("--top", type=int, default=10,
                      help="runners-up to list (--family auto: alternatives shown)")
     opt.add_argument("--json", action="store_true", help="machine-readable output")

@@ -87,7 +87,8 @@ from ..participation import Participation, as_participation
 from ..privacy import resolve_budget, resolve_public
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload
 from .design import Design
-from .family import (Candidate, Family, GRID_TREES, Problem, release_route)
+from .family import (PARTICIPATION_NOTE, Candidate, Family, GRID_TREES, Problem,
+                     release_route)
 from .families_1d import (anywhere, blt_family, dense_optimum_applies, dense_optimum_family,
                           direct_applies, direct_family, gaussian_optimum_applies,
                           gaussian_optimum_family, haar_applies, haar_family, histogram_family,
@@ -256,6 +257,9 @@ def best_mechanism(workload: Workload, epsilon: float | None = None, *,
             raise ValueError("participation schemas apply to a stream: a 1-D workload over "
                              "its steps")
         part.check_steps(workload.n_bins)
+        if releasable:
+            raise ValueError(f"releasable=True: nothing is, under a participation schema "
+                             f"({PARTICIPATION_NOTE})")
     if (isinstance(time_limit, (bool, np.bool_)) or not isinstance(time_limit, Real)
             or not math.isfinite(time_limit) or time_limit <= 0):
         raise ValueError(f"time_limit must be a finite number of seconds > 0, got "

@@ -95,8 +95,10 @@ class Design:
     def setting(self) -> str:
         """One line: workload, noise and budget, neighbour model, estimator."""
         what = f"{self.workload_name}, " if self.workload_name else ""
+        part = self.mech.participation
+        who = "" if part.is_single else f", {part.describe()}"
         return (f"{what}{self.noise} noise ({self.budget_name} = {self.budget:g}), "
-                f"{self.neighbours} neighbours, {self.estimator.upper()} estimator")
+                f"{self.neighbours} neighbours{who}, {self.estimator.upper()} estimator")
 
     def summary(self) -> str:
         """A readable report: the design, its error and certificate, how it can be released,
@@ -140,7 +142,8 @@ class Design:
                "gap": self.gap, "releasable": self.releasable,
                "release_note": self.release_note, "seconds": self.seconds,
                "family_seconds": self.family_seconds,
-               "workload": self.workload_name}
+               "workload": self.workload_name,
+               "participation": self.mech.participation.describe()}
         if self.alternatives:
             out["alternatives"] = [a.as_dict() for a in self.alternatives]
         if self.skipped:

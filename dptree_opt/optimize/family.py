@@ -21,11 +21,11 @@ from ..strategies.scaled import secure_route
 from ..workloads import KroneckerWorkload, StackedWorkload, Workload, prefix
 from .result import TreeDesign
 
-__all__ = ["Problem", "Candidate", "Family", "release_route", "too_slow", "shape_of",
+__all__ = ["PARTICIPATION_NOTE", "Problem", "Candidate", "Family", "release_route", "too_slow", "shape_of",
            "tree_design_candidate", "SECURE", "GRID_TREES"]
 
-# Sizes (checked before anything is built):
-
+PARTICIPATION_NOTE = ("calibrated to a participation schema: releases and counters protect "
+                      "one record; the noise of a training loop is stream.CorrelatedNoise")
 # Sizes (checked before anything is built):
 MAX_DENSE_BINS = 2048         # a strategy without structure is scored by the dense GLS: n^2
 #                               floats, O(n^3) (about a second at 2048)
@@ -152,7 +152,10 @@ def release_route(p: Problem, fam: Family, mech: Mechanism) -> tuple[bool, str]:
     a quadtree (what the grid release estimates). A 1-D release and a counter publish every
     prefix (the CDF, the running counts): a design that does not estimate them is not
     releasable (e.g. disjoint brackets measured directly; checked unless the workload is
-    the CDF itself)."""
+    the CDF itself). Under a participation schema nothing is: releases and counters protect
+    one record; training noise is ``stream.CorrelatedNoise``."""
+    if not p.participation.is_single:
+        return False, PARTICIPATION_NOTE
     if not fam.releasable:
         return False, fam.release_note
     if p.one_d:
