@@ -49,7 +49,7 @@ from .validation import check_bool, check_int
 
 __all__ = ["Participation", "Sensitivity", "single", "fixed_epoch", "min_sep", "min_sep_tf",
            "as_participation", "parse", "KINDS", "max_linear", "gram_sensitivity",
-           "column_norms_sensitivity", "ENUMERATION_LIMIT"]
+           "column_norms_sensitivity", "offset_blocks_sensitivity", "ENUMERATION_LIMIT"]
 
 KINDS = ("single", "fixed_epoch", "min_sep")
 # brute-force enumerations (patterns, or patterns x signs) are run up to this many terms
@@ -243,7 +243,9 @@ def parse(spec: str) -> Participation:
     except ValueError:
         raise ValueError(usage) from None
     if parts[0] == "fixed_epoch":
-        return fixed_epoch(k, b, vector=vector)          # type: ignore[arg-type]
+        if k is None:
+            raise ValueError(usage)
+        return fixed_epoch(k, b, vector=vector)
     return (min_sep if parts[0] == "min_sep" else min_sep_tf)(k, b, vector=vector)
 
 
@@ -355,12 +357,7 @@ def gram_sensitivity(X: ArrayLike, participation: Participation) -> Sensitivity:
     if part.kind == "fixed_epoch":
         k = int(part.k or 1)
         blocks = np.diagonal(x.reshape(k, part.b, k, part.b), axis1=1, axis2=3)  # (k, k, b)
-        upper = np.abs(blocks).sum(axis=(0, 1))
-        o = int(np.argmax(upper))
-        if np.all(blocks >= 0):
-            return Sensitivity(math.sqrt(float(upper[o])), True,
-                               "non-negative Gram: the worst offset's block sum")
-        return _signed_blocks(np.moveaxis(blocks, 2, 0), upper, part)
+        return offset_blocks_sensitivity(np.moveaxis(blocks, 2, 0), part)
     b = part.b
     far = np.abs(np.subtract.outer(np.arange(n), np.arange(n))) >= b
     if not np.any(x[far]):
@@ -391,17 +388,24 @@ def gram_sensitivity(X: ArrayLike, participation: Participation) -> Sensitivity:
                        "of those (Choquette-Choo et al. 2023)")
 
 
-def _signed_blocks(blocks: _F, upper: _F, part: Participation) -> Sensitivity:
-    """Fixed-epoch blocks (b, k, k) with negative entries: the sign maximum per block when
-    2^(k-1) b k^2 is within :data:`ENUMERATION_LIMIT` (exact for scalar contributions; for
-    vector ones exact when it reaches the |X| bound), else the |X| bound."""
-    nb, k, _ = blocks.shape
+def offset_blocks_sensitivity(blocks: ArrayLike, part: Participation) -> Sensitivity:
+    """The fixed-epoch l2 sensitivity from the Gram blocks of every offset, shape (b, k, k):
+    ``blocks[o, i, j] = X_(o + i b, o + j b)``. Non-negative blocks: exact
+    sqrt(max_o sum X_PP). Mixed signs: the certified bound sqrt(max_o sum ``|X_PP|``) (Choquette-
+    Choo et al. 2023's absolute-value bound) and the sign maximum over the 2^(k-1) sign
+    vectors while 2^(k-1) b k^2 is within :data:`ENUMERATION_LIMIT` (exact for scalar
+    contributions; for vector ones the bound is exact when a sign vector attains it)."""
+    x = np.asarray(blocks, dtype=float)
+    nb, k, _ = x.shape
+    upper = np.abs(x).sum(axis=(1, 2))
     bound = math.sqrt(float(upper.max()))
+    if np.all(x >= 0):
+        return Sensitivity(bound, True, "non-negative Gram: the worst offset's block sum")
     if (1 << (k - 1)) * nb * k * k > ENUMERATION_LIMIT:
         return Sensitivity(bound, False, "upper bound: sum of |X| over the worst offset "
                            "(mixed signs; too many signs to enumerate)")
     s = _sign_vectors(k)
-    lower = math.sqrt(float(np.einsum("si,oij,sj->os", s, blocks, s).max()))
+    lower = math.sqrt(max(float(np.einsum("si,oij,sj->os", s, x, s).max()), 0.0))
     if not part.vector:
         return Sensitivity(lower, True, "scalar contributions: every sign enumerated", lower)
     exact = math.isclose(lower, bound, rel_tol=1e-12)

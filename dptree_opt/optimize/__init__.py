@@ -34,6 +34,7 @@ from .rts import (
 from .factorisations import finest_refinement
 from .search import design_error, level_uniform
 from .design import Design
+from .banded_toeplitz import BandedToeplitzResult, banded_toeplitz
 from .best import best_mechanism
 
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
@@ -44,4 +45,5 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "optimal_grid_budgets", "GridBudgets", "best_grid_hierarchy", "flat_grid_error",
            "GridDesign", "GridSearch",
            "level_variances", "noisy_levels", "best_tree",
-           "optimized_strategy", "clear_cache", "best_mechanism", "Design"]
+           "optimized_strategy", "clear_cache", "best_mechanism", "Design",
+           "banded_toeplitz", "BandedToeplitzResult"]

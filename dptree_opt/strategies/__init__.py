@@ -26,11 +26,11 @@ from .interval import (
     tree,
     truncated_tree,
 )
-from .factorization import SqrtFactorization, sqrt_factorization
+from .factorization import SqrtFactorization, banded_inverse_sqrt, banded_sqrt, sqrt_factorization
 from .blt import BLTStrategy, blt
 from .haar import haar
 from .toeplitz import ScaledToeplitzStrategy, ToeplitzStrategy, toeplitz
-from .banded import BandedStrategy, banded
+from .banded import BandedStrategy, banded, normalise_columns
 from .kronecker import KroneckerStrategy, histogram, kron
 from .quadtree import QuadtreeStrategy, quadtree
 from .optimized import OptimizedStrategy, kron_gaussian_optimal, kron_p_identity, p_identity
@@ -56,6 +56,9 @@ __all__ = [
     "ScaledToeplitzStrategy",
     "ToeplitzStrategy",
     "banded",
+    "banded_sqrt",
+    "banded_inverse_sqrt",
+    "normalise_columns",
     "BandedStrategy",
     "kron",
     "KroneckerStrategy",

@@ -22,6 +22,12 @@ b - D rows a + D .. a + b - 1: O(n (b - D)) per gap, vectorised over a; O(n b^2)
 (the generic search of the base class is O(n^2) or worse: 750 s at n = 4096, b = 64 for
 l1, against 0.04 s here). Appended all-ones total rows (a public N) are the same on every
 column and cancel from A_a - A_c, so :class:`BandedWithTotals` keeps this swap search.
+
+Multiple participations (docs/math.md section 11): X = A' diag(w^2) A vanishes for
+``|i - j|`` >= bands, so with bands <= b a pattern's columns are orthogonal and the
+sensitivity is exact from the column norms; beyond, see
+:func:`banded_participation_sensitivity`. :func:`normalise_columns` rescales every column to
+unit norm (the column-normalised banded strategies of private learning).
 """
 
 from __future__ import annotations
@@ -35,10 +41,20 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
 from ..limits import check_count, check_memory
+from ..participation import (
+    ENUMERATION_LIMIT,
+    Participation,
+    Sensitivity,
+    column_norms_sensitivity,
+    gram_sensitivity,
+    max_linear,
+    offset_blocks_sensitivity,
+)
 from ..validation import check_int
-from .base import Strategy
+from .base import DENSE_GRAM_BINS, Strategy
 
-__all__ = ["MAX_SWAP_WORK", "BandedStrategy", "BandedWithTotals", "banded", "banded_swap_loss"]
+__all__ = ["MAX_SWAP_WORK", "BandedStrategy", "BandedWithTotals", "banded",
+           "banded_participation_sensitivity", "banded_swap_loss", "normalise_columns"]
 
 # Bytes per stored band entry: the diagonals (8), the CSR data and indices (12) and the
 # construction's temporaries (row / column indices, mask: ~20).
@@ -132,6 +148,11 @@ class BandedStrategy(Strategy):
     def _swap_loss(self, w: np.ndarray, p: int) -> float:
         return banded_swap_loss(self._diagonals, w, p)
 
+    # ------------------------------------------- multiple participations
+    def _participation_loss(self, w: np.ndarray, part: Participation, p: int) -> Sensitivity:
+        return banded_participation_sensitivity(self._diagonals, w, part, p)
+
+
 
 class BandedWithTotals(Strategy):
     """A banded strategy followed by ``n_totals`` all-ones rows at level 0 (what a mechanism
@@ -163,11 +184,7 @@ def banded_swap_loss(diagonals: np.ndarray, w: np.ndarray, p: int) -> float:
                 f"the exact swap sensitivity of a banded strategy over {n} bins with {b} "
                 f"bands (about n b^2 / 2 = {n * b * b // 2} products)",
                 "use add/remove neighbours, or fewer bands")
-    # column storage: col[c, d] = w_(c+d) A[c + d, c] (0 past the last row)
-    r = np.arange(n)[:, None] + np.arange(b)[None, :]
-    valid = r < n
-    rr = np.where(valid, r, 0)
-    col = np.where(valid, w[rr] * diagonals[rr, np.arange(b)[None, :]], 0.0)
+    col = _weighted_columns(diagonals, w)
     mag = np.abs(col) ** p
     g = mag.sum(axis=1)
     best = 0.0
@@ -181,6 +198,111 @@ def banded_swap_loss(diagonals: np.ndarray, w: np.ndarray, p: int) -> float:
         best = max(best, float(np.max(g[:n - gap] + g[gap:] - overlap)))
     best = max(best, 0.0)
     return math.sqrt(best) if p == 2 else best
+
+
+def _weighted_columns(diagonals: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """col[c, d] = w_(c+d) A[c + d, c] (0 past the last row), shape (n, b): column storage."""
+    n, b = diagonals.shape
+    r = np.arange(n)[:, None] + np.arange(b)[None, :]
+    valid = r < n
+    rr = np.where(valid, r, 0)
+    return np.where(valid, w[rr] * diagonals[rr, np.arange(b)[None, :]], 0.0)
+
+
+def _gram_diagonal(col: np.ndarray, lag: int) -> np.ndarray:
+    """X_(s, s + lag) for s = 0..n-1-lag (0 <= lag < b): sum over the rows both columns
+    touch, sum_(d >= lag) col[s, d] col[s + lag, d - lag]; O(n (b - lag))."""
+    n, b = col.shape
+    return np.einsum("sd,sd->s", col[:n - lag, lag:], col[lag:, :b - lag])
+
+
+def banded_participation_sensitivity(diagonals: ArrayLike, w: ArrayLike, part: Participation,
+                                     p: int) -> Sensitivity:
+    """Sensitivity of diag(w) A for the banded A with row-aligned ``diagonals`` (n, bands)
+    under a (non-single) participation schema, without an n x n matrix (docs/math.md
+    section 11). X = A' diag(w^2) A has X_ij = 0 for ``|i - j|`` >= bands.
+
+    * l1: the column l1 norms over the worst pattern (exact for vector contributions).
+    * l2, bands <= b (or one participation): a pattern's columns are orthogonal: exact,
+      sqrt of the squared column norms over the worst pattern (dynamic programme, O(n k));
+      fixed epoch the same.
+    * l2, bands > b, fixed epoch: the few in-band entries X_(o + i b, o + j b)
+      (``|i - j| b`` < bands) of every offset, O(n bands), then the blocks' exact value
+      (or, with mixed signs, the ``|X|`` bound and the sign enumeration while
+      2^(k-1) b k^2 <= ENUMERATION_LIMIT; beyond it the per-offset sums of ``|X|`` without
+      the k x k blocks, exact when X_PP >= 0).
+    * l2, bands > b, min sep: every pattern enumerated (dense Gram) when n <= DENSE_GRAM_BINS
+      and the patterns (times signs) number at most ENUMERATION_LIMIT; otherwise the
+      certified bound of Choquette-Choo et al. 2023 on ``|X|`` restricted to its band (each
+      column's worst pattern of its 2 bands - 1 in-band entries, then the worst pattern of
+      those), O(n bands k), ``exact=False``."""
+    d = np.asarray(diagonals, dtype=float)
+    n, bands = d.shape
+    n = part.check_steps(n)
+    col = _weighted_columns(d, np.asarray(w, dtype=float))
+    if p == 1:
+        return column_norms_sensitivity(np.abs(col).sum(axis=1), part, 1,
+                                        nonnegative=bool(np.all(d >= 0)))
+    if bands <= part.b or part.max_participations(n) == 1:
+        return column_norms_sensitivity(np.sqrt(np.einsum("cd,cd->c", col, col)), part, 2,
+                                        orthogonal=True)
+    b = part.b
+    if part.kind == "fixed_epoch":
+        k = int(part.k or 1)
+        lags = [_gram_diagonal(col, m * b)[:(k - m) * b].reshape(k - m, b)  # [i, o]
+                for m in range(min(k, -(-bands // b)))]                     # lags m b < bands
+        if (1 << (k - 1)) * b * k * k <= ENUMERATION_LIMIT:
+            blocks = np.zeros((b, k, k))
+            for m, xd in enumerate(lags):
+                i = np.arange(k - m)
+                blocks[:, i, i + m] = xd.T
+                blocks[:, i + m, i] = xd.T
+            return offset_blocks_sensitivity(blocks, part)
+        # too many signs to enumerate: sum of |X_PP| per offset, exact when X_PP >= 0
+        upper = sum((2.0 if m else 1.0) * np.abs(xd).sum(axis=0) for m, xd in enumerate(lags))
+        nonneg = all(bool(np.all(xd >= 0)) for xd in lags)
+        return Sensitivity(math.sqrt(float(np.max(upper))), nonneg,
+                           "non-negative Gram: the worst offset's block sum" if nonneg else
+                           "upper bound: sum of |X| over the worst offset (mixed signs; too "
+                           "many signs to enumerate)")
+    kmax = part.max_participations(n)
+    diags = [_gram_diagonal(col, lag) for lag in range(bands)]
+    nonneg = all(bool(np.all(x >= 0)) for x in diags)
+    signs = 1 if nonneg else 1 << (kmax - 1)
+    if n <= DENSE_GRAM_BINS and part.count_patterns(n) * signs * kmax <= ENUMERATION_LIMIT:
+        x = np.diag(diags[0])
+        for lag in range(1, bands):
+            x += np.diag(diags[lag], lag) + np.diag(diags[lag], -lag)
+        return gram_sensitivity(x, part)
+    check_memory(8.0 * n * (2 * bands - 1 + b) * 3,
+                 f"the banded participation bound over {n} steps with {bands} bands",
+                 "use fewer steps or fewer bands")
+    window = np.zeros((n, 2 * bands - 1))  # window[i, bands - 1 + lag] = |X_(i, i + lag)|
+    for lag in range(bands):
+        v = np.abs(diags[lag])
+        window[:n - lag, bands - 1 + lag] = v
+        window[lag:, bands - 1 - lag] = v
+    rows = np.asarray(max_linear(window, part), dtype=float).reshape(n)
+    bound = math.sqrt(float(max_linear(rows, part)))
+    return Sensitivity(bound, False, "upper bound: each column's worst pattern of |X| within "
+                       "the band, then the worst pattern of those (Choquette-Choo et al. 2023)")
+
+
+def normalise_columns(strategy: BandedStrategy, *, name: str | None = None) -> BandedStrategy:
+    """The banded strategy A D with ``D = diag(1 / ||A_:j||_2)``: every column of unit l2 norm
+    (single-participation sensitivity 1; e.g. the column-normalised banded Toeplitz
+    strategies of Choquette-Choo et al., "Amplified banded matrix factorization", 2023,
+    arXiv 2306.08153, Alg. 9). Same bands; no longer Toeplitz. O(n bands)."""
+    if not isinstance(strategy, BandedStrategy):
+        raise ValueError("strategy must be a BandedStrategy (e.g. strategies.banded(...)), "
+                         f"got {type(strategy).__name__}")
+    d = strategy.diagonals
+    n, bands = d.shape
+    col = _weighted_columns(d, np.ones(n))
+    scale = 1.0 / np.sqrt(np.einsum("cd,cd->c", col, col))     # > 0: non-zero diagonal
+    cols = np.arange(n)[:, None] - np.arange(bands)[None, :]   # the column of d[i, k]
+    out = np.where(cols >= 0, d * scale[np.maximum(cols, 0)], 0.0)
+    return BandedStrategy(out, name=name or f"{strategy.name} (normalised columns)")
 
 
 def banded(coefs_or_matrix: ArrayLike | sp.spmatrix | sp.sparray, bands: int,

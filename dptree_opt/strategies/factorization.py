@@ -27,18 +27,34 @@ sigma^2 S2(n) per row), prefix t has variance
     Var(C_t) = sigma^2 S2(n) * sum_{k<t} c_k^2 = sigma^2 S2(t) S2(n)   (docs/math.md section 6);
 
 the mean over t at n = 2^10 with sigma^2 = 1 is 9.671 (docs/math.md sections 6-7).
+
+Banded variants for private learning (docs/math.md section 11):
+
+* BSR, :func:`banded_sqrt`: L's coefficients truncated to ``bands`` (a banded Toeplitz
+  strategy; Kalinin & Lampert, "Banded square root matrix factorization for differentially
+  private model training", 2024, arXiv 2405.13763).
+* BISR, :func:`banded_inverse_sqrt`: the INVERSE square root's coefficients
+  (1 - z)^(1/2) = 1 - z/2 - z^2/8 - z^3/16 - ... truncated to ``bands`` are the noise
+  correlation C^-1 (banded); the strategy C = T(1 / that) is Toeplitz but not banded (Kalinin,
+  Upadhyay & Lampert, "Back to square roots", 2025, arXiv 2505.12128; jax_privacy's
+  ``banded_inverse_square_root_noising_coefs``). 1 / (1 - sum_(j>=1) e_j z^j) with e_j >= 0
+  has non-negative coefficients (a renewal sequence), so its participation sensitivity takes
+  the exact Toeplitz paths whenever they are also non-increasing (checked, not assumed).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.signal import lfilter
 
 from ..limits import check_memory
-from ..validation import check_n
+from ..validation import check_int, check_n
+from .banded import BandedStrategy, banded
 from .base import check_neighbours
 from .toeplitz import ToeplitzStrategy, toeplitz_swap_sensitivity
 
-__all__ = ["SqrtFactorization", "sqrt_coefficients", "sqrt_factorization",
+__all__ = ["SqrtFactorization", "banded_inverse_sqrt", "banded_sqrt",
+           "inverse_sqrt_coefficients", "sqrt_coefficients", "sqrt_factorization",
            "sqrt_factorization_variances"]
 
 
@@ -49,6 +65,41 @@ def sqrt_coefficients(n: int) -> np.ndarray:
                  "use fewer bins")
     k = np.arange(1, n, dtype=float)
     return np.concatenate([[1.0], np.cumprod((2.0 * k - 1.0) / (2.0 * k))])
+
+
+def inverse_sqrt_coefficients(n: int) -> np.ndarray:
+    """e_0..e_(n-1), the coefficients of (1 - z)^(1/2) (the first column of L^-1):
+    e_0 = 1, e_k = e_(k-1) (2k - 3) / (2k) (1, -1/2, -1/8, -1/16, ...), O(n)."""
+    n = check_n(n)
+    check_memory(24 * n, f"the inverse square root over {n} bins (its coefficients)",
+                 "use fewer bins")
+    k = np.arange(1, n, dtype=float)
+    return np.concatenate([[1.0], np.cumprod((2.0 * k - 3.0) / (2.0 * k))])
+
+
+def banded_sqrt(n: int, bands: int) -> BandedStrategy:
+    """BSR: the square root's coefficients c_0..c_(bands-1) as a banded Toeplitz strategy
+    over ``n`` steps (module docstring), ``bands`` in [1, n]. Exact participation
+    sensitivities and errors by the banded paths (O(n bands))."""
+    n = check_n(n)
+    bands = check_int(bands, "bands", 1, n)
+    return banded(sqrt_coefficients(bands), bands, n, name=f"BSR ({bands} bands)")
+
+
+def banded_inverse_sqrt(n: int, bands: int) -> ToeplitzStrategy:
+    """BISR: the Toeplitz strategy C over ``n`` steps whose inverse C^-1 has the first
+    ``bands`` coefficients of (1 - z)^(1/2) and zeros beyond (module docstring); C's own
+    coefficients are the power-series inverse, by the exact recursion (O(n bands))."""
+    n = check_n(n)
+    bands = check_int(bands, "bands", 1, n)
+    check_memory(24 * n, f"BISR over {n} steps (its coefficients)", "use fewer steps")
+    impulse = np.zeros(n)
+    impulse[0] = 1.0
+    # the recursion c_t = sum_(1<=j<bands) |e_j| c_(t-j) (e_0 = 1, e_j < 0): non-negative
+    # terms only, so c stays exactly >= 0 and non-increasing in floating point, which an FFT
+    # inverse does not guarantee once c_t falls to rounding level (~1e-17)
+    coef = lfilter([1.0], inverse_sqrt_coefficients(bands), impulse)
+    return ToeplitzStrategy(coef, name=f"BISR ({bands} bands)")
 
 
 class SqrtFactorization(ToeplitzStrategy):

@@ -38,6 +38,31 @@ every gap D the pair (0, D) is worst, for ANY coefficients:
 
 Non-uniform weights on the Toeplitz rows use the generic exact search of
 :class:`~dptree_opt.strategies.base.Strategy` on ``.matrix`` (n <= MAX_MATRIX_BINS only).
+
+Multiple participations (docs/math.md section 11; :func:`toeplitz_participation_sensitivity`),
+equal weight u on the Toeplitz rows, weights t_r on the total rows. The Gram matrix is
+X_(s,t) = u^2 Q_(|t-s|)(n - max(s, t)) + sum_r t_r^2 with the truncated autocorrelation
+Q_D(L) = sum_(m<L) a_m a_(m+D). For a pattern P, sum X_PP = u^2 ||T(a) 1_P||^2 + |P|^2 sum t_r^2.
+
+* a_m = 0 for m >= b (banded, bands <= b, any signs): a pattern's columns are orthogonal
+  (the totals add k'^2 sum t_r^2) and column j has squared norm S_2(min(bands, n - j)),
+  non-increasing in j: the pattern 0, b, 2b, ... is the worst, exact.
+* a >= 0 and non-increasing (the square root, BLT, BISR): X >= 0, and X_(s,t) only grows
+  when max(s, t) or |t - s| shrinks, so the pattern t_1 < ... < t_j is dominated entrywise by
+  0, b, ..., (j - 1) b, and every min-sep pattern by P_0 = {0, b, ..., (k' - 1) b} with k' the
+  most participations that fit: sens^2 = u^2 ||T(a) 1_(P_0)||^2 + k'^2 sum t_r^2, one FFT
+  product, O(n log n) (Kalinin & Lampert, "Banded square root matrix factorization for
+  differentially private model training", 2024, arXiv 2405.13763, Thm. 2).
+* fixed epoch, a >= 0 (any order): T(a) 1_(P_o) is T(a) 1_(P_0) shifted down by o and
+  truncated, so the offset o = 0 is the worst: the same formula, exact.
+* fixed epoch, mixed signs: the k x k blocks of every offset from k cumulative sums
+  (O(k n)), then the sign enumeration / ``|X|`` bound of docs/math.md section 11.
+* min sep otherwise: the majorant a^ = (suffix maximum of ``|a|``) is non-negative and
+  non-increasing with ``|X_ij|`` <= X^_ij, so the formula on a^ is a certified upper bound
+  (jax_privacy's ``minsep_sensitivity_squared``); for n <= MAX_DENSE_PARTICIPATION_BINS the
+  dense Gram (every pattern enumerated when few, else the row bound) when tighter.
+* l1: column j has l1 norm u S_1(n - j) + sum_r t_r, non-increasing in j: the dynamic
+  programme of :func:`~dptree_opt.participation.column_norms_sensitivity`.
 """
 
 from __future__ import annotations
@@ -52,10 +77,18 @@ import scipy.fft as sfft
 import scipy.sparse as sp
 from numpy.typing import ArrayLike
 
+from ..participation import (
+    Participation,
+    Sensitivity,
+    column_norms_sensitivity,
+    gram_sensitivity,
+    offset_blocks_sensitivity,
+)
 from ..validation import check_int
 from .base import Strategy, frozen_csr, readonly
 
 __all__ = [
+    "MAX_DENSE_PARTICIPATION_BINS",
     "MAX_GENERAL_L1_SWAP_BINS",
     "MAX_MATRIX_BINS",
     "ScaledToeplitzStrategy",
@@ -63,6 +96,8 @@ __all__ = [
     "series_inverse",
     "series_multiply",
     "toeplitz",
+    "toeplitz_gram",
+    "toeplitz_participation_sensitivity",
     "toeplitz_swap_sensitivity",
 ]
 
@@ -73,6 +108,10 @@ MAX_GENERAL_L1_SWAP_BINS = 1 << 15
 # Below this length products use direct convolution (exact summation order, faster).
 _DIRECT_CONV = 64
 _DIRECT_AUTOCORR = 4096
+# Participation sensitivities: the dense Gram (n^2 floats, a few copies) up to this many
+# steps; the fixed-epoch blocks (k n floats) up to _BLOCK_ENTRIES.
+MAX_DENSE_PARTICIPATION_BINS = 2048
+_BLOCK_ENTRIES = 1 << 24
 
 _F: TypeAlias = "npt.NDArray[np.float64]"
 
@@ -177,6 +216,96 @@ def toeplitz_swap_sensitivity(a: ArrayLike, p: int) -> float:
     for gap in range(1, n):  # O(n - gap) per gap, O(n^2) in all
         best = max(best, s1[gap] + float(np.abs(a[gap:] - a[: n - gap]).sum()))
     return best
+
+
+def toeplitz_gram(a: ArrayLike) -> _F:
+    """The dense Gram X = T(a)'T(a), shape (n, n): ``X_(s,t) = Q_(|t-s|)(n - max(s, t))`` with
+    Q_D(L) = sum_(m<L) a_m a_(m+D) (module docstring), O(n^2) time and memory (no
+    O(n^3) product); for small n only (n <= MAX_DENSE_PARTICIPATION_BINS)."""
+    a = np.asarray(a, dtype=float)
+    n = a.size
+    if n > MAX_DENSE_PARTICIPATION_BINS:
+        raise ValueError(f"the dense Gram of a Toeplitz strategy over {n} steps is refused "
+                         f"(limit {MAX_DENSE_PARTICIPATION_BINS})")
+    padded = np.concatenate([a, np.zeros(n)])
+    shifted = np.lib.stride_tricks.sliding_window_view(padded, n)[:n]  # [D, m] = a_(m+D)
+    q = np.cumsum(shifted * a[None, :], axis=1)                       # q[D, L-1] = Q_D(L)
+    s, t = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return q[np.abs(t - s), n - 1 - np.maximum(s, t)]
+
+
+def _pattern_gram_sum(a: _F, n: int, b: int, count: int) -> float:
+    """||T(a) 1_P||^2 for P = {0, b, ..., (count - 1) b}: one FFT product."""
+    ind = np.zeros(n)
+    ind[b * np.arange(count)] = 1.0
+    y = series_multiply(a, ind)
+    return float(y @ y)
+
+
+def _fixed_epoch_blocks(a: _F, part: Participation, u: float, t2: float) -> _F:
+    """blocks[o, i, j] = X_(o + i b, o + j b) = u^2 Q_((j-i) b)(n - o - j b) + t2 for i <= j
+    (symmetric), from k cumulative sums: O(k n)."""
+    k, b = int(part.k or 1), part.b
+    n = k * b
+    blocks = np.empty((b, k, k))
+    o = np.arange(b)
+    for m in range(k):                       # lag D = m b
+        d = m * b
+        q = np.cumsum(a[:n - d] * a[d:])     # q[L - 1] = Q_D(L)
+        for i in range(k - m):
+            j = i + m
+            val = u * u * q[n - 1 - o - j * b] + t2
+            blocks[:, i, j] = val
+            blocks[:, j, i] = val
+    return blocks
+
+
+def toeplitz_participation_sensitivity(a: ArrayLike, part: Participation, p: int, *,
+                                       weight: float = 1.0,
+                                       totals: ArrayLike = ()) -> Sensitivity:
+    """Sensitivity of u T(a) (plus all-ones total rows with weights ``totals``) under a
+    participation schema (module docstring, docs/math.md section 11): exact for l1 vector
+    contributions, for l2 when a >= 0 is non-increasing (min sep, O(n log n)) or a >= 0
+    (fixed epoch), for fixed-epoch mixed signs by the sign enumeration when small; otherwise
+    a certified upper bound (``exact=False``). ``part`` must not be single and must fit the
+    n = len(a) steps."""
+    a = np.asarray(a, dtype=float)
+    n = part.check_steps(a.size)
+    u = float(weight)
+    tot = np.asarray(totals, dtype=float)
+    t1, t2 = float(tot.sum()), float(np.sum(tot * tot))
+    nonneg = bool(np.all(a >= 0))
+    if p == 1:
+        s1 = np.concatenate([[0.0], np.cumsum(np.abs(a))])
+        norms = u * s1[n - np.arange(n)] + t1
+        return column_norms_sensitivity(norms, part, 1, nonnegative=nonneg)
+    kmax = part.max_participations(n)
+    if kmax == 1:  # one column: the largest, column 0 (u^2 S_2(n) + sum_r t_r^2)
+        return Sensitivity(math.sqrt(u * u * float(a @ a) + t2), True, "largest column norm")
+    width = int(np.flatnonzero(a)[-1]) + 1          # a_0 != 0
+    if width <= part.b:  # banded within b: a pattern's columns are orthogonal
+        s2 = np.concatenate([[0.0], np.cumsum(a * a)])
+        ends = np.minimum(width, n - part.b * np.arange(kmax))
+        value = u * u * float(s2[ends].sum()) + kmax * kmax * t2
+        return Sensitivity(math.sqrt(value), True, "banded Toeplitz with bands <= b: squared "
+                           "column norms over the pattern 0, b, 2b, ...")
+    if nonneg and (part.kind == "fixed_epoch" or np.all(np.diff(a) <= 0)):
+        value = u * u * _pattern_gram_sum(a, n, part.b, kmax) + kmax * kmax * t2
+        how = ("fixed epoch, non-negative Toeplitz: the offset 0 pattern"
+               if part.kind == "fixed_epoch" else
+               "non-negative non-increasing Toeplitz: the pattern 0, b, 2b, ... "
+               "(Kalinin & Lampert 2024, Thm. 2)")
+        return Sensitivity(math.sqrt(value), True, how)
+    if part.kind == "fixed_epoch" and kmax * n <= _BLOCK_ENTRIES:
+        return offset_blocks_sensitivity(_fixed_epoch_blocks(a, part, u, t2), part)
+    hat = np.maximum.accumulate(np.abs(a)[::-1])[::-1]
+    bound = math.sqrt(u * u * _pattern_gram_sum(hat, n, part.b, kmax) + kmax * kmax * t2)
+    majorant = Sensitivity(bound, False, "upper bound: the non-increasing majorant of |a| "
+                           "over the pattern 0, b, 2b, ...")
+    if n > MAX_DENSE_PARTICIPATION_BINS:
+        return majorant
+    dense = gram_sensitivity(u * u * toeplitz_gram(a) + t2, part)
+    return dense if dense.exact or dense.value <= bound else majorant
 
 
 class ToeplitzStrategy(Strategy):
@@ -324,6 +453,13 @@ class ToeplitzStrategy(Strategy):
             return 0.0
         return u * toeplitz_swap_sensitivity(self._a, p)
 
+    def _participation_loss(self, w: _F, part: Participation, p: int) -> Sensitivity:
+        u = self._uniform_core_weight(w)
+        if u is None:  # generic paths on the explicit matrix (n <= MAX_MATRIX_BINS)
+            return super()._participation_loss(w, part, p)
+        return toeplitz_participation_sensitivity(self._a, part, p, weight=u,
+                                                  totals=w[self._n_core:])
+
 
 class ScaledToeplitzStrategy(ToeplitzStrategy):
     """A diagonal (row) scaling D T(a) of a lower-triangular Toeplitz strategy, no matrix.
@@ -407,6 +543,15 @@ class ScaledToeplitzStrategy(ToeplitzStrategy):
         if p == 1:
             return best + float(tot.sum())
         return math.sqrt(best + float(np.sum(tot**2)))
+
+    def _participation_loss(self, w: _F, part: Participation, p: int) -> Sensitivity:
+        u = self._uniform_core_weight(w)
+        if p == 1 and u is not None:  # column l1 norms: a cross-correlation, O(n log n)
+            norms = u * _cross_correlation(np.abs(self._a), self._d) + float(
+                w[self._n_core:].sum())
+            return column_norms_sensitivity(norms, part, 1,
+                                            nonnegative=bool(np.all(self._a >= 0)))
+        return Strategy._participation_loss(self, w, part, p)  # generic, on .matrix
 
     def _swap_loss(self, w: _F, p: int) -> float:
         if self._n_bins > MAX_MATRIX_BINS:
