@@ -378,3 +378,21 @@ def test_participation_designs_are_not_releasable_and_the_cli_takes_a_schema(cap
     with pytest.raises(SystemExit):
         main(["optimize", "--bins", "64", "--rho", "0.5", "--family", "auto",
               "--participation", "epochs:2"])
+
+
+def test_learning_families_run_under_a_schema_only():
+    """The banded families of best_mechanism: skipped for one participation; under a
+    schema the optimised banded Toeplitz (started from the BSR, same class) is never worse
+    than the BSR, and the BSR's score equals its mechanism's exact error."""
+    fams = ["banded_sqrt", "banded_inverse_sqrt", "banded_toeplitz"]
+    w = dp.workloads.prefix(96)
+    with pytest.raises(ValueError, match="multiple participations"):
+        dp.optimize.best_mechanism(w, rho=0.5, families=fams)
+    part = P.min_sep(3, 16)
+    d = dp.optimize.best_mechanism(w, rho=0.5, participation=part, families=fams)
+    by = {x.family: x for x in (d,) + d.alternatives}
+    assert set(by) == set(fams)
+    assert by["banded_toeplitz"].error <= by["banded_sqrt"].error * (1 + 1e-9) or \
+        "normalised" in by["banded_sqrt"].method
+    bsr = dp.Mechanism(dp.strategies.banded_sqrt(96, 16), rho=0.5, participation=part)
+    assert by["banded_sqrt"].error <= dp.expected_error(w, bsr) * (1 + 1e-12)

@@ -46,6 +46,10 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   prime: one level per axis), 284.7 padded and truncated. Larger grids keep the unpadded
   designs (no structured error for truncated Kronecker trees); the padded search itself
   gains 2115 -> 868.6 at 97 x 97 but nothing at 100 x 100 or 250 x 250 (899.1, 2020.5).
+* ``banded_sqrt``, ``banded_inverse_sqrt``, ``banded_toeplitz`` (private learning: the
+  prefix workload under a participation schema with separation / epoch length b; module
+  ``optimize.families_learning``): BSR (plain and column-normalised), BISR and the banded
+  Toeplitz strategy optimised for the schema, each with b bands.
 * ``kron_p_identity``, ``kron_gaussian_optimum``: HDMM's Kronecker p-Identity and the
   product of the 1-D Gaussian optima (``strategies.kron_p_identity``,
   ``kron_gaussian_optimal``).
@@ -95,6 +99,8 @@ from .families_1d import (anywhere, blt_family, dense_optimum_applies, dense_opt
                           node_budgets_applies, node_budgets_family, one_d, one_d_tree,
                           sqrt_family, tree_equal_family, tree_optimal_applies,
                           tree_optimal_family)
+from .families_learning import (banded_inverse_sqrt_family, banded_sqrt_family,
+                                 banded_toeplitz_family, learning_applies)
 from .families_grid import (grid_kron_trees_family, grid_only, grid_quadtree_family, kron_axes,
                             kron_gaussian_applies, kron_gaussian_optimum_family,
                             kron_p_identity_family)
@@ -125,6 +131,15 @@ FAMILIES: dict[str, Family] = {
                            "finest tree, BLUE", True),
     "dense_optimum": Family(dense_optimum_applies, dense_optimum_family, "HDMM's p-Identity / "
                             "the dense Gaussian optimum (small domains)", True),
+    "banded_sqrt": Family(learning_applies, banded_sqrt_family, "banded square root (BSR) "
+                          "with b bands, plain and column-normalised, BLUE", False,
+                          PARTICIPATION_NOTE),
+    "banded_inverse_sqrt": Family(learning_applies, banded_inverse_sqrt_family, "banded "
+                                  "inverse square root (BISR), b bands, BLUE", False,
+                                  PARTICIPATION_NOTE),
+    "banded_toeplitz": Family(learning_applies, banded_toeplitz_family, "banded Toeplitz "
+                              "with b bands optimised for the schema, BLUE", False,
+                              PARTICIPATION_NOTE),
     "grid_kron_trees": Family(grid_only, grid_kron_trees_family, "Kronecker products of trees, "
                               "optimal budgets", True),
     "grid_quadtree": Family(grid_only, grid_quadtree_family, "quadtrees, optimal budgets", True),
