@@ -336,7 +336,31 @@ def gen_dense(rng):
     return _mechanism(S.Strategy(a, rng.integers(1, 4, a.shape[0])), rng, p_zero=0.15)
 
 
+def gen_restarted(rng):
+    """Restarted blocks: level-uniform trees, prefix sums, banded or random lower-triangular
+    blocks, restarted for n steps (the last copy sometimes truncated); budgets per level
+    (some unmeasured), add/remove or swap."""
+    kind = _pick(rng, ("tree", "tree", "prefix_sums", "banded", "random"))
+    if kind == "tree":
+        ks = _branching(rng, 8, max_levels=2)
+        block = S.tree(math.prod(ks), ks)
+    elif kind == "prefix_sums":
+        block = S.prefix_sums(int(rng.integers(1, 5)))
+    elif kind == "banded":
+        p = int(rng.integers(1, 5))
+        block = S.banded(np.r_[1.0, rng.normal(0.0, 0.5, p - 1)], int(rng.integers(1, p + 1)))
+    else:
+        p = int(rng.integers(1, 5))
+        m = np.tril(rng.normal(0.0, 0.5, (p, p)))
+        m[np.diag_indices(p)] = rng.uniform(0.7, 1.5, p)
+        block = S.Strategy(m, rng.integers(1, 3, p))
+    n = int(rng.integers(1, 4 * block.n_bins + 1))
+    return _mechanism(S.restarted(block, n), rng, p_zero=0.15)
+
+
+
 GENERATORS = {
+    "restarted": gen_restarted,
     "tree": gen_tree,
     "kron_tree": gen_kron_tree,
     "quadtree": gen_quadtree,

@@ -20,6 +20,7 @@ from .kron_product import KronProductEngine
 from .banded import BandedEngine
 from .toeplitz import ToeplitzEngine
 from .implicit import ImplicitEngine
+from .restarted import RestartedEngine
 from .causal_error import TriangularEngine
 from .interval import HaarEngine, IntervalEngine
 from .gls import DenseEngine
@@ -39,6 +40,7 @@ register(KronProductEngine())
 register(BandedEngine())
 register(ToeplitzEngine())
 register(ImplicitEngine())
+register(RestartedEngine())
 register(TriangularEngine())
 register(IntervalEngine())
 register(HaarEngine())

@@ -26,6 +26,7 @@ from .interval import (
     tree,
     truncated_tree,
 )
+from .restarted import RestartedStrategy, online_tree, restarted
 from .factorization import SqrtFactorization, banded_inverse_sqrt, banded_sqrt, sqrt_factorization
 from .blt import BLTStrategy, blt
 from .haar import haar
@@ -51,6 +52,9 @@ __all__ = [
     "resolve_branching",
     "tree",
     "truncated_tree",
+    "restarted",
+    "RestartedStrategy",
+    "online_tree",
     "haar",
     "toeplitz",
     "ScaledToeplitzStrategy",

@@ -29,7 +29,9 @@ from numpy.typing import ArrayLike
 from ..limits import (INTERVAL_BYTES_PER_BIN, INTERVAL_BYTES_PER_ROW, TREE_BYTES_PER_ROW,
                       check_memory)
 from ..validation import check_int, check_n
+from ..participation import Participation, Sensitivity
 from .base import Strategy, check_neighbours, check_norm, frozen_csr, readonly
+from .interval_participation import interval_sensitivity
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -181,6 +183,11 @@ class IntervalStrategy(Strategy):
                                  np.where(direct >= 2, 0.0, -np.inf)))
         best = float(max(cand.max(), 0.0))
         return best if p == 1 else float(np.sqrt(best))
+
+    def _participation_loss(self, w: _F, part: Participation, p: int) -> Sensitivity:
+        # 0/1 interval rows, X >= 0: exact from the ranges alone, no matrix
+        # (strategies.interval_participation; docs/math.md section 11)
+        return interval_sensitivity(self.lo, self.hi, w, self.n_bins, part, p, self.depth)
 
 
 class PrefixSums(IntervalStrategy):

@@ -8,8 +8,13 @@ with covering sums or the causal BLUE (:mod:`~dptree_opt.stream.tree`), the unbo
 (:mod:`~dptree_opt.stream.factorization`). Noise: :mod:`~dptree_opt.stream.noise`. Secure
 counters, engines and noise refuse copying and pickling (no replay of noise):
 :mod:`~dptree_opt.stream.secret`.
+
+``CorrelatedNoise(strategy, dim, rho= | epsilon=, participation=...)``
+(:mod:`~dptree_opt.stream.correlated`) streams the correlated noise of a training loop's
+running gradient sums (DP-FTRL / DP-MF), one generator per strategy structure.
 """
 
+from .correlated import CorrelatedNoise
 from .counter import MECHANISMS, Counter
 
-__all__ = ["Counter", "MECHANISMS"]
+__all__ = ["Counter", "CorrelatedNoise", "MECHANISMS"]

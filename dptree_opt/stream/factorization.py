@@ -81,6 +81,7 @@ __all__ = [
     "MAX_SQRT_HORIZON",
     "MAX_STRATEGY_STEPS",
     "BLTEngine",
+    "BLTRecurrence",
     "SqrtEngine",
     "ToeplitzEngine",
 ]
@@ -376,6 +377,29 @@ class SqrtEngine(ToeplitzEngine):
 
 
 # ======================================================================== BLT
+class BLTRecurrence:
+    """C^-1 of a BLT C streamed over vectors (Dvijotham et al. 2024; McMahan et al. 2024,
+    Alg. 3; :mod:`dptree_opt.strategies.blt`): per step w_t = z_t - omega . s_t,
+    s <- theta * s + w_t, with ``state`` s of shape (buffers, dim), and ``running`` the sum of
+    w so far, i.e. (M C^-1 z)_t. O(buffers x dim) memory and work per step; shared by the
+    scalar counter (dim 1) and :class:`dptree_opt.stream.CorrelatedNoise` (training noise)."""
+
+    def __init__(self, theta: np.ndarray, omega: np.ndarray, dim: int) -> None:
+        self.theta = np.asarray(theta, dtype=float)[:, None]
+        self.omega = np.asarray(omega, dtype=float)
+        self.state = np.zeros((self.omega.size, int(dim)))
+        self.running = np.zeros(int(dim))
+
+    def step(self, z: np.ndarray) -> np.ndarray:
+        """Feed z_t (shape (dim,)); return the running sum (M C^-1 z)_t (the state's own
+        array: copy it to keep it)."""
+        w = z - self.omega @ self.state                # (C^-1 z)_t
+        self.state *= self.theta
+        self.state += w
+        self.running += w
+        return self.running
+
+
 class BLTEngine(ToeplitzEngine):
     """The buffered-linear-Toeplitz counter (module docstring): O(buffers) memory and time
     per step.
@@ -419,15 +443,10 @@ class BLTEngine(ToeplitzEngine):
             th, om, _ = optimize_blt(self.horizon, self._buffers, self._search_objective)
         else:
             th, om = self._given
-
-
         self.theta, self.omega = th, om
         self.buffers = int(th.size)
-        d = self.buffers
-        self._s = np.zeros(d)          # noise buffers: C^-1 z state
-        self._r = 0.0                  # running sum of C^-1 z = (B z)_t
-        self._si = np.zeros(d)         # the same recurrence on the impulse e_0: b_t
-        self._ri = 0.0
+        self._noise_state = BLTRecurrence(th, om, 1)     # C^-1 z, and its running sum (B z)_t
+        self._impulse = BLTRecurrence(th, om, 1)         # the same on the impulse e_0: b_t
 
     def _sensitivity_squared(self) -> float:
         return blt_sensitivity_squared(self.theta, self.omega, self.horizon)
@@ -443,13 +462,9 @@ class BLTEngine(ToeplitzEngine):
         return blt_noise_coefficients(self.theta, self.omega, self._check_steps(steps))
 
     def _step(self, z: float) -> tuple[float, float]:
-        w = z - float(self.omega @ self._s)                 # (C^-1 z)_t
-        self._s = self.theta * self._s + w
-        self._r += w
-        ui = (1.0 if self.t == 0 else 0.0) - float(self.omega @ self._si)
-        self._si = self.theta * self._si + ui
-        self._ri += ui
-        return self._r, self._ri
+        noise = self._noise_state.step(np.array([z]))
+        b_t = self._impulse.step(np.array([1.0 if self.t == 0 else 0.0]))
+        return float(noise[0]), float(b_t[0])
 
     def _final_state(self, w: np.ndarray) -> np.ndarray:
         """s_T = sum_k theta^(T-1-k) w_k per buffer (the state after feeding w), chunked."""
@@ -466,10 +481,10 @@ class BLTEngine(ToeplitzEngine):
         n = z.size
         u = blt_inverse_coefficients(self.theta, self.omega, n)
         w = series_multiply(u, z)                          # C^-1 z
-        self._s = self._final_state(w)
-        self._r = float(w.sum())
-        self._si = self._final_state(u)
-        self._ri = float(u.sum())
+        self._noise_state.state[:, 0] = self._final_state(w)
+        self._noise_state.running[0] = float(w.sum())
+        self._impulse.state[:, 0] = self._final_state(u)
+        self._impulse.running[0] = float(u.sum())
         return np.cumsum(w)
 
     def account(self) -> dict:
