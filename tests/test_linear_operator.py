@@ -43,6 +43,11 @@ def _strategies() -> dict:
         "sqrt_factorization": strategies.sqrt_factorization(9),
         "blt": strategies.blt(8),
         "banded": strategies.banded([1.0, 0.5, 0.25], 2, 7),
+        "banded_sqrt": strategies.banded_sqrt(7, 3),
+        "banded_inverse_sqrt": strategies.banded_inverse_sqrt(7, 3),
+        "normalise_columns": strategies.normalise_columns(strategies.banded_sqrt(6, 2)),
+        "restarted": strategies.restarted(strategies.tree(4, 2), 10),
+        "online_tree": strategies.online_tree(11),
         "kron": strategies.kron(strategies.tree(4, 2), strategies.prefix_sums(3)),
         "quadtree": strategies.quadtree((4, 4), 2),
         "p_identity": laplace_p_identity(p8, p=2).strategy,
@@ -81,7 +86,8 @@ _BASE = ["histogram", "prefix_sums", "tree", "binary_tree", "truncated_tree", "h
          "haar_pow2", "haar_other", "toeplitz", "scaled_toeplitz", "sqrt_factorization", "blt",
          "banded", "kron", "quadtree", "p_identity", "gaussian_optimal_implicit",
          "kron_p_identity", "kron_gaussian_optimal", "integer_toeplitz", "generic",
-         "gaussian_optimal", "integer_matrix"]
+         "gaussian_optimal", "integer_matrix", "banded_sqrt", "banded_inverse_sqrt",
+         "normalise_columns", "restarted", "online_tree"]
 STRATEGIES = _BASE + [n + "+total" for n in _BASE]
 WORKLOADS = sorted(_workloads())
 SETTINGS = settings(max_examples=15, deadline=None,
@@ -136,7 +142,8 @@ def test_every_public_constructor_is_covered():
     constructors = {"histogram", "prefix_sums", "tree", "binary_tree", "truncated_tree",
                     "hierarchy", "haar", "toeplitz", "sqrt_factorization", "blt", "banded",
                     "kron", "quadtree", "p_identity", "gaussian_optimal_implicit",
-                    "kron_p_identity", "kron_gaussian_optimal"}
+                    "kron_p_identity", "kron_gaussian_optimal", "banded_sqrt",
+                    "banded_inverse_sqrt", "normalise_columns", "restarted", "online_tree"}
     public = {n for n in strategies.__all__ if n[0].islower() and callable(
         getattr(strategies, n)) and n not in ("padded_height", "resolve_branching")}
     assert public <= constructors

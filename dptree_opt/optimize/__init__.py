@@ -35,6 +35,8 @@ from .factorisations import finest_refinement
 from .search import design_error, level_uniform
 from .design import Design
 from .banded_toeplitz import BandedToeplitzResult, banded_toeplitz
+from .participation_optimum import (ParticipationBound, ParticipationOptimum,
+                                    participation_lower_bound, participation_optimum)
 from .best import best_mechanism
 
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
@@ -46,4 +48,5 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "GridDesign", "GridSearch",
            "level_variances", "noisy_levels", "best_tree",
            "optimized_strategy", "clear_cache", "best_mechanism", "Design",
-           "banded_toeplitz", "BandedToeplitzResult"]
+           "banded_toeplitz", "BandedToeplitzResult", "ParticipationBound",
+           "ParticipationOptimum", "participation_lower_bound", "participation_optimum"]

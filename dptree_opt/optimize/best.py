@@ -49,7 +49,10 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
 * ``banded_sqrt``, ``banded_inverse_sqrt``, ``banded_toeplitz`` (private learning: the
   prefix workload under a participation schema with separation / epoch length b; module
   ``optimize.families_learning``): BSR (plain and column-normalised), BISR and the banded
-  Toeplitz strategy optimised for the schema, each with b bands.
+  Toeplitz strategy optimised for the schema, each with b bands; ``participation_optimum``
+  (Gaussian, fixed epoch): the optimal factorisation with its certified dual bound. Under a
+  schema with Gaussian noise the relaxation bound of ``participation_lower_bound`` is a lower
+  bound too.
 * ``kron_p_identity``, ``kron_gaussian_optimum``: HDMM's Kronecker p-Identity and the
   product of the 1-D Gaussian optima (``strategies.kron_p_identity``,
   ``kron_gaussian_optimal``).
@@ -100,7 +103,8 @@ from .families_1d import (anywhere, blt_family, dense_optimum_applies, dense_opt
                           sqrt_family, tree_equal_family, tree_optimal_applies,
                           tree_optimal_family)
 from .families_learning import (banded_inverse_sqrt_family, banded_sqrt_family,
-                                 banded_toeplitz_family, learning_applies)
+                                 banded_toeplitz_family, learning_applies, optimum_applies,
+                                 participation_bound, participation_optimum_family)
 from .families_grid import (grid_kron_trees_family, grid_only, grid_quadtree_family, kron_axes,
                             kron_gaussian_applies, kron_gaussian_optimum_family,
                             kron_p_identity_family)
@@ -140,6 +144,9 @@ FAMILIES: dict[str, Family] = {
     "banded_toeplitz": Family(learning_applies, banded_toeplitz_family, "banded Toeplitz "
                               "with b bands optimised for the schema, BLUE", False,
                               PARTICIPATION_NOTE),
+    "participation_optimum": Family(optimum_applies, participation_optimum_family, "the "
+                                    "optimal factorisation under a fixed-epoch schema, "
+                                    "certified", False, PARTICIPATION_NOTE),
     "grid_kron_trees": Family(grid_only, grid_kron_trees_family, "Kronecker products of trees, "
                               "optimal budgets", True),
     "grid_quadtree": Family(grid_only, grid_quadtree_family, "quadtrees, optimal budgets", True),
@@ -285,9 +292,9 @@ def best_mechanism(workload: Workload, epsilon: float | None = None, *,
     designs: list[tuple[float, bool, int, Design]] = []
     skipped: list[tuple[str, str]] = []
     bounds: list[tuple[float, str]] = []
-    lb, lb_what = _svd_lower_bound(p)
-    if lb is not None:
-        bounds.append((lb, lb_what))
+    for lb, lb_what in (_svd_lower_bound(p), participation_bound(p)):
+        if lb is not None:
+            bounds.append((lb, lb_what))
     for rank, name in enumerate(names):
         fam = FAMILIES[name]
         why = fam.applies(p)

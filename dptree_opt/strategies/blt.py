@@ -49,6 +49,24 @@ n = 2^10 / 2^16 / 2^20 ("mean"); the "max" optimum with 3 / 4 / 5 buffers has me
 19.8027 / 28.4736, jax_privacy's published 9.692 / 19.803 / 28.474 (docs/math.md section 7).
 Letting one omega go negative reaches 9.3428 at 2^10 (the optimal Toeplitz is 9.3427) but makes
 C^-1 unstable (a pole just outside the unit circle), so it is not offered.
+
+Participation (docs/math.md section 11; docs/participation_optimum.md). With omega > 0,
+X = C'C >= 0 entrywise, so the sensitivity (vector or scalar contributions) sums X over the
+worst pattern: under fixed_epoch(k, b) the offset 0 (X_(o+ib, o+jb) sums non-negative terms
+over n - o - jb rows); under min_sep(k, b) with non-increasing coefficients (also
+sum(omega) <= 1, i.e. c_1 <= c_0) the pattern {0, b, ..., (k' - 1) b}, k' the most
+participations that fit (Choquette-Choo et al. 2023 for non-increasing Toeplitz). With
+R(D, L) = sum_(m<L) c_m c_(m+D) and g_lm(L) = (1 - (theta_l theta_m)^(L-1)) /
+(1 - theta_l theta_m) (sums of geometric series):
+
+    R(0, L) = 1 + sum_(l,m) omega_l omega_m g_lm(L)
+    R(D, L) = c_D + sum_(l,m) omega_l omega_m theta_m^D g_lm(L)          (D >= 1)
+    sens^2  = sum_(i<k') R(0, n - ib) + 2 sum_(i<j<k') R((j - i) b, n - jb),
+
+O(d^2 k'^2) (:func:`blt_participation_sensitivity_squared`), differentiated by complex steps
+like the rest; ``blt(n, participation=...)`` minimises sens^2 x error under the schema
+(under min_sep in the class omega = e^beta / (1 + sum e^beta)). Measured at n = 2052,
+k = 6, b = 342, 4 buffers, mean loss per unit noise: 84.113 (fixed_epoch and min_sep).
 """
 
 from __future__ import annotations
@@ -65,12 +83,15 @@ from scipy.optimize import OptimizeResult, minimize
 from scipy.special import expit
 
 from ..limits import check_memory
+from ..participation import Participation, as_participation
 from .base import readonly
 from .toeplitz import ToeplitzStrategy
 
 __all__ = ["BLT_OBJECTIVES", "MAX_BLT_BINS", "MAX_BUFFERS", "BLTStrategy", "blt",
            "blt_coefficients", "blt_inverse_coefficients", "blt_loss",
-           "blt_noise_coefficients", "blt_sensitivity_squared", "check_blt_options",
+           "blt_noise_coefficients", "blt_participation_loss",
+           "blt_participation_sensitivity_squared", "blt_sensitivity_squared",
+           "check_blt_options",
            "check_blt_parameters", "inverse_spectral_radius", "optimize_blt"]
 
 BLT_OBJECTIVES = ("mean", "max")
@@ -233,6 +254,84 @@ def blt_sensitivity_squared(theta: ArrayLike, omega: ArrayLike, n: int) -> float
     return float(_losses_from_delta(1.0 - th, om, _check_n(n))[0])
 
 
+# ----------------------------------------------------------------- participation
+def _participation_terms(n: int, part: Participation) -> tuple[int, int]:
+    """(b, k'): the worst pattern of a BLT with omega > 0 under the schema is
+    {0, b, ..., (k' - 1) b} (module docstring, "Participation")."""
+    if part.is_single:
+        return 1, 1
+    part.check_steps(n)
+    return part.b, part.max_participations(n)
+
+
+def _participation_sens2(delta: _C, omega: _C, n: int, b: int, kk: int) -> _C:
+    """sum_(i, j < k') X_(ib, jb), X = C'C, in closed form (module docstring,
+    "Participation"), batched over the leading axes; complex-step safe. O(d^2 k'^2)."""
+    logt = np.log1p(-delta)                                   # log theta, accurate near 1
+    dl, dm = delta[..., :, None], delta[..., None, :]
+    one_minus = dl + dm - dl * dm                             # 1 - theta_l theta_m
+    logp = logt[..., :, None] + logt[..., None, :]
+    ww = omega[..., :, None] * omega[..., None, :]
+    total: _C = np.zeros(delta.shape[:-1], dtype=np.result_type(delta, omega))
+    for j in range(kk):
+        length = n - j * b                                    # rows below step j b
+        # sum_(m=1)^(length-1) (theta_l theta_m)^(m-1) = (1 - (theta theta')^(L-1)) / (1 - ..)
+        geo = -np.expm1((length - 1) * logp) / one_minus
+        for i in range(j + 1):
+            gap = (j - i) * b
+            if gap == 0:
+                term = 1.0 + np.einsum("...lm,...lm->...", ww, geo)
+            else:
+                c_gap = np.einsum("...l,...l->...", omega, np.exp((gap - 1) * logt))
+                term = c_gap + np.einsum("...lm,...lm,...m->...", ww, geo,
+                                         np.exp(gap * logt))
+            total = total + (term if gap == 0 else 2.0 * term)
+    return total
+
+
+def blt_participation_sensitivity_squared(theta: ArrayLike, omega: ArrayLike, n: int,
+                                          participation: Participation) -> float:
+    """Squared l2 sensitivity of the n x n BLT (omega > 0) under a participation schema
+    (vector or scalar contributions: X = C'C >= 0): sum_(i, j < k') X_(ib, jb), the worst
+    pattern {0, b, ..., (k' - 1) b}, in closed form, O(d^2 k'^2) (module docstring,
+    "Participation"). Fixed-epoch needs omega > 0; min-sep also sum(omega) <= 1 (non-
+    increasing coefficients), else ValueError."""
+    th, om = check_blt_parameters(theta, omega)
+    n = _check_n(n)
+    part = _check_blt_participation(participation, om)
+    b, kk = _participation_terms(n, part)
+    if kk == 1:
+        return blt_sensitivity_squared(th, om, n)
+    return float(_participation_sens2(1.0 - th, om, n, b, kk).real)
+
+
+def blt_participation_loss(theta: ArrayLike, omega: ArrayLike, n: int,
+                           participation: Participation, objective: str = "mean") -> float:
+    """:func:`blt_loss` with the sensitivity under ``participation``
+    (:func:`blt_participation_sensitivity_squared`): loss per unit noise of the BLT
+    factorisation of the prefix workload, mean or max over steps."""
+    th, om = check_blt_parameters(theta, omega)
+    n = _check_n(n)
+    _check_objective(objective)
+    sens2 = np.asarray(blt_participation_sensitivity_squared(th, om, n, participation))
+    _, s, w = _losses_from_delta(1.0 - th, om, n)
+    return float(_objective_value(sens2, s, w, n, objective))
+
+
+def _check_blt_participation(participation: object, omega: _F | None = None) -> Participation:
+    part = as_participation(participation)
+    if not part.is_single and part.kind == "min_sep" and part.k is None:
+        raise ValueError("participation: the BLT under min_sep needs k (at most k "
+                         "participations)")
+    if omega is not None and not part.is_single:
+        if np.any(omega <= 0):
+            raise ValueError("omega must be > 0 for the BLT's participation sensitivity")
+        if part.kind == "min_sep" and float(omega.sum()) > 1.0:
+            raise ValueError("omega must sum to at most 1 under min_sep (non-increasing "
+                             "coefficients, whose worst pattern is {0, b, 2b, ...})")
+    return part
+
+
 # ----------------------------------------------------------------- sequences, O(n d)
 def _impulse_response(E: _C, g: _C, h: _C, D: float, n: int) -> _F:
     """s_0 = D, s_k = h' F^(k-1) g (k = 1..n-1), F = I - E (real, one system), O(n m) work:
@@ -317,6 +416,58 @@ def _loss_and_grad(x: _F, n: int, objective: str) -> tuple[float, _F]:
     if not (math.isfinite(f) and np.all(np.isfinite(grad))) or f <= 0:
         return 1e300, np.zeros(p)
     return f, grad
+
+
+def _unpack_capped(x: _C) -> tuple[_C, _C]:
+    """As :func:`_unpack` but omega = e^beta / (1 + sum e^beta) (sum(omega) < 1: c_1 < c_0,
+    so the coefficients are non-increasing); analytic."""
+    delta, e = _unpack(x)
+    return delta, e / (1.0 + e.sum(axis=-1, keepdims=True))
+
+
+def _part_loss_and_grad(x: _F, n: int, objective: str, b: int, kk: int,
+                        capped: bool) -> tuple[float, _F]:
+    """:func:`_loss_and_grad` with the participation sensitivity (closed form)."""
+    p = x.size
+    xs = np.tile(x.astype(complex), (p, 1))
+    xs[np.arange(p), np.arange(p)] += 1j * _COMPLEX_STEP
+    with np.errstate(all="ignore"):
+        delta, omega = (_unpack_capped if capped else _unpack)(xs)
+        _, s, w = _losses_from_delta(delta, omega, n)
+        vals = _objective_value(_participation_sens2(delta, omega, n, b, kk), s, w, n,
+                                objective)
+    f = float(vals[0].real)
+    grad = vals.imag / _COMPLEX_STEP
+    if not (math.isfinite(f) and np.all(np.isfinite(grad))) or f <= 0:
+        return 1e300, np.zeros(p)
+    return f, grad
+
+
+@functools.lru_cache(maxsize=64)
+def _optimize_participation_cached(n: int, d: int, objective: str, b: int, kk: int,
+                                   capped: bool, starts: int
+                                   ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    th, om = _optimize_cached(n, d, objective, starts)     # the single-participation optimum
+    x0s = [np.concatenate([np.log(th) - np.log1p(-np.array(th)), np.log(om)])]
+    x0s += _starts(n, d, starts)
+    best: OptimizeResult | None = None
+    for x0 in x0s:
+        if capped:                                          # beta with sum(omega) < 1
+            om0 = np.exp(x0[d:])
+            om0 = om0 * min(1.0, 0.9 / float(om0.sum()))
+            x0 = np.concatenate([x0[:d], np.log(om0) - math.log1p(-float(om0.sum()))])
+        res = minimize(_part_loss_and_grad, x0, args=(n, objective, b, kk, capped), jac=True,
+                       method="L-BFGS-B", options={"maxiter": 3000, "ftol": 1e-15,
+                                                   "gtol": 1e-11})
+        if best is None or res.fun < best.fun:
+            best = res
+    if best is None:
+        raise ValueError("starts must be >= 1")
+    x = best.x.copy()
+    if capped:                                              # back to log omega
+        e = np.exp(x[d:])
+        x[d:] = np.log(e / (1.0 + e.sum()))
+    return _valid_parameters(x)
 
 
 def _starts(n: int, d: int, count: int) -> list[_F]:
@@ -408,6 +559,8 @@ class BLTStrategy(ToeplitzStrategy):
         self._theta = readonly(th)
         self._omega = readonly(om)
         self.objective = objective
+        # the schema the parameters were optimised for (set by :func:`blt`)
+        self.participation: Participation = as_participation(None)
 
     @property
     def theta(self) -> _F:
@@ -464,17 +617,33 @@ def check_blt_options(buffers: int | None, objective: str, theta: ArrayLike | No
 
 
 def blt(n: int, *, buffers: int | None = None, objective: str = "mean",
-        theta: ArrayLike | None = None, omega: ArrayLike | None = None) -> BLTStrategy:
+        theta: ArrayLike | None = None, omega: ArrayLike | None = None,
+        participation: Participation | None = None) -> BLTStrategy:
     """The n x n BLT strategy with ``buffers`` buffers (default 4).
 
     With ``theta`` and ``omega`` given (both; 0 < theta_j < 1; ``buffers``, if given, must
     equal their length) the BLT is built as is; otherwise the parameters minimise the prefix
     workload's ``objective`` ("mean" or "max" error per unit sigma^2, :func:`blt_loss`) by
     :func:`optimize_blt` (Dvijotham et al. 2024 optimise "max"; seconds at n = 2^20).
-    Never builds an n x n matrix (coefficients O(n d), errors by the Toeplitz paths)."""
+    ``participation`` (``fixed_epoch(k, b)`` or ``min_sep(k, b)``; default single): the
+    parameters minimise the loss under that schema instead,
+    :func:`blt_participation_loss` (omega > 0; under min_sep also sum(omega) < 1, the class
+    whose worst pattern is {0, b, ...}: module docstring, "Participation"); the schema is
+    kept as ``.participation``. Never builds an n x n matrix (coefficients O(n d), errors by
+    the Toeplitz paths)."""
     n = _check_n(n)
     given = check_blt_options(buffers, objective, theta, omega)
+    part = _check_blt_participation(participation, None if given is None else given[1])
     if given is not None:
-        return BLTStrategy(*given, n, objective=None)
-    th, om, _ = optimize_blt(n, DEFAULT_BUFFERS if buffers is None else buffers, objective)
-    return BLTStrategy(th, om, n, objective=objective)
+        strategy = BLTStrategy(*given, n, objective=None)
+    elif part.is_single:
+        th, om, _ = optimize_blt(n, DEFAULT_BUFFERS if buffers is None else buffers, objective)
+        strategy = BLTStrategy(th, om, n, objective=objective)
+    else:
+        b, kk = _participation_terms(n, part)
+        d = DEFAULT_BUFFERS if buffers is None else buffers
+        th_t, om_t = _optimize_participation_cached(n, d, objective, b, kk,
+                                                    part.kind == "min_sep", 4)
+        strategy = BLTStrategy(np.array(th_t), np.array(om_t), n, objective=objective)
+    strategy.participation = part
+    return strategy
