@@ -222,9 +222,16 @@ def sqrt_family(p: Problem) -> list[Candidate]:
 
 
 def blt_family(p: Problem) -> list[Candidate]:
-    s = blt(p.n)
+    """BLT optimised for the mean prefix error; under a participation schema with Gaussian
+    noise, for the loss under the schema (``strategies.blt(..., participation=)``)."""
+    part = p.participation
+    if part.is_single or p.noise != "gaussian" or p.workload.kind != "prefix":
+        s = blt(p.n)
+        return [Candidate(p.mechanism(s), f"buffered linear Toeplitz, {s.buffers} buffers "
+                          "optimised for the mean prefix error (strategies.blt)")]
+    s = blt(p.n, participation=part)
     return [Candidate(p.mechanism(s), f"buffered linear Toeplitz, {s.buffers} buffers "
-                       "optimised for the mean prefix error (strategies.blt)")]
+                      f"optimised for the mean loss under {part.describe()} (strategies.blt)")]
 
 
 def gaussian_optimum_applies(p: Problem) -> str | None:
