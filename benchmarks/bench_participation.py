@@ -14,6 +14,17 @@ Sections:
   ``--sqrt-dim`` over the full horizon (its per-step cost grows with t). Plus the cost of
   secure noise: one step of OpenDP float Gaussian draws at ``--secure-dim``.
 
+* ``anchors``: every learning mechanism at n = 2052, fixed_epoch(6, 342), prefix workload,
+  Gaussian: mean loss per unit noise (``expected_error(prefix, Mechanism(C, rho=0.5,
+  participation=...)) / n``), the sensitivity (exact or a bound) and the seconds to
+  calibrate and score, against the recorded values of docs/math.md section 11; the
+  relaxation lower bound.
+* ``sensitivity``: seconds of the exact sensitivities at larger n (trees under min-sep by
+  branch and bound, Toeplitz / banded in closed form) at n = 2^14 and 10^5.
+* ``optimisers``: ``optimize.banded_toeplitz`` at n = 2052 and 10^5 (seconds, loss), BLT under
+  the schema, and (unless ``--quick``) ``optimize.participation_optimum`` at n = 2052:
+  certified loss, dual bound, gap, seconds (about 4 minutes on 2 idle cores).
+
 Usage: ``python benchmarks/bench_participation.py [--sections noise] [--dim 1000000]
 [--steps 256] [--sqrt-dim 10000] [--secure-dim 100000] [--quick]``.
 """
@@ -26,7 +37,7 @@ import tracemalloc
 
 import numpy as np
 
-from dptree_opt import participation, strategies
+from dptree_opt import Mechanism, expected_error, optimize, participation, strategies, workloads
 from dptree_opt.strategies.factorization import sqrt_coefficients
 from dptree_opt.strategies.restarted import restarted
 from dptree_opt.stream import CorrelatedNoise
@@ -99,7 +110,109 @@ def section_noise(args: argparse.Namespace) -> None:
           f"({1e6 * secs / args.secure_dim:.1f} us per coordinate; x dim for other sizes)")
 
 
-SECTIONS = {"noise": section_noise}
+# recorded values (docs/math.md section 11) at n = 2052, k = 6, b = 342, mean loss
+ANCHORS = {"square root": 118.1568, "BSR (342 bands)": 80.6074, "BISR (342 bands)": 93.2268,
+           "independent noise": 6159.0, "restarted binary tree (512 -> 342), BLUE": 130.015,
+           "optimised banded Toeplitz": 77.5123}
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def _loss(strategy, part, estimator: str = "blue") -> tuple[float, object, float]:
+    """(mean loss per unit noise, the unit-weight strategy's Sensitivity, seconds)."""
+    def run():
+        m = Mechanism(strategy, rho=0.5, participation=part)
+        unit = strategy.participation_sensitivity(np.ones(strategy.n_rows), part, 2)
+        return expected_error(workloads.prefix(strategy.n_bins), m, estimator) / \
+            strategy.n_bins, unit
+    (loss, sens), secs = _timed(run)
+    return loss, sens, secs
+
+
+def section_anchors(args: argparse.Namespace) -> None:
+    """The learning mechanisms at the StackOverflow setting against docs/math.md."""
+    n, part = N_STEPS, participation.fixed_epoch(K, B)
+    print(f"\n## Mean loss per unit noise, n = {n}, fixed_epoch(k={K}, b={B}), Gaussian\n")
+    print("| mechanism | loss | recorded | sens^2 | exact | seconds |")
+    print("|---|---|---|---|---|---|")
+    bt = optimize.banded_toeplitz(n, B, part).strategy
+    cases = [("square root", strategies.sqrt_factorization(n), "blue"),
+             ("BSR (342 bands)", strategies.banded_sqrt(n, B), "blue"),
+             ("BSR, columns normalised", strategies.normalise_columns(
+                 strategies.banded_sqrt(n, B)), "blue"),
+             ("BISR (342 bands)", strategies.banded_inverse_sqrt(n, B), "blue"),
+             ("optimised banded Toeplitz", bt, "blue"),
+             ("BLT optimised under the schema", strategies.blt(n, participation=part), "blue"),
+             ("independent noise", strategies.histogram(n), "blue"),
+             ("binary tree 4096 -> 2052, no restart, equal budget per level, BLUE",
+              strategies.truncated_tree(
+                 n, (2,) * 12), "blue"),
+             ("restarted binary tree (512 -> 342), BLUE", strategies.restarted(
+                 strategies.truncated_tree(B, (2,) * 9), n), "blue"),
+             ("restarted binary tree (512 -> 342), Honaker bottom-up", strategies.restarted(
+                 strategies.truncated_tree(B, (2,) * 9), n), "causal")]
+    for name, strat, est in cases:
+        loss, sens, secs = _loss(strat, part, est)
+        rec = ANCHORS.get(name)
+        print(f"| {name} | {loss:.4f} | {'' if rec is None else rec} | {sens.value ** 2:.4f} | "
+              f"{sens.exact} | {secs:.2f} |")
+    bound, secs = _timed(lambda: optimize.participation_lower_bound(n, part))
+    print(f"\nrelaxation lower bound (every factorisation): {bound.value:.4f} ({secs:.2f} s)")
+
+
+def section_sensitivity(args: argparse.Namespace) -> None:
+    """Seconds of the exact sensitivities at larger n."""
+    print("\n## Sensitivities under participation at larger n (seconds)\n")
+    print("| strategy | n | schema | sens | exact | seconds |")
+    print("|---|---|---|---|---|---|")
+    big = 10**4 if args.quick else 10**5
+    cases = [("binary tree", strategies.binary_tree(2**14), participation.min_sep(6, 341)),
+             ("binary tree", strategies.binary_tree(2**14), participation.fixed_epoch(16, 1024)),
+             ("square root", strategies.sqrt_factorization(big), participation.min_sep(None, 1000)),
+             ("BISR (1000 bands)", strategies.banded_inverse_sqrt(big, 1000),
+              participation.min_sep(10, 1000)),
+             ("BSR (1000 bands)", strategies.banded_sqrt(big, 1000),
+              participation.min_sep(None, 1000))]
+    for name, strat, part in cases:
+        sens, secs = _timed(lambda: strat.participation_sensitivity(
+            np.ones(strat.n_rows), part, 2))
+        print(f"| {name} | {strat.n_bins} | {part.describe()} | {sens.value:.6g} | "
+              f"{sens.exact} | {secs:.2f} |")
+
+
+def section_optimisers(args: argparse.Namespace) -> None:
+    """banded_toeplitz, BLT and participation_optimum: seconds and losses."""
+    print("\n## Optimisers under participation\n")
+    print("| optimiser | n | schema | loss | bound / gap | seconds |")
+    print("|---|---|---|---|---|---|")
+    part = participation.fixed_epoch(K, B)
+    big = 10**4 if args.quick else 10**5
+    for n, bands, sch in ((N_STEPS, B, part),
+                          (big, B, participation.fixed_epoch(big // 10**3, 10**3)),
+                          (big, 2000, participation.min_sep(None, 2000))):
+        res, secs = _timed(lambda: optimize.banded_toeplitz(n, bands, sch))
+        print(f"| banded_toeplitz ({bands} bands) | {n} | {sch.describe()} | {res.loss:.4f} | "
+              f"| {secs:.2f} |")
+    blt, secs = _timed(lambda: strategies.blt(N_STEPS, participation=part))
+    print(f"| blt (4 buffers) | {N_STEPS} | {part.describe()} | "
+          f"{_loss(blt, part)[0]:.4f} | | {secs:.2f} |")
+    if args.quick:
+        res, secs = _timed(lambda: optimize.participation_optimum(
+            256, participation.fixed_epoch(4, 64)))
+        n_opt = 256
+    else:
+        res, secs = _timed(lambda: optimize.participation_optimum(N_STEPS, part))
+        n_opt = N_STEPS
+    print(f"| participation_optimum | {n_opt} | {res.participation.describe()} | "
+          f"{res.loss:.6f} | {res.lower_bound:.6f} / {res.gap:.2g} | {secs:.1f} |")
+
+
+SECTIONS = {"noise": section_noise, "anchors": section_anchors,
+            "sensitivity": section_sensitivity, "optimisers": section_optimisers}
 
 
 def main() -> None:
