@@ -5,10 +5,11 @@ Every mechanism is a matrix mechanism: a workload W (``dptree_opt.workloads``), 
 (``blue``, ``causal_blue``, ``covering_cdf``) and an exact error (``expected_error``), each
 computed by the engine of the strategy's structure (``dptree_opt.engines``); the best mechanism
 for a workload: ``optimize.best_mechanism``; comparisons: ``compare``; real data: ``release``;
-continual release: ``stream``. See docs/README.md and docs/math.md.
+continual release: ``stream``; multiple participations (private learning): ``participation``,
+``stream.CorrelatedNoise``. See docs/README.md and docs/math.md.
 """
 
-from . import closed_forms, consistency, queries, strategies, workloads
+from . import closed_forms, consistency, participation, queries, strategies, workloads
 from . import bounds
 from .error import MonteCarloResult, expected_error, monte_carlo_error
 from .estimation import (
@@ -56,6 +57,7 @@ __all__ = [
     "expected_error",
     "load_release",
     "opendp",
+    "participation",
     "monte_carlo_error",
     "private_cdf",
     "queries",
