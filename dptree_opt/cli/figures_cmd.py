@@ -36,7 +36,7 @@ FIGURES = "paper_figures"
 EXPERIMENTS = "experiments"
 # the beyond-the-papers studies of experiments/, with the same run() contract as the figures
 EXPERIMENT_ITEMS = ("k_sweep", "laplace_vs_gaussian", "frontier", "grid_study",
-                    "stream_study")
+                    "stream_study", "learning_study")
 SUMMARY = "figures_summary.json"
 
 
