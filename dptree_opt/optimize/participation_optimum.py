@@ -105,19 +105,16 @@ class ParticipationBound:
 
 @dataclass(frozen=True, eq=False)
 class ParticipationOptimum:
-    """Result of :func:`participation_optimum`.
-
-    strategy : the factorisation C (lower triangular, streamable) as a dense ``Strategy``.
-    loss : its loss per unit noise under the schema (objective), certified by the
-        framework (sensitivity of ``strategy`` times its exact BLUE error).
-    lower_bound : a certified lower bound on the loss of every factorisation (vector
-        contributions: the full dual; scalar: the relaxation).
-    dual_bound, relaxation_bound : the two bounds (module docstring; dual_bound is None
-        for scalar contributions).
-    sensitivity : the :class:`~dptree_opt.participation.Sensitivity` the framework
-        calibrated the certifying mechanism to (``strategy`` is scaled to sensitivity 1).
-    method, objective, participation, iterations, seconds (solver), certify_seconds.
-    """
+    """Result of :func:`participation_optimum`: ``strategy``, the factorisation C (lower
+    triangular, streamable) as a dense ``Strategy``; ``loss``, its loss per unit noise under
+    the schema (objective), certified by the framework (sensitivity of ``strategy`` times its
+    exact BLUE error); ``lower_bound``, a certified lower bound on the loss of every
+    factorisation (vector contributions: the full dual; scalar: the relaxation);
+    ``dual_bound`` and ``relaxation_bound``, the two bounds (module docstring; ``dual_bound``
+    is None for scalar contributions); ``sensitivity``, the
+    :class:`~dptree_opt.participation.Sensitivity` the framework calibrated the certifying
+    mechanism to (``strategy`` is scaled to sensitivity 1); ``method``, ``objective``,
+    ``participation``, ``iterations``, ``seconds`` (solver) and ``certify_seconds``."""
 
     strategy: Strategy
     loss: float
