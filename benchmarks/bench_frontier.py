@@ -28,6 +28,16 @@ Tried before the adjoint: f shared by the nodes of a level whose indices end in 
 2 / 3 binary digits, finite differences (commit 6df5e5a): 2^16 401.11 (376 s) / 393.55
 (786 s): superseded by full per-node freedom.
 
+Part 4 (issue 28 item 1, a failure recorded): local optimisation of the full l1 problem from
+HDMM's p-Identity. Variables P, N >= 0 (the strategy B = P - N, so the l1 column norms
+u_j = sum_r (P + N)_rj are smooth), A = B diag(1 / u) (every column of l1 norm 1, eps = 1
+exactly), objective tr(G (A'A)^-1) with its analytic gradient, L-BFGS-B from P = p-Identity's A
+(p = n / 16), N = 0. At 256 bins: 54.5564 -> 54.2819 after 100 iterations (8 s); at 1024:
+91.2365 -> 91.1412 per prefix after 300 iterations (171 s, 2 cores), about 3e-4 per 100
+iterations: p-Identity is near a local optimum of the full problem,
+and this route does not reach the aim of 88. (Plain L-BFGS on B with |B| stops at once: sign(0)
+gives a zero gradient on p-Identity's zeros.)
+
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
 (2^16); Henzinger-Kalinin-Upadhyay's asymptotic bracket [26.150, 26.633] at 2^20.
@@ -152,11 +162,45 @@ def node_budgets_table(ns, maxiter: int = 300):
               f"{mib:.0f} | {mech.epsilon:.12f} | {check:.2f} |", flush=True)
 
 
+def l1_local_table(ns, iterations: int = 300):
+    """Part 4: the full l1 problem from p-Identity by L-BFGS-B on the split B = P - N."""
+    import scipy.linalg as sla
+    from scipy.optimize import minimize
+
+    from dptree_opt.strategies.optimized import laplace_p_identity
+    print("\n| n | p-Identity | after L-BFGS-B | iterations | seconds |")
+    print("|---|---|---|---|---|")
+    for n in ns:
+        w = workloads.prefix(n)
+        g = w.gram_dense()
+        start, secs0, _ = timed(lambda: laplace_p_identity(w, p=max(n // 16, 1)))
+        a0 = start.strategy.matrix.toarray()
+        m, size = a0.shape[0], a0.size
+
+        def f(flat, m=m, size=size, g=g, n=n):
+            p_, n_ = flat[:size].reshape(m, n), flat[size:].reshape(m, n)
+            b, u = p_ - n_, (p_ + n_).sum(axis=0)
+            a = b / u
+            mi = sla.cho_solve(sla.cho_factor(a.T @ a, lower=True), np.eye(n))
+            da = -2.0 * a @ (mi @ g @ mi)
+            col = np.einsum("ij,ij->j", da, b) / u**2
+            return float(np.einsum("ij,ij->", mi, g)), np.concatenate(
+                [(da / u - col).ravel(), (-da / u - col).ravel()])
+
+        x0 = np.concatenate([a0.ravel(), np.zeros(size)])
+        res, secs, _ = timed(lambda: minimize(f, x0, jac=True, method="L-BFGS-B",
+                                           bounds=[(0, None)] * (2 * size),
+                                           options={"maxiter": iterations, "maxcor": 20}))
+        print(f"| {n} | {2 * f(x0)[0] / n:.4f} | {2 * res.fun / n:.4f} | {res.nit} | "
+              f"{secs0 + secs:.0f} |", flush=True)
+
+
 def main(ns):
     best = optimum_table(ns)
     strategy_table(best)
     node_budgets_table([n for n in [256] + list(ns) if n <= 1 << 20])
     laplace_table([n for n in [256] + list(ns) if n <= 1 << 20])
+    l1_local_table([n for n in [256] + list(ns) if n <= 1024])
 
 
 if __name__ == "__main__":
