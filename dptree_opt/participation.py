@@ -144,7 +144,7 @@ class Participation:
             k = int(self.k or 1)
             o = int(np.argmax(v.reshape(k, self.b).sum(axis=0)))
             return o + self.b * np.arange(k)
-        b, kmax = self.b, self.max_participations(n)
+        b, kmax = min(self.b, n), self.max_participations(n)   # b >= n: one participation
         tables = _min_sep_tables(v, b, kmax)          # (kmax + 1, n + b): F[j][i]
         out, i, j = [], 0, kmax
         while j > 0 and i < n:
@@ -285,7 +285,7 @@ def max_linear(x: ArrayLike, participation: Participation) -> float | _F:
         k = int(part.k or 1)
         out = v.reshape(v.shape[:-1] + (k, part.b)).sum(axis=-2).max(axis=-1)
     else:
-        b, kmax = part.b, part.max_participations(n)
+        b, kmax = min(part.b, n), part.max_participations(n)   # b >= n: one participation
         f = np.zeros(v.shape[:-1] + (n + b,))
         for _ in range(kmax):
             f[..., :n] = v + f[..., b:b + n]

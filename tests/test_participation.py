@@ -411,3 +411,13 @@ def test_best_mechanism_bound_under_a_schema_is_below_every_design(part):
         assert d.family == "participation_optimum" and d.gap < 1e-3
     else:
         assert "relaxation" in d.bound_method
+
+
+def test_a_separation_beyond_the_horizon_is_one_participation():
+    """b >= n leaves one participation: no allocation of n + b entries (b = 10^30)."""
+    tree = binary_tree(8)
+    for part in (P.min_sep(2, 10**30), P.min_sep(None, 8)):
+        got = tree.participation_sensitivity(np.ones(tree.n_rows), part, 2)
+        assert math.isclose(got.value, 2.0, rel_tol=1e-12)      # 4 levels, one node each
+        assert part.max_linear(np.arange(8.0)) == 7.0
+        assert part.argmax_linear(np.arange(8.0)).tolist() == [7]
