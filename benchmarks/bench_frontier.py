@@ -36,7 +36,10 @@ exactly), objective tr(G (A'A)^-1) with its analytic gradient, L-BFGS-B from P =
 91.2365 -> 91.1412 per prefix after 300 iterations (171 s, 2 cores), about 3e-4 per 100
 iterations: p-Identity is near a local optimum of the full problem,
 and this route does not reach the aim of 88. (Plain L-BFGS on B with |B| stops at once: sign(0)
-gives a zero gradient on p-Identity's zeros.)
+gives a zero gradient on p-Identity's zeros.) p-Identity itself at 1024 bins
+(``strategies.optimized.laplace_p_identity``, dyadic start): p = 32: 93.71, p = 64 (HDMM's
+n / 16): 91.24 (500 iterations) and 90.89 (3000 iterations, 97 s), p = 128: 93.46 (500) and
+91.84 (3000, 157 s): more rows or more iterations do not reach 88 either.
 
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
