@@ -71,6 +71,17 @@ class Participation:
     b: int
     vector: bool = True
 
+    def __post_init__(self) -> None:
+        """ValueError for a schema built by hand with a bad field (the builders check too)."""
+        if self.kind not in KINDS:
+            raise ValueError(f"participation kind must be one of {KINDS}, got {self.kind!r}")
+        check_int(self.b, "b", minimum=1)
+        check_bool(self.vector, "vector")
+        if self.k is None and self.kind != "min_sep":
+            raise ValueError(f"{self.kind}: k must be an integer >= 1 (None is for min_sep)")
+        if self.k is not None:
+            check_int(self.k, "k", minimum=1)
+
     @property
     def is_single(self) -> bool:
         """True for event-level privacy (one participation)."""
@@ -108,24 +119,34 @@ class Participation:
     def patterns(self, n: int) -> Iterator[npt.NDArray[np.int64]]:
         """Every pattern over n steps (sorted step indices), for brute force and tests:
         refused beyond :data:`ENUMERATION_LIMIT` patterns."""
+        for batch in self.pattern_batches(n):
+            yield from batch
+
+    def pattern_batches(self, n: int, size: int = 1 << 16) -> Iterator[npt.NDArray[np.int64]]:
+        """:meth:`patterns` as arrays of shape (c, j), c <= ``size`` patterns of j steps each
+        (for vectorised brute force); refused beyond :data:`ENUMERATION_LIMIT` patterns."""
         self.check_steps(n)
         count = self.count_patterns(n)
         if count > ENUMERATION_LIMIT:
             raise ValueError(f"{count} participation patterns over {n} steps: too many to list "
                              f"(limit {ENUMERATION_LIMIT})")
         if self.kind == "single":
-            for i in range(n):
-                yield np.array([i])
+            yield np.arange(n, dtype=np.int64)[:, None]
             return
         if self.kind == "fixed_epoch":
-            for o in range(self.b):
-                yield o + self.b * np.arange(int(self.k or 1))
+            yield (np.arange(self.b)[:, None] + self.b * np.arange(int(self.k or 1)))
             return
-        b = self.b
+        b = min(self.b, n)
         for j in range(1, self.max_participations(n) + 1):
             # gaps >= b  <=>  t_i - (i - 1)(b - 1) strictly increasing in [0, n - (j-1)(b-1))
-            for c in itertools.combinations(range(n - (j - 1) * (b - 1)), j):
-                yield np.asarray(c, dtype=np.int64) + (b - 1) * np.arange(j)
+            combos = itertools.combinations(range(n - (j - 1) * (b - 1)), j)
+            shift = (b - 1) * np.arange(j)
+            while True:
+                chunk = np.fromiter(itertools.chain.from_iterable(
+                    itertools.islice(combos, size)), dtype=np.int64)
+                if not chunk.size:
+                    break
+                yield chunk.reshape(-1, j) + shift
 
     def max_linear(self, x: ArrayLike) -> float | _F:
         """max over patterns P of sum_(i in P) x_i for x >= 0 of shape (..., n) (one value per
@@ -327,12 +348,6 @@ def _sign_vectors(k: int) -> _F:
     return np.hstack([np.ones((bits.shape[0], 1)), 1.0 - 2.0 * bits])
 
 
-def _scalar_max(block: _F) -> float:
-    """max over s in {-1, 1}^k of s' B s for one symmetric (k, k) block (k small)."""
-    s = _sign_vectors(block.shape[0])
-    return float(np.einsum("si,ij,sj->s", s, block, s).max())
-
-
 def gram_sensitivity(X: ArrayLike, participation: Participation) -> Sensitivity:
     """The l2 sensitivity from a dense Gram matrix X = W'W (shape (n, n)), under the schema.
 
@@ -370,10 +385,14 @@ def gram_sensitivity(X: ArrayLike, participation: Participation) -> Sensitivity:
     signs = 1 if nonneg else 1 << (kmax - 1)
     if count * signs * kmax <= ENUMERATION_LIMIT:
         best, lower = 0.0, 0.0
-        for pat in part.patterns(n):
-            blk = x[np.ix_(pat, pat)]
-            best = max(best, float(np.abs(blk).sum()))
-            lower = max(lower, float(blk.sum()) if nonneg else _scalar_max(blk))
+        for pats in part.pattern_batches(n, max(1, ENUMERATION_LIMIT // 64 // kmax**2)):
+            blk = x[pats[:, :, None], pats[:, None, :]]                  # (c, j, j)
+            best = max(best, float(np.abs(blk).sum(axis=(1, 2)).max()))
+            if nonneg:
+                lower = max(lower, float(blk.sum(axis=(1, 2)).max()))
+            else:
+                sv = _sign_vectors(pats.shape[1])
+                lower = max(lower, float(np.einsum("si,cij,sj->cs", sv, blk, sv).max()))
         exact = nonneg or not part.vector or math.isclose(lower, best, rel_tol=1e-12)
         value = best if part.vector else lower
         return Sensitivity(math.sqrt(value), exact,

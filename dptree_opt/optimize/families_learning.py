@@ -19,6 +19,7 @@ fixed point is a bound, so a time limit only loosens it).
 
 from __future__ import annotations
 
+from ..limits import at_budget
 from ..strategies import banded_inverse_sqrt, banded_sqrt, normalise_columns
 from .banded_toeplitz import banded_toeplitz
 from .family import Candidate, Problem, too_slow
@@ -93,8 +94,9 @@ def optimum_applies(p: Problem) -> str | None:
 
 def _per_unit_noise(p: Problem, loss: float) -> float:
     """A loss per unit noise (mean per step at sigma = the sensitivity, rho = 1/2) as the
-    total error over the n prefixes at the problem's rho: loss n / (2 rho)."""
-    return loss * p.n / (2.0 * p.budget)
+    total error over the n prefixes at the problem's rho: loss n / (2 rho) (the total at
+    rho = 1 is loss n / 2, restated by ``limits.at_budget``)."""
+    return float(at_budget(loss * p.n / 2.0, "gaussian", p.budget))
 
 
 def participation_optimum_family(p: Problem) -> list[Candidate] | str:
