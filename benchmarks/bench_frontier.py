@@ -35,7 +35,13 @@ exactly), objective tr(G (A'A)^-1) with its analytic gradient, L-BFGS-B from P =
 (p = n / 16), N = 0. At 256 bins: 54.5564 -> 54.2819 after 100 iterations (8 s); at 1024:
 91.2365 -> 91.1412 per prefix after 300 iterations (171 s, 2 cores), about 3e-4 per 100
 iterations: p-Identity is near a local optimum of the full problem,
-and this route does not reach the aim of 88. (Plain L-BFGS on B with |B| stops at once: sign(0)
+and this route does not reach the aim of 88. Now ``optimize.l1_local``: 256 bins 54.5564 -> 54.28 / 53.94 / 53.69 / 53.65
+after 100 / 300 / 1000 / 2443 iterations (converged; 4 / 9 / 25 / 90 s, one core); p-Identity
+itself converged (max_iter 3000) 54.535; starts p = 32 / 64: 54.70 -> 54.44, 57.01 -> 55.44
+(1000 iterations): the default p = 16 is the best start; at 8 bins 9.00003 -> 9.0, at 16-64
+bins p-Identity is already a local optimum of the full problem. On the 256 x 256 CDF the
+Kronecker product (family ``kron_l1_local``) gives 1441.2 per query against Kronecker
+p-Identity's 1488.2 (issue 28 item 4; 27 s in ``best_mechanism``). (Plain L-BFGS on B with |B| stops at once: sign(0)
 gives a zero gradient on p-Identity's zeros.) p-Identity itself at 1024 bins
 (``strategies.optimized.laplace_p_identity``, dyadic start): p = 32: 93.71, p = 64 (HDMM's
 n / 16): 91.24 (500 iterations) and 90.89 (3000 iterations, 97 s), p = 128: 93.46 (500) and
@@ -166,36 +172,18 @@ def node_budgets_table(ns, maxiter: int = 300):
 
 
 def l1_local_table(ns, iterations: int = 300):
-    """Part 4: the full l1 problem from p-Identity by L-BFGS-B on the split B = P - N."""
-    import scipy.linalg as sla
-    from scipy.optimize import minimize
-
-    from dptree_opt.strategies.optimized import laplace_p_identity
-    print("\n| n | p-Identity | after L-BFGS-B | iterations | seconds |")
-    print("|---|---|---|---|---|")
+    """Part 4: the full l1 problem from p-Identity (``optimize.l1_local``: L-BFGS-B on the
+    split B = P - N, columns normalised), and the Kronecker product of the result on the
+    n x n CDF (the grid family ``kron_l1_local``): mean per query E^2 / (2 n^2), E the 1-D
+    total at eps = 1 (docs/math.md section 8)."""
+    from dptree_opt.optimize import l1_local
+    print("\n| n | p-Identity | after L-BFGS-B | iterations | seconds | n x n CDF |")
+    print("|---|---|---|---|---|---|")
     for n in ns:
-        w = workloads.prefix(n)
-        g = w.gram_dense()
-        start, secs0, _ = timed(lambda: laplace_p_identity(w, p=max(n // 16, 1)))
-        a0 = start.strategy.matrix.toarray()
-        m, size = a0.shape[0], a0.size
-
-        def f(flat, m=m, size=size, g=g, n=n):
-            p_, n_ = flat[:size].reshape(m, n), flat[size:].reshape(m, n)
-            b, u = p_ - n_, (p_ + n_).sum(axis=0)
-            a = b / u
-            mi = sla.cho_solve(sla.cho_factor(a.T @ a, lower=True), np.eye(n))
-            da = -2.0 * a @ (mi @ g @ mi)
-            col = np.einsum("ij,ij->j", da, b) / u**2
-            return float(np.einsum("ij,ij->", mi, g)), np.concatenate(
-                [(da / u - col).ravel(), (-da / u - col).ravel()])
-
-        x0 = np.concatenate([a0.ravel(), np.zeros(size)])
-        res, secs, _ = timed(lambda: minimize(f, x0, jac=True, method="L-BFGS-B",
-                                           bounds=[(0, None)] * (2 * size),
-                                           options={"maxiter": iterations, "maxcor": 20}))
-        print(f"| {n} | {2 * f(x0)[0] / n:.4f} | {2 * res.fun / n:.4f} | {res.nit} | "
-              f"{secs0 + secs:.0f} |", flush=True)
+        res, secs, _ = timed(l1_local, workloads.prefix(n), maxiter=iterations)
+        print(f"| {n} | {res.start_error / n:.4f} | {res.error / n:.4f} | {res.iterations} | "
+              f"{secs:.0f} | {res.start_error**2 / (2 * n * n):.1f} -> "
+              f"{res.error**2 / (2 * n * n):.1f} |", flush=True)
 
 
 def main(ns):

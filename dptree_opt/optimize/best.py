@@ -56,10 +56,14 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
 * ``kron_p_identity``, ``kron_gaussian_optimum``: HDMM's Kronecker p-Identity and the
   product of the 1-D Gaussian optima (``strategies.kron_p_identity``,
   ``kron_gaussian_optimal``).
+* ``kron_l1_local`` (Laplace; prefix / all-range axes of at most 1024 cells): the Kronecker
+  product of ``optimize.l1_local`` per axis (from p-Identity, at most 1000 L-BFGS-B
+  iterations within half the time left), never worse than ``kron_p_identity``. E.g. the
+  256 x 256 CDF, eps = 1, add/remove: 1441.2 per query against 1488.2 (about 27 s, one core).
 
 Time: ``time_limit`` is checked before every family (a family is skipped with reason
 "time limit" once it is spent); the families that take a time limit (``node_budgets``,
-``gaussian_optimum``) get a share of what is left, and those that cannot be stopped are
+``gaussian_optimum``, ``kron_l1_local``) get a share of what is left, and those that cannot be stopped are
 skipped when their measured cost (one core) exceeds what is left. A family already running
 is never interrupted, so a search can overrun by at most one family's cost. ``histogram``
 (O(K)) always runs, so there is always a design.
@@ -107,7 +111,7 @@ from .families_learning import (banded_inverse_sqrt_family, banded_sqrt_family,
                                  participation_bound, participation_optimum_family)
 from .families_grid import (grid_kron_trees_family, grid_only, grid_quadtree_family, kron_axes,
                             kron_gaussian_applies, kron_gaussian_optimum_family,
-                            kron_p_identity_family)
+                            kron_l1_local_applies, kron_l1_local_family, kron_p_identity_family)
 
 __all__ = ["Family", "FAMILIES", "best_mechanism"]
 
@@ -152,6 +156,8 @@ FAMILIES: dict[str, Family] = {
     "grid_quadtree": Family(grid_only, grid_quadtree_family, "quadtrees, optimal budgets", True),
     "kron_p_identity": Family(kron_axes, kron_p_identity_family, "HDMM's Kronecker p-Identity",
                               False, GRID_TREES),
+    "kron_l1_local": Family(kron_l1_local_applies, kron_l1_local_family, "Kronecker product of "
+                            "the 1-D l1 local optima (from p-Identity)", False, GRID_TREES),
     "kron_gaussian_optimum": Family(kron_gaussian_applies, kron_gaussian_optimum_family,
                                     "product of the 1-D Gaussian optima", False,
                                     GRID_TREES),
