@@ -359,6 +359,26 @@ def gen_restarted(rng):
 
 
 
+def gen_nested(rng):
+    """Nested strategies: random fan-outs (2-4, at most 24 bins), random local matrices
+    (any signs, extra rows; the deepest a scaled identity with extra random rows: full column
+    rank); add/remove, N private; budgets per depth (sometimes one unmeasured) or per (depth,
+    local row)."""
+    ks = _branching(rng, 24, allow_one=False)
+    mats = [rng.normal(size=(int(rng.integers(1, k + 3)), k)) for k in ks[:-1]]
+    k = ks[-1]
+    mats.append(np.vstack([np.diag(rng.uniform(0.5, 2.0, k)),
+                           rng.normal(size=(int(rng.integers(0, 3)), k))]))
+    strat = S.nested(ks, mats)
+    noise = _pick(rng, ("laplace", "gaussian"))
+    if rng.random() < 0.3:  # one budget per (depth, local row), the same at every node
+        per_row = [rng.uniform(0.3, 1.0, m.shape[0]) for m in mats]
+        b = np.concatenate([np.tile(r, p) for r, p in zip(per_row, strat.nodes)])
+        return Mechanism(strat, noise=noise, row_budgets=b,
+                         **_budget(noise, float(sum(r.sum() for r in per_row))))
+    return _mechanism(strat, rng, p_zero=0.15, privacy=(noise, "add_remove", None))
+
+
 GENERATORS = {
     "restarted": gen_restarted,
     "tree": gen_tree,
@@ -371,6 +391,7 @@ GENERATORS = {
     "triangular": gen_triangular,
     "interval": gen_interval,
     "haar": gen_haar,
+    "nested": gen_nested,
     "dense": gen_dense,
 }
 

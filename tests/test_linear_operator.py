@@ -48,6 +48,7 @@ def _strategies() -> dict:
         "normalise_columns": strategies.normalise_columns(strategies.banded_sqrt(6, 2)),
         "restarted": strategies.restarted(strategies.tree(4, 2), 10),
         "online_tree": strategies.online_tree(11),
+        "nested": strategies.nested([2, 3], [[[1.0, 1.0], [1.0, -0.5]], [[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [0.5, -1.0, 3.0]]]),
         "kron": strategies.kron(strategies.tree(4, 2), strategies.prefix_sums(3)),
         "quadtree": strategies.quadtree((4, 4), 2),
         "p_identity": laplace_p_identity(p8, p=2).strategy,
@@ -87,7 +88,7 @@ _BASE = ["histogram", "prefix_sums", "tree", "binary_tree", "truncated_tree", "h
          "banded", "kron", "quadtree", "p_identity", "gaussian_optimal_implicit",
          "kron_p_identity", "kron_gaussian_optimal", "integer_toeplitz", "generic",
          "gaussian_optimal", "integer_matrix", "banded_sqrt", "banded_inverse_sqrt",
-         "normalise_columns", "restarted", "online_tree"]
+         "normalise_columns", "restarted", "online_tree", "nested"]
 STRATEGIES = _BASE + [n + "+total" for n in _BASE]
 WORKLOADS = sorted(_workloads())
 SETTINGS = settings(max_examples=15, deadline=None,
@@ -143,7 +144,8 @@ def test_every_public_constructor_is_covered():
                     "hierarchy", "haar", "toeplitz", "sqrt_factorization", "blt", "banded",
                     "kron", "quadtree", "p_identity", "gaussian_optimal_implicit",
                     "kron_p_identity", "kron_gaussian_optimal", "banded_sqrt",
-                    "banded_inverse_sqrt", "normalise_columns", "restarted", "online_tree"}
+                    "banded_inverse_sqrt", "normalise_columns", "restarted", "online_tree",
+                    "nested"}
     public = {n for n in strategies.__all__ if n[0].islower() and callable(
         getattr(strategies, n)) and n not in ("padded_height", "resolve_branching")}
     assert public <= constructors

@@ -64,6 +64,7 @@ def _matrix_constructors():
                                                                max_iter=5).strategy),
         ("kron_gaussian_optimal", lambda: strategies.kron_gaussian_optimal(
             prefix_grid, max_iter=5).strategy),
+        ("nested", lambda: strategies.nested([2, 3], [[[1.0, 1.0], [1.0, -0.5]], [[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [0.5, -1.0, 3.0]]])),
         ("scaled integer (dense)", lambda: scaled.scaled_integer(
             strategies.p_identity(np.full((1, 6), 0.5)))),
         ("scaled integer (toeplitz)", lambda: scaled.scaled_integer(

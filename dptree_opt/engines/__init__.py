@@ -20,6 +20,7 @@ from .kron_product import KronProductEngine
 from .banded import BandedEngine
 from .toeplitz import ToeplitzEngine
 from .implicit import ImplicitEngine
+from .nested import NestedEngine
 from .restarted import RestartedEngine
 from .causal_error import TriangularEngine
 from .interval import HaarEngine, IntervalEngine
@@ -40,6 +41,7 @@ register(KronProductEngine())
 register(BandedEngine())
 register(ToeplitzEngine())
 register(ImplicitEngine())
+register(NestedEngine())
 register(RestartedEngine())
 register(TriangularEngine())
 register(IntervalEngine())

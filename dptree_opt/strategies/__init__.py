@@ -37,8 +37,9 @@ from .quadtree import QuadtreeStrategy, quadtree
 from .optimized import OptimizedStrategy, kron_gaussian_optimal, kron_p_identity, p_identity
 from . import implicit_optimum
 from .implicit_optimum import ImplicitFactorization, gaussian_optimal_implicit
+from .nested import NestedStrategy, nested
 
-__all__ = [
+__all__ = ["NestedStrategy", "nested", 
     "NEIGHBOURS",
     "Strategy",
     "IntervalStrategy",
