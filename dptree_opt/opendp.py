@@ -49,7 +49,7 @@ from .pipeline import CONSISTENCY
 from .queries import estimate_cdf
 from .privacy import EXACT_LIMIT
 from .strategies import KroneckerStrategy, QuadtreeStrategy
-from .strategies.scaled import IntegerStrategy, IntegerToeplitz
+from .strategies.scaled import IntegerNested, IntegerStrategy, IntegerToeplitz
 from .validation import check_choice
 
 if TYPE_CHECKING:   # OpenDP ships its types (py.typed); imported at run time only when used
@@ -141,6 +141,8 @@ def _exact_sensitivity(mech: Mechanism, level: int, rows: np.ndarray) -> int:
     strategies from their integer matrix, other (integer) strategies from the level's
     structured sensitivity, checked to be integral."""
     released, p = mech.released, 1 if mech.noise == "laplace" else 2
+    if isinstance(released, IntegerNested):     # one level per depth, no total rows
+        return released.exact_level_sensitivity(level, "add_remove", p)
     if isinstance(released, (IntegerStrategy, IntegerToeplitz)):
         return released.exact_sensitivity("add_remove", p) if level > 0 else int(rows.size)
     d = float(mech.level_sensitivities[level])
@@ -181,7 +183,7 @@ def _groups(mech: Mechanism) -> list[tuple[np.ndarray, int, dict]]:
         kw = dict(noise=mech.noise, scale=float(sc),
                   sensitivity=float(mech.level_sensitivities[lvl]),
                   budget=float(mech.level_budgets[lvl]))
-        if isinstance(mech.released, (IntegerStrategy, IntegerToeplitz)):
+        if isinstance(mech.released, (IntegerStrategy, IntegerToeplitz, IntegerNested)):
             kw["exact"] = exact   # strict rational check, as a release of a scaled design
         out.append((rows, exact, kw))
     return out

@@ -137,7 +137,6 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
 from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
@@ -294,12 +293,11 @@ def _prefix_weights(mechanism: Mechanism, bs: np.ndarray) -> np.ndarray:
     inv[noisy] = 1.0 / var[noisy]
     bins = np.arange(kp)
     out = np.zeros((bs.size, var.size))
-    a = sp.csr_matrix(mechanism.released.matrix)
     for start in range(0, bs.size, _CHUNK):
         b = bs[start:start + _CHUNK]
         u = (bins[:, None] <= b[None, :]).astype(np.float64)  # (K', m): the prefixes p_b
         x = engines.run("covariance", mechanism, None, "blue", y=u)   # Cov p_b
-        out[start:start + _CHUNK] = np.asarray(a @ x).T * inv
+        out[start:start + _CHUNK] = np.asarray(mechanism.released.apply(x)).T * inv
     return out
 
 

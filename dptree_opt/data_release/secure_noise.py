@@ -27,7 +27,8 @@ coordinates; for Laplace the pmf ratio is bounded coordinate-wise by exp(|shift|
 Designs (:func:`secure_form`). A design from ``optimize`` (``best_mechanism``'s ``Design``, any
 optimiser's result with ``.mechanism()``, or a ``Mechanism``) is released through its integer
 form: integer strategies as they are (discrete noise of the same scale), real-valued ones as
-the scaled integer strategy round(s A) of ``strategies.scaled``, whose noise is calibrated to
+the scaled integer strategy round(s A) of ``strategies.scaled`` (nested strategies as nested
+ones, integer local matrices per depth, no matrix at any size), whose noise is calibrated to
 its EXACT sensitivity: before any draw the integer sensitivity, the scale and the budget are
 checked in rational arithmetic and with OpenDP's privacy map at the exact sensitivity, with
 no tolerance (``docs/releasing_designs.md``).
@@ -54,8 +55,10 @@ from ..optimize.design import Design
 from ..privacy import EXACT_LIMIT, check_budget, loss_from_sensitivity
 from ..strategies import IntervalStrategy, KroneckerStrategy, QuadtreeStrategy, Strategy
 from ..strategies.haar import HaarStrategy
+from ..strategies.nested import NestedStrategy
 from ..strategies.scaled import (
     SCALE_BITS,
+    IntegerNested,
     IntegerStrategy,
     IntegerToeplitz,
     max_scale_bits,
@@ -189,9 +192,14 @@ def exact_answers(mechanism: Mechanism, histogram: npt.ArrayLike) -> npt.NDArray
     these reads the (mutable) explicit matrix.
     Scaled integer strategies (``strategies.scaled``): int64 products (a convolution for the
     Toeplitz ones, O(n^2)); exact when max|M_ij| x N < 2^53 (``largest_answer``, checked).
+    Nested strategies with integer local matrices (``IntegerNested``): int64 children totals
+    and one int64 product by M_d per depth, O(n + sum_d P_d m_d k_d), no matrix; exact when
+    max_d max|M_d| x N < 2^53 (checked first).
     Other strategies: the sparse product, checked to be integral."""
     h = check_histogram(histogram, mechanism.n_bins)
     released = mechanism.released
+    if isinstance(released, NestedStrategy):
+        return _nested_answers(released, h)
     if isinstance(released, IntervalStrategy):
         c = np.concatenate([[0], np.cumsum(h, dtype=np.int64)])
         return c[released.hi] - c[released.lo]
@@ -223,6 +231,32 @@ def exact_answers(mechanism: Mechanism, histogram: npt.ArrayLike) -> npt.NDArray
     if not np.all(a.data == np.round(a.data)):
         raise ValueError("a secure release needs an integer strategy matrix")
     return np.asarray(a @ h, dtype=np.int64)
+
+
+def _nested_answers(strategy: NestedStrategy,
+                    h: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The exact answers of a nested strategy with integer local matrices (int64, rows in
+    the strategy's order): children totals summed in int64 bottom-up, then per depth the
+    (P_d, k_d) totals times M_d' in int64. The bound max_d max|M_d| x N < 2^53 is checked
+    by arithmetic before any product (every answer and partial sum is then an exact
+    integer, well inside int64)."""
+    if isinstance(strategy, IntegerNested):
+        mats = strategy.integer_locals()
+    else:
+        if not all(np.all(m == np.round(m)) for m in strategy.locals):
+            raise ValueError("a secure release needs integer local matrices (release a "
+                             "real-valued nested strategy in its scaled integer form)")
+        mats = [m.astype(np.int64) for m in strategy.locals]
+    if largest_answer(strategy, int(np.sum(h, dtype=np.float64))) >= EXACT_LIMIT:
+        raise ValueError("the counts are too large for exact integer answers of the nested "
+                         "strategy (max|entry| x N >= 2^53)")
+    ks, nodes = strategy.fanouts, strategy.nodes
+    totals = [h]                                           # depth L: the bins
+    for d in range(strategy.height - 1, 0, -1):
+        totals.append(totals[-1].reshape(nodes[d], ks[d]).sum(axis=1, dtype=np.int64))
+    totals = totals[::-1]                                  # totals[d]: depth d + 1 nodes
+    return np.concatenate([(totals[d].reshape(nodes[d], ks[d]) @ m.T).ravel()
+                           for d, m in enumerate(mats)])
 
 
 def _check_discrete(mechanism: object) -> None:
@@ -314,13 +348,16 @@ def noise_ahead(mechanism: Mechanism) -> npt.NDArray[np.float64]:
 
 def _exact_level_sensitivity(mechanism: Mechanism, level: int) -> int | None:
     """The exact integer sensitivity (D1, or D2^2 for Gaussian noise) of one noisy level of
-    a scaled integer strategy: its integer rows (level >= 1), or its all-ones total rows
-    (level 0, each changing by 1 when a record is added or removed); None for other
-    strategies (their levels' sensitivities are the structured ones)."""
+    a scaled integer strategy: its integer rows (level >= 1; for a nested one, the rows of
+    depth level - 1), or its all-ones total rows (level 0, each changing by 1 when a record
+    is added or removed); None for other strategies (their levels' sensitivities are the
+    structured ones)."""
     released = mechanism.released
+    p = 1 if mechanism.noise == "laplace" else 2
+    if isinstance(released, IntegerNested):     # one level per depth (no total rows)
+        return released.exact_level_sensitivity(level, mechanism.neighbours, p)
     if not isinstance(released, (IntegerStrategy, IntegerToeplitz)):
         return None
-    p = 1 if mechanism.noise == "laplace" else 2
     if level > 0:
         return released.exact_sensitivity(mechanism.neighbours, p)
     return int(np.sum(released.levels == 0)) if mechanism.neighbours == "add_remove" else 0
@@ -381,9 +418,13 @@ def check_unchanged(mechanism: Mechanism) -> None:
 def largest_answer(strategy: Strategy, total: int) -> int:
     """An upper bound on |(A h)_r| for counts h summing to ``total``: max |A_rj| x total
     (1 for 0/1 and +-1 strategies, the largest entry of a scaled integer strategy, the
-    product of the factors' for a Kronecker product)."""
-    if isinstance(strategy, (IntegerStrategy, IntegerToeplitz)):
+    product of the factors' for a Kronecker product, max_d max |S_d| rounded up for a
+    nested strategy: its entries are those of its local matrices)."""
+    if isinstance(strategy, (IntegerStrategy, IntegerToeplitz, IntegerNested)):
         return strategy.max_entry * int(total)
+    if isinstance(strategy, NestedStrategy):
+        top = max(math.ceil(float(np.max(np.abs(m)))) for m in strategy.locals)
+        return max(top, 1) * int(total)
     if isinstance(strategy, KroneckerStrategy):
         top = 1
         for f in strategy.factors:
@@ -501,12 +542,19 @@ class SecureForm:
                "route": self.route, "note": self.note}
         released = mech.released
         if (self.route == "scaled" and self.scale_bits is not None
-                and isinstance(released, (IntegerStrategy, IntegerToeplitz))):
+                and isinstance(released, (IntegerStrategy, IntegerToeplitz, IntegerNested))):
             p = 1 if mech.noise == "laplace" else 2
-            out.update(scale=2 ** self.scale_bits,
-                       exact_sensitivity=released.exact_sensitivity(mech.neighbours, p),
-                       exact_sensitivity_is="l1 (an integer)" if p == 1
-                       else "squared l2 (an integer)",
+            what = "l1" if p == 1 else "squared l2"
+            if isinstance(released, IntegerNested):     # one noise level per depth
+                exact: int | list[int] = [
+                    released.exact_level_sensitivity(d + 1, mech.neighbours, p)
+                    for d in range(released.height)]
+                is_ = f"{what} per depth, root first (integers; one noise level each)"
+            else:
+                exact = released.exact_sensitivity(mech.neighbours, p)
+                is_ = f"{what} (an integer)"
+            out.update(scale=2 ** self.scale_bits, exact_sensitivity=exact,
+                       exact_sensitivity_is=is_,
                        design_cdf_error=self.design_error, rounded_cdf_error=self.rounded_error,
                        rounding_increase=self.rounding_increase)
         return out
@@ -531,13 +579,15 @@ def secure_form(design: object) -> SecureForm:
     Integer strategies (trees with budgets per level or per node, interval strategies, Haar,
     quadtrees, Kronecker products of trees, integer matrices): the same mechanism with
     discrete noise. Real-valued single-level 1-D strategies (square root, BLT, the Gaussian
-    optimum, p-Identity, dense optima): the scaled integer strategy M = round(s A) with
-    s = 2^16, multiplied by 16 while its exact CDF error exceeds the design's by more than
-    ``ROUNDING_TOLERANCE`` (up to 2^24 within ``max_scale_bits``, where every exact
-    sensitivity is an integer below 2^53; the measured increase is reported). ValueError, with
-    the reason, when the design has no secure form, or when its strategy no longer matches
-    its calibration (:func:`check_unchanged`, on every call). Data-independent; cached per
-    design mechanism (weakly)."""
+    optimum, p-Identity, dense optima) and nested strategies (one noise level per depth):
+    the scaled integer strategy M = round(s A) (per depth M_d = round(s S_d / 2^(e_d)) for a
+    nested one, add/remove neighbours with N private) with s = 2^16, multiplied by 16 while
+    its exact CDF error exceeds the design's by more than ``ROUNDING_TOLERANCE`` (up to 2^24
+    within ``max_scale_bits``, where every exact sensitivity is an integer below 2^53; the
+    measured increase is reported). ValueError, with the reason, when the design has no
+    secure form, or when its strategy no longer matches its calibration
+    (:func:`check_unchanged`, on every call). Data-independent; cached per design mechanism
+    (weakly)."""
     source = design_mechanism(design)
     check_unchanged(source)         # every call: a cached form is checked again
     hit = _FORMS.get(source)
@@ -546,6 +596,11 @@ def secure_form(design: object) -> SecureForm:
     route, how = secure_route(source.strategy, row_budgets=source.row_budgets is not None)
     if route is None:
         raise ValueError(f"design: no secure sampler path for this design: {how}")
+    if (route == "scaled" and isinstance(source.strategy, NestedStrategy)
+            and source.released is not source.strategy):
+        raise ValueError("design: a nested design that releases N exactly (public_total=True "
+                         "or swap neighbours) has no scaled integer form; make it under "
+                         "add_remove neighbours with N private")
     if route == "integer":
         form = SecureForm(source.discretised(), source, "integer", note=how)
     else:

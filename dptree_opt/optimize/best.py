@@ -210,8 +210,9 @@ def _laplace_lower_bound(p: Problem) -> tuple[float | None, str]:
     iteration running when the time is up (one iteration ~6 s at 2^20 on one core)."""
     w = p.workload
     if (p.noise != "laplace" or p.neighbours != "add_remove" or not p.one_d
-            or not p.participation.is_single):
+            or not p.participation.is_single or p.epsilon is None):
         return None, ""
+    dual: float | None
     try:
         if w.kind in ("prefix", "all_range", "identity"):
             dual = gaussian_optimal_implicit(w, tol=IMPLICIT_TOL,

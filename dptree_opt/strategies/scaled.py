@@ -29,13 +29,27 @@ released as they are; lower-triangular Toeplitz strategies become :class:`Intege
 (integer coefficients, structured, up to ``MAX_SCALED_TOEPLITZ_BINS``); the implicit
 Gaussian optimum becomes the rounded upper Cholesky factor of its Gram matrix (same Gram,
 same error and sensitivity; ``strategies.optimized.gaussian_optimal`` at its dual point);
-any other single-level strategy with a matrix becomes :class:`IntegerStrategy` (up to
+nested strategies (``strategies.nested``) become :class:`IntegerNested`; any other
+single-level strategy with a matrix becomes :class:`IntegerStrategy` (up to
 ``MAX_SCALED_DENSE_BINS`` bins).
+
+Nested strategies (docs/math.md section 12). The rows of depth d of a nested strategy are
+S_d applied to the children totals of every node of that depth, and they form the noise
+level d + 1, calibrated to that depth's own sensitivity. The scaled form is nested too:
+integer local matrices M_d = round(s S_d / 2^(e_d)), one 2^(e_d) >= max |S_d| per depth
+(scaling the rows of one level scales its sensitivity and its noise together: the BLUE and
+the guarantee do not change, so every depth keeps its full s). The children totals are
+integers, so the answers are exact int64 products per depth (no matrix at any size); the
+exact sensitivities are integers computed from the small M_d alone (per depth: the largest
+column norm, D1 = max_c ||M_d[:, c]||_1 or D2^2 = max_c ||M_d[:, c]||_2^2). The released
+strategy IS a nested strategy (locals M_d): the nested engine gives its BLUE and its exact
+errors, and the rounding's effect on them is measured (``docs/releasing_designs.md``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -44,11 +58,12 @@ from numpy.typing import ArrayLike
 
 from .. import workloads
 from ..limits import check_memory
-from .base import MatrixLike, Strategy, check_neighbours, check_norm, frozen_csr
+from .base import MatrixLike, Strategy, check_neighbours, check_norm, frozen_csr, readonly
 from .haar import HaarStrategy
 from .implicit_optimum import ImplicitFactorization
 from .interval import IntervalStrategy
 from .kronecker import KroneckerStrategy
+from .nested import NestedStrategy
 from .optimized import gaussian_optimal
 from .quadtree import QuadtreeStrategy
 from .toeplitz import (
@@ -57,8 +72,8 @@ from .toeplitz import (
     toeplitz_swap_sensitivity,
 )
 
-__all__ = ["IntegerStrategy", "IntegerToeplitz", "scaled_integer", "secure_route",
-           "max_scale_bits",
+__all__ = ["IntegerStrategy", "IntegerToeplitz", "IntegerNested", "scaled_integer",
+           "secure_route", "max_scale_bits",
            "SCALE_BITS", "MAX_SCALE_BITS", "MAX_SCALED_DENSE_BINS", "MAX_SCALED_TOEPLITZ_BINS",
            "INFLATION"]
 
@@ -241,6 +256,121 @@ class IntegerToeplitz(_ExactSensitivity, ToeplitzStrategy):
         return int(np.max(s2[n] + s2[n - d] - 2 * r))
 
 
+class IntegerNested(NestedStrategy):
+    """The nested strategy of integer local matrices M_d (module docstring, "Nested
+    strategies"): fan-outs and row order as
+    :class:`~dptree_opt.strategies.nested.NestedStrategy`, the rows of depth d at level
+    d + 1. Exact sensitivities per depth in integer arithmetic
+    (:meth:`exact_level_sensitivity`), from the M_d alone (O(m_d k_d^2) at most); its
+    arrays are read-only (the exact sensitivities are cached).
+
+    Parameters: ``fanouts`` (k_0..k_(L-1), root first), ``locals`` (integer (m_d, k_d)
+    matrices, |entries| <= 2^40, the deepest of full column rank), ``scale_bits`` (s =
+    2^bits), ``source`` (the name of the real-valued strategy). An appended total row (a
+    public N) is refused: release nested designs under add/remove neighbours, N private."""
+
+    def __init__(self, fanouts: Sequence[int], locals: Sequence[ArrayLike], *,
+                 scale_bits: int, source: str, name: str | None = None) -> None:
+        super().__init__(fanouts, locals,
+                         name=name or f"{source} (integer nested, s = 2^{scale_bits})")
+        mats = self.locals
+        for d, m in enumerate(mats):
+            _check_integral(m, f"the scaled nested strategy's locals[{d}]")
+        self._ints = [readonly(m.astype(np.int64)) for m in mats]
+        self._max_entry = max(int(np.max(np.abs(m), initial=0)) for m in self._ints)
+        self.scale_bits = int(scale_bits)
+        self.source = source
+        self._exact_cache: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+    def integer_locals(self) -> list[npt.NDArray[np.int64]]:
+        """[M_0, .., M_(L-1)] as read-only int64 arrays."""
+        return list(self._ints)
+
+    @property
+    def max_entry(self) -> int:
+        """max_d max |M_d| (at least 1): bounds every answer by it x N."""
+        return max(self._max_entry, 1)
+
+    def with_total_row(self) -> Strategy:
+        """Refused (ValueError): a scaled nested strategy has no integer form with an
+        appended total row (a public N)."""
+        raise ValueError("a scaled nested strategy cannot release N exactly (public_total="
+                         "True or swap neighbours): release nested designs under add_remove "
+                         "neighbours with N private")
+
+    def _depth_terms(self, neighbours: str, p: int) -> list[tuple[int, int]]:
+        """Per depth (G_d, P_d): G_d = max_c ||M_d[:, c]||_p^p and, under swap, P_d =
+        max_(c != c') ||M_d[:, c] - M_d[:, c']||_p^p (0 under add/remove); Python ints.
+        int64 when m_d (2 max|M_d|)^p < 2^62 (checked), else exact Python integers."""
+        key = (neighbours, p)
+        if key not in self._exact_cache:
+            out = []
+            for m in self._ints:
+                top = int(np.max(np.abs(m), initial=0))
+                exact = m.shape[0] * (2 * top) ** p < 2**62
+                a = m if exact else m.astype(object)
+                g = int((np.abs(a) ** p).sum(axis=0).max())
+                pair = 0
+                if neighbours == "swap":
+                    for c in range(m.shape[1]):                 # k_d columns, O(m_d k_d) each
+                        diff = (np.abs(a - a[:, c:c + 1]) ** p).sum(axis=0)
+                        diff[c] = 0
+                        pair = max(pair, int(diff.max()))
+                out.append((g, pair))
+            self._exact_cache[key] = out
+        return self._exact_cache[key]
+
+    def exact_level_sensitivity(self, level: int, neighbours: str, norm: int) -> int:
+        """The exact sensitivity of the rows of depth d = ``level`` - 1 at unit weight, a
+        Python int: D1 (norm 1) or D2^2 (norm 2). add/remove: max_c ||M_d[:, c]||_p^p;
+        swap: the larger of max_(c != c') ||M_d[:, c] - M_d[:, c']||_p^p (two bins in
+        different children of one node) and, below the root, 2 max_c ||M_d[:, c]||_p^p (two
+        bins in different nodes of depth d)."""
+        neighbours = check_neighbours(neighbours)
+        p = check_norm(norm)
+        if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, np.integer)) \
+                or not 1 <= level <= self.height:
+            raise ValueError(f"level must be an integer in [1, {self.height}], got {level!r}")
+        g, pair = self._depth_terms(neighbours, p)[int(level) - 1]
+        if neighbours == "add_remove":
+            return g
+        return max(pair, 2 * g if level > 1 else 0)
+
+    def exact_sensitivity(self, neighbours: str, norm: int) -> int:
+        """The exact sensitivity of all rows at unit weight, a Python int (D1 or D2^2):
+        add/remove sum_d max_c ||M_d[:, c]||_p^p; swap max_D [P_D + 2 sum_(d > D) G_d]
+        (``strategies.nested`` module docstring)."""
+        neighbours = check_neighbours(neighbours)
+        p = check_norm(norm)
+        terms = self._depth_terms(neighbours, p)
+        if neighbours == "add_remove":
+            return sum(g for g, _ in terms)
+        return max(pair + 2 * sum(g for g, _ in terms[d + 1:])
+                   for d, (_, pair) in enumerate(terms))
+
+    def sensitivity(self, weights: ArrayLike, neighbours: str, norm: int) -> float:
+        """The loss of diag(weights) A: when the weights are one value u_d per depth (budgets
+        per depth), from the exact integer terms -- add/remove (sum_d u_d^p G_d)^(1/p), swap
+        (max_D [u_D^p P_D + 2 sum_(d > D) u_d^p G_d])^(1/p) -- times (1 + 2^-40) rounded up
+        (never below the exact value); the generic nested computation otherwise."""
+        w = self._check_weights(weights)
+        neighbours = check_neighbours(neighbours)
+        p = check_norm(norm)
+        pattern = self.row_pattern(w)
+        if pattern is None or not all(np.all(v == v[0]) for v in pattern):
+            return super().sensitivity(w, neighbours, p)
+        u = [float(v[0]) ** p for v in pattern]
+        terms = self._depth_terms(neighbours, p)
+        if neighbours == "add_remove":
+            total = sum(ud * g for ud, (g, _) in zip(u, terms))
+        else:
+            total = max(u[d] * pair + 2.0 * sum(ud * g for ud, (g, _) in
+                                                 zip(u[d + 1:], terms[d + 1:]))
+                        for d, (_, pair) in enumerate(terms))
+        value = total if p == 1 else math.sqrt(total)
+        return math.nextafter(value * (1.0 + INFLATION), math.inf) if value > 0 else 0.0
+
+
 # ------------------------------------------------------------------------ routes
 def _integer_valued(strategy: Strategy) -> bool:
     """Whether every entry of the strategy is an integer: by its structure (trees, interval
@@ -248,8 +378,11 @@ def _integer_valued(strategy: Strategy) -> bool:
     from its explicit matrix (at most ``MAX_SCALED_DENSE_BINS`` bins; larger ones without
     integer structure count as real-valued)."""
     if isinstance(strategy, (IntervalStrategy, HaarStrategy, QuadtreeStrategy, IntegerStrategy,
-                             IntegerToeplitz)):
+                             IntegerToeplitz, IntegerNested)):
         return True
+    if isinstance(strategy, NestedStrategy):     # from its small local matrices
+        return all(bool(np.all(s == np.round(s))) and float(np.max(np.abs(s))) <= MAX_ENTRY
+                   for s in strategy.locals)
     if isinstance(strategy, KroneckerStrategy):
         return all(_integer_valued(f) for f in strategy.factors)
     if isinstance(strategy, (ToeplitzStrategy, ImplicitFactorization)):
@@ -275,6 +408,12 @@ def secure_route(strategy: Strategy, *, row_budgets: bool = False) -> tuple[str 
     if isinstance(strategy, (KroneckerStrategy, QuadtreeStrategy)):
         return None, ("a Kronecker product of real-valued factors: no scaled integer form "
                       "(releases of grids run Kronecker products of trees and quadtrees)")
+    if isinstance(strategy, NestedStrategy):
+        if row_budgets:
+            return None, ("a real-valued nested strategy with budgets per row: no scaled "
+                          "integer form")
+        return "scaled", ("the scaled integer nested strategy round(s S_d / 2^e_d) per depth, "
+                          "s >= 2^16 (structured, no matrix): exact noise per depth")
     if isinstance(strategy, ToeplitzStrategy) and not isinstance(strategy,
                                                                  ScaledToeplitzStrategy):
         if n > MAX_SCALED_TOEPLITZ_BINS:
@@ -298,8 +437,13 @@ def secure_route(strategy: Strategy, *, row_budgets: bool = False) -> tuple[str 
 def max_scale_bits(strategy: Strategy) -> int:
     """The largest b (at most MAX_SCALE_BITS) for which the exact sensitivities of
     round(2^b A / 2^e) (entries <= 2^b) stay exact: rows x 2^(2b) < 2^53, so every squared
-    column norm and Gram entry is an integer below 2^53 (float and int64 alike)."""
-    rows = max(int(np.sum(strategy.levels > 0)), 1)
+    column norm and Gram entry is an integer below 2^53 (float and int64 alike). For a
+    nested strategy "rows" is sum_d m_d, the rows that meet one column (its exact
+    sensitivities are sums over them)."""
+    if isinstance(strategy, NestedStrategy):
+        rows = sum(s.shape[0] for s in strategy.locals)
+    else:
+        rows = max(int(np.sum(strategy.levels > 0)), 1)
     return min(MAX_SCALE_BITS, (52 - math.ceil(math.log2(rows))) // 2)
 
 
@@ -315,10 +459,11 @@ def _normalised(values: np.ndarray) -> tuple[np.ndarray, int]:
 
 def scaled_integer(strategy: Strategy, bits: int = SCALE_BITS, *,
                    noise: str = "gaussian") -> Strategy:
-    """The scaled integer form of a real-valued single-level strategy (module docstring):
-    :class:`IntegerToeplitz` for a lower-triangular Toeplitz strategy, for the implicit
-    Gaussian optimum under Gaussian noise the rounded upper Cholesky factor of its Gram
-    matrix (l2 sensitivities and errors depend on the Gram matrix only), else
+    """The scaled integer form of a real-valued single-level (or nested) strategy (module
+    docstring): :class:`IntegerToeplitz` for a lower-triangular Toeplitz strategy,
+    :class:`IntegerNested` of M_d = round(s S_d / 2^(e_d)) for a nested strategy, for the
+    implicit Gaussian optimum under Gaussian noise the rounded upper Cholesky factor of its
+    Gram matrix (l2 sensitivities and errors depend on the Gram matrix only), else
     :class:`IntegerStrategy` of round(s A / 2^e). ``bits``: s = 2^bits, an integer in
     [0, MAX_SCALE_BITS]; ``noise``: "laplace" | "gaussian". All-ones total rows (level 0)
     are kept as they are. ValueError when :func:`secure_route` finds no scaled form; memory
@@ -337,6 +482,10 @@ def scaled_integer(strategy: Strategy, bits: int = SCALE_BITS, *,
     source = strategy.name
     n = strategy.n_bins
     totals = int(np.sum(strategy.levels == 0))
+    if isinstance(strategy, NestedStrategy):     # per depth: no matrix at any size
+        mats = [np.rint(s * _normalised(m)[0]) if np.any(m) else m
+                for m in strategy.locals]
+        return IntegerNested(strategy.fanouts, mats, scale_bits=bits, source=source)
     if isinstance(strategy, ToeplitzStrategy):
         coef, _ = _normalised(strategy.coefficients)
         return IntegerToeplitz(np.rint(s * coef), scale_bits=bits, source=source,
