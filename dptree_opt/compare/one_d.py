@@ -61,7 +61,7 @@ MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
 OPENDP_SAMPLER_MAX_BINS = 4096
 # the families of optimize.best_mechanism that apply to 1-D workloads
 FRONT_DOOR_FAMILIES = ("histogram", "workload", "tree_equal", "tree_optimal", "haar", "sqrt",
-                       "blt", "gaussian_optimum", "node_budgets", "dense_optimum")
+                       "blt", "gaussian_optimum", "node_budgets", "nested", "dense_optimum")
 _COLUMN = {"cdf": "the CDF", "identity": "the bins", "all_range": "all ranges"}
 
 
@@ -331,6 +331,10 @@ _FAMILY_ROWS = (
      "front door family node_budgets: a budget per node on the finest tree of K, every "
      "root-to-leaf path summing to the total (optimize.optimal_node_budgets), BLUE; the CDF "
      "only", ("node_budgets",)),
+    ("best_nested", "nested strategy, BLUE",
+     "front door family nested: local matrices on children totals per depth optimised for "
+     "the CDF under Laplace (optimize.optimal_nested from optimize.l1_local), BLUE; the CDF "
+     "only", ("nested",)),
     ("optimized", "optimised strategy",
      "front door families dense_optimum / gaussian_optimum per workload: HDMM's p-Identity "
      "(Laplace) or the Gaussian optimum (strategies.gaussian_optimal_implicit, certified), "

@@ -10,7 +10,8 @@ sums to the total; exact adjoint gradient, O(K) per step); ``optimal_grid_budget
 per level tuple of Kronecker trees and quadtrees on grids); ``best_grid_hierarchy`` (which
 Kronecker tree / quadtree for a grid, equal or optimal budgets) and ``flat_grid_error``. Every
 1-D tree result is a ``TreeDesign``. Beyond trees: ``optimized_strategy``
-(the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``); ``l1_local`` (local
+(the Gaussian optimum / HDMM's p-Identity, never worse than ``best_tree``); ``optimal_nested`` / ``best_nested`` (nested strategies for pure DP at
+scale, docs/math.md section 12); ``l1_local`` (local
 optimisation of the full pure-DP strategy problem from p-Identity, ``l1_objective`` its
 objective and gradient).
 """
@@ -41,6 +42,8 @@ from .participation_optimum import (ParticipationBound, ParticipationOptimum,
                                     participation_lower_bound, participation_optimum)
 from .best import best_mechanism
 from .l1_local import l1_local, l1_objective
+from .nested_design import (NestedDesign, best_nested, nested_fanouts, nested_prefix_error,
+                            optimal_nested)
 
 __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_form",
            "branching_closed_form", "joint", "degenerate_optimum", "psi",
@@ -53,4 +56,5 @@ __all__ = ["TreeDesign", "error_unit", "budgets", "branching", "budgets_closed_f
            "optimized_strategy", "clear_cache", "best_mechanism", "Design",
            "banded_toeplitz", "BandedToeplitzResult", "ParticipationBound",
            "ParticipationOptimum", "participation_lower_bound", "participation_optimum",
-           "l1_local", "l1_objective"]
+           "l1_local", "l1_objective", "NestedDesign", "best_nested", "nested_fanouts",
+           "nested_prefix_error", "optimal_nested"]

@@ -28,6 +28,10 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   to that count (not exhaustive; ``method`` says so).
 * ``node_budgets``: a budget per node on the finest tree of K (``optimal_node_budgets``;
   the CDF).
+* ``nested`` (Laplace, add/remove, the CDF): a nested strategy (``strategies.nested``,
+  docs/math.md section 12) with local matrices and budgets per depth optimised by
+  ``optimize.optimal_nested`` from the full l1 optima of its fan-outs (largest divisors <= 256:
+  2^16 as 256 x 256, 2^20 as 256 x 256 x 16), within a share of the time left.
 * ``haar``, ``sqrt``, ``blt``: Privelet's Haar wavelet, the square-root factorisation and
   the buffered linear Toeplitz strategy (``strategies.*``).
 * ``gaussian_optimum``: the optimum of the Gaussian matrix mechanism without a matrix
@@ -62,7 +66,7 @@ Kronecker workloads of those kinds; stacked workloads such as marginals):
   256 x 256 CDF, eps = 1, add/remove: 1441.2 per query against 1488.2 (about 27 s, one core).
 
 Time: ``time_limit`` is checked before every family (a family is skipped with reason
-"time limit" once it is spent); the families that take a time limit (``node_budgets``,
+"time limit" once it is spent); the families that take a time limit (``node_budgets``, ``nested``,
 ``gaussian_optimum``, ``kron_l1_local``) get a share of what is left, and those that cannot be stopped are
 skipped when their measured cost (one core) exceeds what is left. A family already running
 is never interrupted, so a search can overrun by at most one family's cost. ``histogram``
@@ -111,8 +115,8 @@ from .family import (IMPLICIT_TOL, PARTICIPATION_NOTE, Candidate, Family, GRID_T
 from .families_1d import (anywhere, blt_family, dense_optimum_applies, dense_optimum_family,
                           direct_applies, direct_family, gaussian_optimum_applies,
                           gaussian_optimum_family, haar_applies, haar_family, histogram_family,
-                          node_budgets_applies, node_budgets_family, one_d, one_d_tree,
-                          sqrt_family, tree_equal_family, tree_optimal_applies,
+                          nested_applies, nested_family, node_budgets_applies,
+                          node_budgets_family, one_d, one_d_tree, sqrt_family, tree_equal_family, tree_optimal_applies,
                           tree_optimal_family)
 from .families_learning import (banded_inverse_sqrt_family, banded_sqrt_family,
                                  banded_toeplitz_family, learning_applies, optimum_applies,
@@ -149,6 +153,8 @@ FAMILIES: dict[str, Family] = {
                                "optimum, implicit (any size), certified", True),
     "node_budgets": Family(node_budgets_applies, node_budgets_family, "a budget per node on the "
                            "finest tree, BLUE", True),
+    "nested": Family(nested_applies, nested_family, "nested strategy: optimised local "
+                     "matrices on children totals per depth (Laplace, the CDF), BLUE", True),
     "dense_optimum": Family(dense_optimum_applies, dense_optimum_family, "HDMM's p-Identity / "
                             "the dense Gaussian optimum (small domains)", True),
     "banded_sqrt": Family(learning_applies, banded_sqrt_family, "banded square root (BSR) "

@@ -18,11 +18,13 @@ from .blue_budgets import optimal_blue_budgets
 from .direct import MAX_DIRECT_ENTRIES, direct_rows
 from .factorisations import factorisations_by_height
 from .levels import level_variances, noisy_levels
+from .nested_design import optimal_nested
 from .node_budgets import optimal_node_budgets
 from .search import MAX_WORKLOAD_SEARCH_TREES, finest_refinement, level_uniform
 from .family import (Candidate, GAUSSIAN_DENSE_MAX_ITER, GAUSSIAN_DENSE_SHARE, IMPLICIT_SHARE,
                      IMPLICIT_TOL, MAX_DENSE_BINS, MAX_GAUSSIAN_DENSE_BINS,
-                     MAX_OPTIMAL_SEARCH_BINS, MAX_P_IDENTITY_BINS, NODE_BUDGETS_SHARE, Problem,
+                     MAX_OPTIMAL_SEARCH_BINS, MAX_P_IDENTITY_BINS, NESTED_MAX_FANOUT,
+                     NESTED_MIN_BINS, NESTED_SHARE, NODE_BUDGETS_SHARE, Problem,
                      RANGE_SCORE_SECONDS, TREE_SCORE_SECONDS, shape_of, too_slow,
                      tree_design_candidate)
 
@@ -289,3 +291,43 @@ def dense_optimum_family(p: Problem) -> list[Candidate] | str:
     return [Candidate(p.mechanism(res.strategy), method)]
 
 
+
+
+def nested_plan(n: int, top: int = NESTED_MAX_FANOUT) -> tuple[int, ...] | None:
+    """Fan-outs (root first) of the nested family over n bins: the largest divisor <= top at
+    each depth (2^16: 256 x 256; 2^20: 256 x 256 x 16), None when a prime factor of n
+    exceeds ``top`` or n < 4."""
+    out, rest = [], n
+    while rest > 1:
+        k = next((d for d in range(min(top, rest), 1, -1) if rest % d == 0), None)
+        if k is None or (k == rest and rest > top):
+            return None
+        out.append(k)
+        rest //= k
+    return tuple(out) if len(out) >= 2 or (out and n >= 4) else None
+
+
+def nested_applies(p: Problem) -> str | None:
+    if not p.one_d or p.workload.kind != "prefix":
+        return "nested strategies are optimised for the CDF (prefix workload) only"
+    if p.noise != "laplace" or p.neighbours != "add_remove" or not p.participation.is_single:
+        return ("nested strategies are optimised for Laplace noise, add/remove neighbours, one "
+                "participation")
+    if p.n <= NESTED_MIN_BINS:
+        return (f"K <= {NESTED_MIN_BINS}: the dense optimum (dense_optimum) and the full l1 "
+                "optimum (optimize.l1_local) cover small domains")
+    if nested_plan(p.n) is None:
+        return (f"K = {p.n} has a prime factor above {NESTED_MAX_FANOUT} (the nested "
+                "family needs K = a product of fan-outs)")
+    return None
+
+
+def nested_family(p: Problem) -> list[Candidate]:
+    """Nested strategies (docs/math.md section 12) optimised for the mean prefix error:
+    local matrices and budgets per depth by ``optimize.optimal_nested`` from the full l1
+    optima of each fan-out (``optimize.l1_local``), within a share of the time left."""
+    ks = nested_plan(p.n)
+    assert ks is not None and p.epsilon is not None
+    d = optimal_nested(ks, epsilon=p.epsilon, starts=("l1_local",),
+                       max_seconds=p.share(NESTED_SHARE))
+    return [Candidate(d.mechanism(), f"optimize.optimal_nested: {d.method}")]

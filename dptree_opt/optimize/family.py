@@ -42,6 +42,9 @@ TREE_SCORE_SECONDS = 1.5e-4    # custom ranges: scoring one tree (measured at K 
 RANGE_SCORE_SECONDS = 1.2e-7   # ... plus this per range (one core)
 # shares of the remaining time given to the families that take a time limit
 NODE_BUDGETS_SHARE = 0.6
+NESTED_SHARE = 0.8             # the nested family runs after node_budgets (see best.py)
+NESTED_MIN_BINS = 1024         # from here up (below: p-Identity and l1_local are dense)
+NESTED_MAX_FANOUT = 256        # its local matrices: O(k^3) per evaluation, l1_local starts
 IMPLICIT_SHARE = 0.5
 IMPLICIT_TOL = 1e-4           # certified relative gap asked of the implicit optimum
 MIN_SECONDS = 0.5             # a time-limited family gets at least this long
