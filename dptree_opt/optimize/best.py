@@ -208,6 +208,10 @@ def _svd_lower_bound(p: Problem) -> tuple[float | None, str]:
     return float(bound(w)), what
 
 
+# certified Gaussian duals by (workload kind, n), for the Laplace bound (a dual is valid forever)
+_GAUSSIAN_DUALS: dict[tuple[str, int], float | None] = {}
+
+
 def _laplace_lower_bound(p: Problem) -> tuple[float | None, str]:
     """(bound, what) under Laplace noise, add/remove, one participation, 1-D workload:
     ``bounds.laplace_lower_bound`` with a certified Gaussian dual (the larger of 2/eps^2 x
@@ -221,8 +225,11 @@ def _laplace_lower_bound(p: Problem) -> tuple[float | None, str]:
     dual: float | None
     try:
         if w.kind in ("prefix", "all_range", "identity"):
-            dual = gaussian_optimal_implicit(w, tol=IMPLICIT_TOL,
-                                             time_limit=p.share(LAPLACE_BOUND_SHARE)).lower_bound
+            key = (w.kind, p.n)   # the dual depends on (kind, n) only: computed once
+            if key not in _GAUSSIAN_DUALS:
+                _GAUSSIAN_DUALS[key] = gaussian_optimal_implicit(
+                    w, tol=IMPLICIT_TOL, time_limit=p.share(LAPLACE_BOUND_SHARE)).lower_bound
+            dual = _GAUSSIAN_DUALS[key]
         elif p.n <= MAX_LAPLACE_BOUND_DENSE_BINS:
             dual = gaussian_optimal(w, max_iter=LAPLACE_BOUND_DENSE_ITER).lower_bound
         else:
