@@ -64,3 +64,20 @@ def test_l1_local_start_gives_a_private_design_whose_error_is_the_engine_s():
     tree = strategies.nested(ks, [np.vstack([np.eye(16), np.ones((1, 16))]), np.eye(8)])
     plain = expected_error(workloads.prefix(n), Mechanism(tree, epsilon=1.0)) / n
     assert d.mean < plain
+
+
+@pytest.mark.slow
+def test_monte_carlo_of_a_2_16_design_is_within_its_standard_error():
+    """A 2^16 nested design (256 x 256, a short optimisation from the l1_local starts): the
+    simulated total prefix error (Laplace noise, the nested engine's BLUE) is within 4
+    standard errors of the exact error, and the design is below budgets per node (384.63,
+    bench_frontier.py part 3) already."""
+    from dptree_opt import monte_carlo_error
+    from dptree_opt.optimize.nested_design import optimal_nested
+    d = optimal_nested((256, 256), starts=("l1_local",), maxiter=60)
+    mech = d.mechanism()
+    n = d.n_bins
+    exact = expected_error(workloads.prefix(n), mech)
+    assert exact / n == pytest.approx(d.mean, rel=1e-9) and d.mean < 384.63
+    mc = monte_carlo_error(workloads.prefix(n), mech, trials=200, rng=1)
+    assert mc.within(exact, 4.0), (mc.mean, mc.std_error, exact)
