@@ -189,3 +189,21 @@ def causal_gls(a, var, w, rtol: float = 1e-8):
         coef[qs[~sub[2]]] = np.nan
         variances[qs], identified[qs] = sub[1], sub[2]
     return coef, variances, identified
+
+
+def dense_1d_workload(kind, n, pairs=None):
+    """The dense matrix of a 1-D workload written from its definition: prefix (inclusive,
+    lower-triangular ones), identity, total, all_range (every [a, b], lexicographic) or
+    ranges (the given inclusive pairs)."""
+    if kind == "prefix":
+        return np.tril(np.ones((n, n)))
+    if kind == "identity":
+        return np.eye(n)
+    if kind == "total":
+        return np.ones((1, n))
+    if kind == "all_range":
+        pairs = [(a, b) for a in range(n) for b in range(a, n)]  # lexicographic
+    out = np.zeros((len(pairs), n))
+    for i, (a, b) in enumerate(pairs):
+        out[i, a:b + 1] = 1.0
+    return out

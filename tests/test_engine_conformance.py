@@ -49,7 +49,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracles import causal_gls, constrained_gls, tree_matrix
+from oracles import causal_gls, constrained_gls, dense_1d_workload, tree_matrix
 
 from dptree_opt import Mechanism, engines
 from dptree_opt import strategies as S
@@ -411,29 +411,14 @@ def instance(engine, seed: int, tries: int = 200):
 # =============================================================================================
 # Workloads: the library's object and its dense matrix, written from the definitions
 # =============================================================================================
-def _dense_1d(kind, n, pairs=None):
-    if kind == "prefix":
-        return np.tril(np.ones((n, n)))
-    if kind == "identity":
-        return np.eye(n)
-    if kind == "total":
-        return np.ones((1, n))
-    if kind == "all_range":
-        pairs = [(a, b) for a in range(n) for b in range(a, n)]  # lexicographic
-    out = np.zeros((len(pairs), n))
-    for i, (a, b) in enumerate(pairs):
-        out[i, a:b + 1] = 1.0
-    return out
-
-
 def _workload_1d(kind, n, rng):
     if kind == "ranges":
         pairs = [(0, n - 1), (n - 1, n - 1)]
         for _ in range(4):
             a = int(rng.integers(n))
             pairs.append((a, int(rng.integers(a, n))))
-        return W.ranges(n, pairs), _dense_1d(kind, n, pairs)
-    return getattr(W, kind)(n), _dense_1d(kind, n)
+        return W.ranges(n, pairs), dense_1d_workload(kind, n, pairs)
+    return getattr(W, kind)(n), dense_1d_workload(kind, n)
 
 
 def make_workload(kind, mech, rng):
@@ -976,7 +961,7 @@ def test_a_listed_maximum_lists_at_most_the_limit(monkeypatch):
     assert all("at most 7 listed queries" in why for _, why in info.value.reasons)
     got = engines.run("max", tree, W.ranges(8, [(0, 3), (2, 7)]))  # 2 queries: listed
     a, var = tree.released.matrix.toarray(), np.asarray(tree.variances)
-    want = constrained_gls(a, var, _dense_1d("ranges", 8, [(0, 3), (2, 7)]))[1]
+    want = constrained_gls(a, var, dense_1d_workload("ranges", 8, [(0, 3), (2, 7)]))[1]
     assert got.variance == pytest.approx(want.max(), rel=1e-9)
     grid = Mechanism(S.kron(S.tree(4, [2, 2]), S.tree(4, [2, 2])), epsilon=1.0)
     assert engines.select("max", grid, W.prefix((4, 4))).name == "kron_tree"

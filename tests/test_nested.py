@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from oracles import brute_loss, constrained_gls
+from oracles import brute_loss, constrained_gls, dense_1d_workload
 
 from dptree_opt import Mechanism, blue, engines, expected_error
 from dptree_opt import strategies as S
@@ -61,21 +61,6 @@ def dense_nested(mats, ks):
         above, below = math.prod(ks[:d]), math.prod(ks[d + 1:])
         out.append(np.kron(np.eye(above), np.kron(mats[d], np.ones((1, below)))))
     return np.vstack(out)
-
-
-def dense_workload(kind, n, pairs=None):
-    if kind == "prefix":
-        return np.tril(np.ones((n, n)))
-    if kind == "identity":
-        return np.eye(n)
-    if kind == "total":
-        return np.ones((1, n))
-    if kind == "all_range":
-        pairs = [(a, b) for a in range(n) for b in range(a, n)]
-    out = np.zeros((len(pairs), n))
-    for i, (a, b) in enumerate(pairs):
-        out[i, a:b + 1] = 1.0
-    return out
 
 
 # ------------------------------------------------------------------ random instances
@@ -127,11 +112,11 @@ def test_every_error_matches_the_dense_oracle(inst, seed):
     for _ in range(5):
         a = int(rng.integers(n))
         pairs.append((a, int(rng.integers(a, n))))
-    cases = [(W.prefix(n), dense_workload("prefix", n)),
-             (W.identity(n), dense_workload("identity", n)),
-             (W.total(n), dense_workload("total", n)),
-             (W.all_range(n), dense_workload("all_range", n)),
-             (W.ranges(n, pairs), dense_workload("ranges", n, pairs))]
+    cases = [(W.prefix(n), dense_1d_workload("prefix", n)),
+             (W.identity(n), dense_1d_workload("identity", n)),
+             (W.total(n), dense_1d_workload("total", n)),
+             (W.all_range(n), dense_1d_workload("all_range", n)),
+             (W.ranges(n, pairs), dense_1d_workload("ranges", n, pairs))]
     assert engines.select("error", mech, W.prefix(n)).name == "nested"
     for wl, wd in cases:
         _, var, identified = _oracle(mech, wd)
@@ -191,7 +176,7 @@ def test_budgets_per_depth_and_local_row_are_folded():
     n = mech.n_bins
     assert engines.select("per_query", mech, W.prefix(n)).name == "nested"
     for kind in ("prefix", "identity"):
-        _, var, _ = _oracle(mech, dense_workload(kind, n))
+        _, var, _ = _oracle(mech, dense_1d_workload(kind, n))
         _close(expected_error(getattr(W, kind)(n), mech, per_query=True), var)
 
 
@@ -208,7 +193,7 @@ def test_refusals_leave_the_request_to_the_generic_engine():
     reason = engine.refusal("error", mech, W.prefix(6), "blue")
     assert reason is not None and "differs between the nodes" in reason
     assert engines.select("error", mech, W.prefix(6)).name == "dense"
-    _, var, _ = _oracle(mech, dense_workload("prefix", 6))
+    _, var, _ = _oracle(mech, dense_1d_workload("prefix", 6))
     _close(expected_error(W.prefix(6), mech, per_query=True), var)
     unmeasured = Mechanism(strat, epsilon=1.0, level_budgets=[1.0, 0.0])
     reason = engine.refusal("error", unmeasured, W.prefix(6), "blue")
@@ -224,7 +209,7 @@ def test_front_door_prefix_error_equals_the_dense_oracle():
     mats = _local_matrices(rng, ks)
     mech = Mechanism(nested(ks, mats), epsilon=1.0)
     n = mech.n_bins
-    _, var, _ = _oracle(mech, dense_workload("prefix", n))
+    _, var, _ = _oracle(mech, dense_1d_workload("prefix", n))
     got = expected_error(W.prefix(n), mech)
     assert math.isclose(got, float(var.sum()), rel_tol=RTOL)
     assert math.isclose(got, expected_error(W.prefix(n), mech, method="dense"), rel_tol=RTOL)
