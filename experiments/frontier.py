@@ -12,6 +12,9 @@ ranks:
 * best non-tree strategy: the best of Privelet's Haar (2^L bins), the square-root
   factorisation and the optimised strategy ("optimized": the Gaussian optimum, implicit
   above 1024 bins with a certified gap; HDMM's p-Identity under Laplace up to 256 bins);
+* under Laplace, in the full run only: nested strategies (``compare``'s "best_nested") from
+  2^14 bins, and HDMM's p-Identity from multi-scale hats ("best_p_identity_hats") at 1024 and
+  4096 bins (within compare's minute; bench_frontier.py part 6 runs it to convergence);
 * the lower bound: the SVD bound (Li & Miklau 2012) for Gaussian noise, its l1 analogue for
   Laplace (loose: no pure-DP strategy comes near it); for Gaussian the optimum's certified
   dual value is drawn too (nothing can beat it).
@@ -39,6 +42,7 @@ QUICK_BINS = tuple(2**m for m in range(4, 13, 2))  # 2^4 .. 2^12: seconds
 NON_TREE = ("haar", "sqrt_factorization", "optimized")
 ROWS = ("best_blue_optimal", "best_node_budgets") + NON_TREE
 NESTED_FROM = 1 << 14   # the nested row (Laplace) from this K: the full run (minutes per K)
+HATS_BINS = (1024, 4096)  # the p-Identity-from-hats row (Laplace): the full run only
 # --set NAME=VALUE on the command line (dptree-opt experiment frontier --help)
 PARAMETERS = {
     "K": {"type": "ints", "sets": ("BINS", "QUICK_BINS"), "min": 2, "help": "bins K"},
@@ -57,11 +61,13 @@ ANCHORS = {("gaussian", "optimized", 1024): 8.7348,
 UPPER = {("laplace", 1024): 119.0, ("laplace", 65536): 414.5, ("laplace", 1048576): 760.9}
 
 
-def _one(K: int, noise: str) -> dict:
+def _one(K: int, noise: str, quick: bool) -> dict:
     budget = {"epsilon": EPSILON} if noise == "laplace" else {"rho": RHO}
     nested = noise == "laplace" and K >= NESTED_FROM
+    hats = noise == "laplace" and K in HATS_BINS and not quick
     res = compare.compare(K, **budget, noise=noise, neighbours=NEIGHBOURS,
-                          rows=list(ROWS) + (["best_nested"] if nested else []),
+                          rows=list(ROWS) + (["best_nested"] if nested else [])
+                          + (["best_p_identity_hats"] if hats else []),
                           workloads=("cdf",))
     bound = res.bounds["cdf"]
     rows = {r.key: r for r in res.rows if r.available and r.errors["cdf"].mean is not None}
@@ -71,7 +77,9 @@ def _one(K: int, noise: str) -> dict:
            "node_budgets": (rows["best_node_budgets"].errors["cdf"].mean
                             if "best_node_budgets" in rows else None),
            "nested": (rows["best_nested"].errors["cdf"].mean if "best_nested" in rows
-                      else None)}
+                      else None),
+           "p_identity_hats": (rows["best_p_identity_hats"].errors["cdf"].mean
+                               if "best_p_identity_hats" in rows else None)}
     non_tree = {k: rows[k].errors["cdf"].mean for k in NON_TREE if k in rows}
     best = min(non_tree, key=non_tree.get)
     out.update({"best_non_tree": non_tree[best], "best_non_tree_key": best,
@@ -86,7 +94,7 @@ def _one(K: int, noise: str) -> dict:
 def run(out_dir: Path, quick: bool = True) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [_one(K, noise) for noise in ("laplace", "gaussian")
+    rows = [_one(K, noise, quick) for noise in ("laplace", "gaussian")
             for K in (QUICK_BINS if quick else BINS)]
     checks = []
     for r in rows:
@@ -119,8 +127,15 @@ def run(out_dir: Path, quick: bool = True) -> dict:
             checks.append(C.check(f"laplace nested <= budgets per node, K = {r['n_bins']}",
                                   max(r["nested"] / r["node_budgets"], 1.0), 1.0,
                                   "budgets per node (an upper bound)", rel=1e-9))
+    for r in rows:  # p-Identity from hats beats budgets per node at 1024 bins (112.77;
+        # bench_frontier.py part 6: 90.60 converged, about 91 within compare's minute)
+        if r["p_identity_hats"] is not None and r["node_budgets"] is not None \
+                and r["n_bins"] == 1024:
+            checks.append(C.check("laplace p-Identity from hats <= budgets per node, K = 1024",
+                                  max(r["p_identity_hats"] / r["node_budgets"], 1.0), 1.0,
+                                  "budgets per node (an upper bound)", rel=1e-9))
     low = min(min(r["best_tree"], r["best_non_tree"], r["node_budgets"] or float("inf"),
-                  r["nested"] or float("inf"))
+                  r["nested"] or float("inf"), r["p_identity_hats"] or float("inf"))
               / r["bound"] for r in rows)
     checks.append(C.check("every mechanism >= the lower bound (smallest ratio, clipped at 1)",
                           min(low, 1.0), 1.0, "SVD bound (Li & Miklau 2012)", rel=1e-9))
@@ -137,6 +152,11 @@ def run(out_dir: Path, quick: bool = True) -> dict:
         if node:
             ax.plot(*zip(*node), "--^", ms=3, color="#9467bd",
                     label="tree with budgets per node")
+        hats = [(r["n_bins"], r["p_identity_hats"] / r["bound"]) for r in sub
+                if r["p_identity_hats"] is not None]
+        if hats:
+            ax.plot(*zip(*hats), "-v", ms=4, color="#8c564b",
+                    label="p-Identity from multi-scale hats")
         nest = [(r["n_bins"], r["nested"] / r["bound"]) for r in sub if r["nested"] is not None]
         if nest:
             ax.plot(*zip(*nest), "-D", ms=3, color="#ff7f0e",
@@ -164,7 +184,8 @@ def run(out_dir: Path, quick: bool = True) -> dict:
     C.caption(fig, "Exact errors (compare.compare rows). Non-tree: Haar, square-root "
                    "factorisation, optimised strategy (Gaussian optimum, implicit above 1024 "
                    "bins; p-Identity up to 256 bins under Laplace); nested strategies "
-                   f"(full run) from {NESTED_FROM} bins under Laplace.")
+                   f"(full run) from {NESTED_FROM} bins and p-Identity from hats (full run) at "
+                   f"{', '.join(map(str, HATS_BINS))} bins under Laplace.")
     png = C.save_png(fig, out_dir, NAME, bottom=0.07)
     return {"name": NAME, "png": str(png), "csv": str(out_dir / f"{NAME}.csv"),
             "rows": rows, "checks": checks}

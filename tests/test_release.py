@@ -76,9 +76,10 @@ def test_huge_budget_release_is_exact():
     # edge-aligned intervals contain the true quantiles of the raw data
     true_q = np.quantile(x, [0.1, 0.5, 0.9], method="inverted_cdf")
     assert np.all((r.quantile_lower <= true_q) & (true_q <= r.quantile_upper))
-    # the same release from the counts
+    # the same release from the counts (no quantiles: their calibration at this budget, a
+    # nearly degenerate lattice law, takes most of the time and is checked above)
     rc = release(counts=np.diff(truth, prepend=0), lower=0, upper=100, bins=K, epsilon=HUGE,
-                 tree=[5, 10])
+                 tree=[5, 10], quantiles=())
     np.testing.assert_array_equal(rc.consistent_cdf, truth)
 
 

@@ -61,7 +61,8 @@ MAX_OPTIMIZED_BINS = {"gaussian": 1024, "laplace": 256}
 OPENDP_SAMPLER_MAX_BINS = 4096
 # the families of optimize.best_mechanism that apply to 1-D workloads
 FRONT_DOOR_FAMILIES = ("histogram", "workload", "tree_equal", "tree_optimal", "haar", "sqrt",
-                       "blt", "gaussian_optimum", "node_budgets", "nested", "dense_optimum")
+                       "blt", "gaussian_optimum", "node_budgets", "p_identity_hats", "nested",
+                       "dense_optimum")
 _COLUMN = {"cdf": "the CDF", "identity": "the bins", "all_range": "all ranges"}
 
 
@@ -339,6 +340,10 @@ _FAMILY_ROWS = (
      "front door families dense_optimum / gaussian_optimum per workload: HDMM's p-Identity "
      "(Laplace) or the Gaussian optimum (strategies.gaussian_optimal_implicit, certified), "
      "BLUE", ("dense_optimum", "gaussian_optimum")),
+    ("best_p_identity_hats", "p-Identity from hats, BLUE",
+     "front door family p_identity_hats: HDMM's p-Identity started from multi-scale hats "
+     "(strategies.optimized.hat_start), as many iterations as half the time left allows; "
+     "Laplace, the CDF on 256..4096 bins", ("p_identity_hats",)),
     ("blt", "buffered linear Toeplitz",
      "front door family blt: strategies.blt optimised for the mean prefix error (Dvijotham "
      "et al. 2024), BLUE", ("blt",)),

@@ -11,6 +11,7 @@ from ..mechanism import Mechanism, row_sensitivities
 from ..strategies import (Strategy, blt,
                           gaussian_optimal_implicit, haar, histogram, kron,
                           sqrt_factorization, tree)
+from ..strategies.optimized import hat_start, laplace_p_identity
 from ..workloads import KroneckerWorkload, StackedWorkload
 from .beyond_trees import (GAUSSIAN_DENSE_ITERATIONS, dense_optimum_seconds,
                            optimized_strategy)
@@ -23,6 +24,8 @@ from .node_budgets import optimal_node_budgets
 from .search import MAX_WORKLOAD_SEARCH_TREES, finest_refinement, level_uniform
 from .family import (Candidate, GAUSSIAN_DENSE_MAX_ITER, GAUSSIAN_DENSE_SHARE, IMPLICIT_SHARE,
                      IMPLICIT_TOL, MAX_DENSE_BINS, MAX_GAUSSIAN_DENSE_BINS,
+                     HATS_ITERATION_SECONDS, HATS_MAX_ITERATIONS, HATS_MIN_BINS,
+                     HATS_MIN_ITERATIONS, HATS_SHARE, MAX_HATS_BINS, MIN_SECONDS,
                      MAX_OPTIMAL_SEARCH_BINS, MAX_P_IDENTITY_BINS, NESTED_MAX_FANOUT,
                      NESTED_MIN_BINS, NESTED_SHARE, NODE_BUDGETS_SHARE, Problem,
                      RANGE_SCORE_SECONDS, TREE_SCORE_SECONDS, shape_of, too_slow,
@@ -291,6 +294,38 @@ def dense_optimum_family(p: Problem) -> list[Candidate] | str:
     return [Candidate(p.mechanism(res.strategy), method)]
 
 
+
+
+def hats_applies(p: Problem) -> str | None:
+    if not p.one_d or p.workload.kind != "prefix":
+        return "p-Identity from multi-scale hats is measured on the CDF (prefix workload) only"
+    if p.noise != "laplace" or not p.participation.is_single:
+        return "p-Identity from multi-scale hats: Laplace noise, one participation"
+    if not HATS_MIN_BINS <= p.n <= MAX_HATS_BINS:
+        return (f"p-Identity from multi-scale hats runs on {HATS_MIN_BINS}..{MAX_HATS_BINS} "
+                f"bins (got {p.n}; dense Theta, O(n^3 / 144) per iteration)")
+    return None
+
+
+def hats_family(p: Problem) -> list[Candidate] | str:
+    """HDMM's p-Identity from the multi-scale hat start alone
+    (``strategies.optimized.laplace_p_identity(w, hats=True, starts=0)``), as many L-BFGS-B
+    iterations as its share of the time left allows (at most HATS_MAX_ITERATIONS)."""
+    rows = hat_start(p.n).shape[0]
+    per = HATS_ITERATION_SECONDS * rows * rows * p.n
+    final = dense_optimum_seconds("laplace", p.n) / 50.0  # one dense solve (fit of 2 starts)
+    budget = p.share(HATS_SHARE) - final
+    its = int(min(HATS_MAX_ITERATIONS, budget // per)) if budget > 0 else 0
+    if its < HATS_MIN_ITERATIONS:
+        return (f"time limit: {HATS_MIN_ITERATIONS} iterations need about "
+                f"{HATS_MIN_ITERATIONS * per + final:.3g} s (one core), its share is "
+                f"{max(budget + final, 0.0):.3g} s")
+    res = laplace_p_identity(p.workload, starts=0, hats=True, max_iter=its,
+                             time_limit=max(budget, MIN_SECONDS))
+    return [Candidate(p.mechanism(res.strategy),
+                      f"strategies.optimized.laplace_p_identity(hats=True): {res.method}, "
+                      f"{res.iterations} iterations ({res.start_error / p.n:.6g} -> "
+                      f"{res.error / p.n:.6g} per prefix)")]
 
 
 def nested_plan(n: int, top: int = NESTED_MAX_FANOUT) -> tuple[int, ...] | None:

@@ -43,6 +43,13 @@ RANGE_SCORE_SECONDS = 1.2e-7   # ... plus this per range (one core)
 # shares of the remaining time given to the families that take a time limit
 NODE_BUDGETS_SHARE = 0.6
 NESTED_SHARE = 0.8             # the nested family runs after node_budgets (see best.py)
+HATS_SHARE = 0.5               # p-Identity from multi-scale hats, before the nested family
+HATS_MIN_BINS = 256            # measured to beat the dyadic start from here ...
+MAX_HATS_BINS = 4096           # ... to here: O(p^2 n) per iteration with p ~ n / 12
+HATS_ITERATION_SECONDS = 1.5e-9  # per p^2 n of one iteration (one core; 1024: 14 ms,
+#                                  2048: 66 ms, 4096: ~0.5 s)
+HATS_MIN_ITERATIONS = 50       # fewer in its share of the time: skipped
+HATS_MAX_ITERATIONS = 3000
 NESTED_MIN_BINS = 1024         # from here up (below: p-Identity and l1_local are dense)
 NESTED_MAX_FANOUT = 256        # its local matrices: O(k^3) per evaluation, l1_local starts
 IMPLICIT_SHARE = 0.5

@@ -35,7 +35,10 @@ Measured from p-Identity (the CDF, mean per prefix at eps = 1, one core): 256 bi
 9 / 25 / 90 s); 1024 bins 91.24 -> 91.14 after 300 (``benchmarks/bench_frontier.py`` part
 4). At 8 bins the full problem reaches 9.0 where p-Identity stops at 9.00003 (an identity
 row of tiny weight Theta cannot remove); at 16 to 64 bins p-Identity is already a local
-optimum of (L1). The Kronecker products of these strategies are the grid family
+optimum of (L1). The 256-bin optimum is itself a p-Identity (the identity, hats 22-48 bins
+wide and two rows over half the domain): ``laplace_p_identity(w, hats=True)`` reaches 53.66
+directly (about 2 s), a better basin of HDMM's family rather than new freedom. The Kronecker
+products of these strategies are the grid family
 ``kron_l1_local`` of ``optimize.best_mechanism``.
 
 >>> from dptree_opt import workloads
