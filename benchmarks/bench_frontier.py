@@ -86,7 +86,8 @@ Item 1 (<= 88 at 2^10), all failures: hat scales (16, 64, 256) 90.60, (24, 96, 3
 worse optima); basin hopping from the 90.60 optimum (the 20 dead rows and 20 live ones
 re-seeded as random hats of width 8-600, 6000 it. each, 8 hops): 90.63-91.00, never better;
 l1_local (full problem) from that optimum with its single-bin rows dropped (start 182.4):
-back to 90.66 after 1200 it. (440 s), still falling by ~0.01 per 100; full-problem starts at 256 bins with no
+back to 90.66 after 1200 it. (440 s); from the converged optimum itself (90.5958): 90.5526
+after 600 it. (220 s), falling by ~0.002 per 100 (the best value of this session at 2^10); full-problem starts at 256 bins with no
 identity (a tridiagonal base, or identity plus overlapping pairs, plus hats): 53.71 both,
 the same basin as 53.65; random dense starts of the full problem at 32 bins: 26.2-40.1
 against p-Identity's 19.65 (L-BFGS-B stops in ~100 iterations). Every start we found ends at
