@@ -80,7 +80,16 @@ Mean per prefix, eps = 1, 3000 iterations (one core): 256: dyadic 54.96 -> hats 
 512: 71.04 -> 70.37; 1024: 90.61 (dyadic converged, 8511 it., 78 s) vs 90.60 (hats, 20000 it.
 cap, converged at 7310, 90 s); 2048: 114.67 (169 s; 115.73 after 500 it., 33 s) against
 budgets per node 145.63 and the nested family 128.3; 4096 (hat scales 16, 64, 256, 1024; 344 rows): 143.94 after
-2500 it. (652 s on a loaded core) against budgets per node 179.09 (8192: 220.21). The optima are sparse (2048: 9,650 non-zeros of 171 x 2048).
+2500 it. (652 s on a loaded core) against budgets per node 179.09 (8192: 220.21). The optima
+are sparse (2048: 9,650 non-zeros of 171 x 2048), hence ``strategies.p_identity_sparse``:
+the same objective on the hats' support widened twice, O(p^3 + p nnz + n p) per evaluation
+(7 ms / 80 ms / 0.37 s / 2.1 s at 2^10 / 2^12 / 2^13 / 2^14, against the dense 12 ms / 0.2 s /
+~1.6 s / -). Masked dense runs at 1024 (5000 it.): support widened 1x 91.08, 1.5x 90.70, 2x
+90.61 (unrestricted 90.60); the sparse optimiser at 1024: 90.595 (converged, 3917 it., 46 s).
+4096: 143.63 after 2500 it. (206 s; the dense engine agrees to 1e-11); 8192 (684 rows, 126,992 entries):
+176.20 after 2500 it. (1040 s; the dense engine agrees, 16 s).
+Front door (default minute, family p_identity_hats): 2048 115.50 (1074 it.), 4096 145.54
+(229 it.); nested in the same searches 128.45 / 159.68, at 8192 197.15 (48 s).
 Item 1 (<= 88 at 2^10), all failures: hat scales (16, 64, 256) 90.60, (24, 96, 384) 90.80,
 (12, 48, 192) 91.02, (32, 128, 512) 91.55, (8, 32, 128, 512) with 174 rows 91.37 (more rows,
 worse optima); basin hopping from the 90.60 optimum (the 20 dead rows and 20 live ones
@@ -247,20 +256,30 @@ def nested_table(plans=((256, 256), (256, 256, 16)), seconds: float = 900.0):
               flush=True)
 
 
-def hats_table(ns=(256, 512, 1024, 2048), iterations: int = 3000):
-    """Part 6: p-Identity from the dyadic start against the multi-scale hat start (one start
-    each, ``iterations`` L-BFGS-B iterations), and budgets per node on the binary tree."""
-    from dptree_opt import optimize
+def hats_table(ns=(256, 512, 1024, 2048, 4096, 8192), iterations: int = 3000,
+               dense_up_to: int = 2048):
+    """Part 6: p-Identity from the dyadic start and from the multi-scale hat start (dense
+    optimiser, one start each, up to ``dense_up_to`` bins), on the hats' sparse support
+    (``strategies.p_identity_sparse``), ``iterations`` L-BFGS-B iterations each, and budgets
+    per node on the binary tree; the sparse result's error checked by the dense engine."""
+    from dptree_opt import Mechanism, optimize
     from dptree_opt.strategies.optimized import laplace_p_identity
-    print("\n| n | dyadic start | seconds | hat start | rows | seconds | budgets per node |")
-    print("|---|---|---|---|---|---|---|")
+    from dptree_opt.strategies.p_identity_sparse import laplace_p_identity_hats
+    print("\n| n | dyadic start | s | hat start | s | hats' sparse support | s | "
+          "dense engine check | budgets per node |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in ns:
         w = workloads.prefix(n)
-        dy, s1, _ = timed(laplace_p_identity, w, starts=1, max_iter=iterations)
-        ha, s2, _ = timed(laplace_p_identity, w, starts=0, hats=True, max_iter=iterations)
+        dense = ["-", "-", "-", "-"]
+        if n <= dense_up_to:
+            dy, s1, _ = timed(laplace_p_identity, w, starts=1, max_iter=iterations)
+            ha, s2, _ = timed(laplace_p_identity, w, starts=0, hats=True, max_iter=iterations)
+            dense = [f"{dy.error / n:.4f}", f"{s1:.0f}", f"{ha.error / n:.4f}", f"{s2:.0f}"]
+        sp_, s3, _ = timed(laplace_p_identity_hats, w, max_iter=iterations)
+        check = expected_error(w, Mechanism(sp_.strategy, epsilon=1.0)) / n
         nb = optimize.optimal_node_budgets((2,) * (n.bit_length() - 1), 1.0, maxiter=2000)
-        print(f"| {n} | {dy.error / n:.4f} | {s1:.0f} | {ha.error / n:.4f} | "
-              f"{ha.strategy.n_rows - n} | {s2:.0f} | {nb.mean:.2f} |", flush=True)
+        print(f"| {n} | {' | '.join(dense)} | {sp_.error / n:.4f} | {s3:.0f} | {check:.4f} | "
+              f"{nb.mean:.2f} |", flush=True)
 
 
 def main(ns):

@@ -22,7 +22,7 @@ def _laplace_error(a: np.ndarray, w: np.ndarray) -> float:
     error of the GLS tr(W (A'A / 2 s^2)^-1 W')."""
     sens = np.abs(a).sum(axis=0).max()
     cov = 2.0 * sens**2 * np.linalg.inv(a.T @ a)
-    return float(np.einsum("ij,jk,ik->", w, cov, w))
+    return float(np.sum((w @ cov) * w))
 
 
 # ------------------------------------------------------------------ the start
@@ -139,3 +139,116 @@ def test_best_mechanism_picks_it_and_scores_it_exactly():
     assert d.error == pytest.approx(_laplace_error(a, wd) / 4.0, rel=1e-9)
     assert {a.family for a in d.alternatives} == {"dense_optimum", "node_budgets"}
     assert d.error < min(a.error for a in d.alternatives)
+
+
+# ------------------------------------------------------------------ the sparse support
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from dptree_opt.strategies.optimized import _PIdentityObjective  # noqa: E402
+from dptree_opt.strategies.p_identity_sparse import (  # noqa: E402
+    MAX_SPARSE_P_IDENTITY_BINS, _SparseObjective, hat_support, laplace_p_identity_hats,
+    sparse_p_identity_objective)
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(["prefix", "all_range", "identity", "ranges"]),
+       n=st.integers(3, 40), p=st.integers(1, 6), density=st.floats(0.05, 0.9),
+       intervals=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_sparse_objective_equals_the_dense_one(kind, n, p, density, intervals, seed):
+    # the O(p^3 + p nnz + n p) evaluation against the dense p-Identity objective (Woodbury
+    # over every entry), value and gradient on the support, supports as intervals or not
+    rng = np.random.default_rng(seed)
+    w = (workloads.ranges(n, [(0, n - 1), (1, n // 2), (n // 3, n - 1)]) if kind == "ranges"
+         else getattr(workloads, kind)(n))
+    if intervals:
+        lo = rng.integers(0, n, p)
+        hi = np.minimum(n, lo + 1 + rng.integers(0, n, p))
+        mask = (np.arange(n)[None, :] >= lo[:, None]) & (np.arange(n)[None, :] < hi[:, None])
+    else:
+        mask = rng.random((p, n)) < density
+        mask[np.arange(p), rng.integers(0, n, p)] = True     # every row non-empty
+    rows, cols = np.nonzero(mask)
+    perm = rng.permutation(rows.size)                      # any order of the support
+    rows, cols = rows[perm], cols[perm]
+    vals = rng.random(rows.size) * rng.choice([0.1, 1.0, 5.0])
+    f, g = sparse_p_identity_objective(w, rows, cols, vals, p)
+    theta = np.zeros((p, n))
+    theta[rows, cols] = vals
+    fd, gd = _PIdentityObjective(w, p)(theta.ravel())
+    gd = gd.reshape(p, n)
+    assert f == pytest.approx(fd, rel=1e-11)
+    np.testing.assert_allclose(g, gd[rows, cols], rtol=1e-9, atol=1e-10 * np.abs(gd).max())
+    assert _SparseObjective(w, p, rows, cols).intervals or not intervals
+
+
+@pytest.mark.parametrize("n", [2, 40, 256, 1000])
+def test_hat_support_widens_the_hats(n):
+    th = hat_start(n)
+    r1, c1, v1 = hat_support(n, 1.0)
+    full = np.zeros_like(th)
+    full[r1, c1] = v1
+    np.testing.assert_array_equal(full, th)                # widen 1: the hats themselves
+    r2, c2, v2 = hat_support(n, 2.0)
+    on = np.zeros(th.shape, dtype=bool)
+    on[r2, c2] = True
+    assert np.all(on[th > 0])                              # a superset ...
+    np.testing.assert_array_equal(np.diff(np.nonzero(on[0])[0]), 1)   # ... of intervals
+    lengths = on.sum(axis=1)
+    assert np.all(lengths <= np.minimum(n, 2 * (th > 0).sum(axis=1) + 2))
+    assert np.all(v2[~(th[r2, c2] > 0)] == 0)
+
+
+@pytest.mark.parametrize("n", [300, 2100])
+def test_sparse_result_error_is_the_dense_gls_error(n):
+    # below 2048 bins the error comes from a dense solve, above from the Woodbury value: both
+    # against the GLS written in this file
+    w = workloads.prefix(n)
+    res = laplace_p_identity_hats(w, max_iter=30)
+    a = res.strategy.matrix.toarray()
+    np.testing.assert_allclose(np.abs(a).sum(axis=0), 1.0, rtol=1e-12)
+    assert res.error == pytest.approx(_laplace_error(a, dense_1d_workload("prefix", n)),
+                                      rel=1e-8)
+    assert res.error <= res.start_error and res.iterations <= 30
+
+
+@pytest.mark.parametrize("n", [6, 9])
+def test_sparse_privacy_by_brute_force(n):
+    res = laplace_p_identity_hats(workloads.prefix(n), max_iter=50)
+    mech = Mechanism(res.strategy, epsilon=1.0)
+    loss = brute_loss(mech.released.matrix.toarray(), 1.0 / np.asarray(mech.scales),
+                      "add_remove", 1)
+    assert loss == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("kw", [{"widen": 0.5}, {"widen": float("inf")}, {"widen": "2"},
+                                {"max_iter": 0}, {"time_limit": 0.0}])
+def test_sparse_bad_options_are_refused(kw):
+    with pytest.raises(ValueError):
+        laplace_p_identity_hats(workloads.prefix(32), **kw)
+
+
+def test_sparse_refuses_sizes_before_allocating():
+    with pytest.raises(ValueError, match="bins"):
+        laplace_p_identity_hats(workloads.prefix(MAX_SPARSE_P_IDENTITY_BINS + 1))
+
+
+@pytest.mark.parametrize("bad", [
+    dict(rows=[0, 0], cols=[1, 1], values=[1.0, 1.0]),      # a repeated pair
+    dict(rows=[0], cols=[99], values=[1.0]),                # outside the domain
+    dict(rows=[0], cols=[1], values=[-1.0]),                # negative
+    dict(rows=[0], cols=[1], values=[np.nan]),
+    dict(rows=[0.5], cols=[1], values=[1.0]),               # not integers
+    dict(rows=[], cols=[], values=[]),
+])
+def test_sparse_objective_refuses_bad_supports(bad):
+    with pytest.raises(ValueError):
+        sparse_p_identity_objective(workloads.prefix(8), **bad)
+
+
+@pytest.mark.slow
+def test_widened_support_loses_nothing_measurable_at_1024():
+    # widen 2 against the unrestricted optimiser from the same hat start (both run here)
+    w = workloads.prefix(1024)
+    sparse = laplace_p_identity_hats(w, max_iter=5000)
+    dense = laplace_p_identity(w, starts=0, hats=True, max_iter=5000)
+    assert sparse.error <= dense.error * 1.001

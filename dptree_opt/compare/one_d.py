@@ -341,8 +341,8 @@ _FAMILY_ROWS = (
      "(Laplace) or the Gaussian optimum (strategies.gaussian_optimal_implicit, certified), "
      "BLUE", ("dense_optimum", "gaussian_optimum")),
     ("best_p_identity_hats", "p-Identity from hats, BLUE",
-     "front door family p_identity_hats: HDMM's p-Identity started from multi-scale hats "
-     "(strategies.optimized.hat_start), as many iterations as half the time left allows; "
+     "front door family p_identity_hats: HDMM's p-Identity on the support of multi-scale "
+     "hats (strategies.p_identity_sparse), as many iterations as half the time left allows; "
      "Laplace, the CDF on 256..4096 bins", ("p_identity_hats",)),
     ("blt", "buffered linear Toeplitz",
      "front door family blt: strategies.blt optimised for the mean prefix error (Dvijotham "

@@ -45,9 +45,10 @@ NODE_BUDGETS_SHARE = 0.6
 NESTED_SHARE = 0.8             # the nested family runs after node_budgets (see best.py)
 HATS_SHARE = 0.5               # p-Identity from multi-scale hats, before the nested family
 HATS_MIN_BINS = 256            # measured to beat the dyadic start from here ...
-MAX_HATS_BINS = 4096           # ... to here: O(p^2 n) per iteration with p ~ n / 12
-HATS_ITERATION_SECONDS = 1.5e-9  # per p^2 n of one iteration (one core; 1024: 14 ms,
-#                                  2048: 66 ms, 4096: ~0.5 s)
+MAX_HATS_BINS = 4096           # ... to here (the candidate is scored by the dense GLS)
+# one evaluation of the sparse p-Identity (strategies.p_identity_sparse), one core:
+# a + b p^3 + c p nnz + d n p seconds (measured 7 ms / 80 ms / 0.37 s / 2.1 s at 2^10..2^14)
+HATS_ITERATION_FIT = (4e-3, 5e-10, 1.5e-9, 1e-8)
 HATS_MIN_ITERATIONS = 50       # fewer in its share of the time: skipped
 HATS_MAX_ITERATIONS = 3000
 NESTED_MIN_BINS = 1024         # from here up (below: p-Identity and l1_local are dense)

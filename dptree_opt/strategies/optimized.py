@@ -54,7 +54,8 @@ p-Identity landscape has many local optima and the dyadic start ends in a poorer
 54.96 -> 53.66, 512: 71.04 -> 70.37, 1024: 90.61 (converged) -> 90.60, 2048: 114.67 (budgets
 per node on the binary tree: 145.63). The optima are sparse (at 2048 bins 9,650 non-zeros
 in Theta's 171 x 2048): the identity, hats of width 20 to 50 and a few rows spanning half
-the domain.
+the domain. ``strategies.p_identity_sparse`` optimises on that sparse support (the hats
+widened twice) in O(p^3 + p nnz + n p) per evaluation instead of O(p^2 n), up to 2^15 bins.
 
 Both are optimised for **add/remove** neighbours (the anchors of docs/math.md section 6). Used
 with swap neighbours they remain correctly calibrated (``Mechanism`` computes their exact
@@ -91,7 +92,7 @@ _EigenState: TypeAlias = "tuple[_Fl, _Fl, _Fl]"
 
 __all__ = ["OptimizedStrategy", "dual_start", "gaussian_optimal", "gaussian_optimal_cvxpy",
            "p_identity", "p_identity_objective", "laplace_p_identity", "hat_start",
-           "kron_p_identity",
+           "gram_diagonal", "trace_gram_inverse", "kron_p_identity",
            "kron_gaussian_optimal"]
 
 # Dense Gram / eigendecomposition only up to this many bins.
@@ -147,7 +148,7 @@ def check_workload(workload: object) -> Workload:
     return workload
 
 
-def _gram_diag(w: Workload) -> np.ndarray:
+def gram_diagonal(w: Workload) -> np.ndarray:
     """diag(W'W)_i = number of queries containing bin i. O(n + q)."""
     n = w.n_bins
     i = np.arange(n, dtype=float)
@@ -341,7 +342,7 @@ class _PIdentityObjective:
 
     def __init__(self, w: Workload, p: int):
         self.w, self.p, self.n = w, p, w.n_bins
-        self.gdiag = _gram_diag(w)
+        self.gdiag = gram_diagonal(w)
         self.g = None if w.kind in ("prefix", "all_range", "identity") else w.gram_dense()
         self.evals = 0
 
@@ -374,7 +375,7 @@ def p_identity_objective(workload: Workload, theta: ArrayLike) -> tuple[float, _
     return f, g.reshape(th.shape)
 
 
-def _trace_gram_inverse(strategy: Strategy, w: Workload) -> float:
+def trace_gram_inverse(strategy: Strategy, w: Workload) -> float:
     """tr(G (A'A)^-1) by a Cholesky solve of the n x n A'A, O(n^3): the Woodbury form of the
     p-Identity objective loses digits when an identity weight 1 / u_k is tiny (u_k ~ 1e5
     gives ~1e-6 relative error; prefix(4), p = 2: 10.0 against 10.0000390331)."""
@@ -470,7 +471,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
         raise ValueError("the p-Identity optimiser found no finite objective value")
     strat = p_identity(best_th)
     return OptimizedStrategy(
-        strategy=strat, error=2.0 * _trace_gram_inverse(strat, w),
+        strategy=strat, error=2.0 * trace_gram_inverse(strat, w),
         start_error=2.0 * start_f, lower_bound=None, iterations=iters, seconds=secs,
         method=(f"p-Identity (p = {best_th.shape[0]}) by L-BFGS-B, "
                 f"{len(inits)} starts{' (multi-scale hats first)' if hats else ''}, "
