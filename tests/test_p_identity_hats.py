@@ -101,7 +101,8 @@ def test_time_limit_stops_the_search_with_a_valid_strategy():
 
 
 @pytest.mark.parametrize("kw", [{"hats": 1}, {"hats": "yes"}, {"time_limit": 0},
-                                {"time_limit": -1.0}, {"time_limit": float("nan")}])
+                                {"time_limit": -1.0}, {"time_limit": float("nan")},
+                                {"time_limit": True}])
 def test_bad_options_are_refused(kw):
     with pytest.raises(ValueError):
         laplace_p_identity(workloads.prefix(16), **kw)

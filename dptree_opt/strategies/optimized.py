@@ -80,7 +80,7 @@ import scipy.optimize as sopt
 import scipy.sparse as sp
 
 from ..bounds import singular_values
-from ..validation import check_int
+from ..validation import check_int, check_real
 from ..workloads import KroneckerWorkload, Workload
 from .base import Strategy
 from .kronecker import KroneckerStrategy
@@ -437,9 +437,8 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     p = max(1, n // 16) if p is None else check_int(p, "p", 1)
     if not isinstance(hats, (bool, np.bool_)):
         raise ValueError(f"hats must be True or False, got {hats!r}")
-    limit = math.inf if time_limit is None else float(time_limit)
-    if not limit > 0:
-        raise ValueError(f"time_limit must be > 0 seconds or None, got {time_limit!r}")
+    limit = check_real(time_limit, "time_limit", above=0.0, none=True)
+    limit = math.inf if limit is None else limit
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     inits = [_dyadic_start(n, p)] + [rng.random((p, n)) for _ in range(max(0, starts - 1))]
