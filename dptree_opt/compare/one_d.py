@@ -343,7 +343,7 @@ _FAMILY_ROWS = (
     ("best_p_identity_hats", "p-Identity from hats, BLUE",
      "front door family p_identity_hats: HDMM's p-Identity on the support of multi-scale "
      "hats (strategies.p_identity_sparse), as many iterations as half the time left allows; "
-     "Laplace, the CDF on 256..4096 bins", ("p_identity_hats",)),
+     "Laplace, the CDF and all ranges on 256..4096 bins", ("p_identity_hats",)),
     ("blt", "buffered linear Toeplitz",
      "front door family blt: strategies.blt optimised for the mean prefix error (Dvijotham "
      "et al. 2024), BLUE", ("blt",)),

@@ -297,8 +297,9 @@ def dense_optimum_family(p: Problem) -> list[Candidate] | str:
 
 
 def hats_applies(p: Problem) -> str | None:
-    if not p.one_d or p.workload.kind != "prefix":
-        return "p-Identity from multi-scale hats is measured on the CDF (prefix workload) only"
+    if not p.one_d or p.workload.kind not in ("prefix", "all_range"):
+        return ("p-Identity from multi-scale hats is measured on the CDF and all ranges "
+                "(prefix and all_range workloads) only")
     if p.noise != "laplace" or not p.participation.is_single:
         return "p-Identity from multi-scale hats: Laplace noise, one participation"
     if not HATS_MIN_BINS <= p.n <= MAX_HATS_BINS:
@@ -323,10 +324,11 @@ def hats_family(p: Problem) -> list[Candidate] | str:
                 f"{HATS_MIN_ITERATIONS * per + final:.3g} s (one core), its share is "
                 f"{max(budget + final, 0.0):.3g} s")
     res = laplace_p_identity_hats(p.workload, max_iter=its, time_limit=max(budget, MIN_SECONDS))
+    q = p.workload.n_queries
     return [Candidate(p.mechanism(res.strategy),
                       f"strategies.p_identity_sparse.laplace_p_identity_hats: {res.method}, "
-                      f"{res.iterations} iterations ({res.start_error / p.n:.6g} -> "
-                      f"{res.error / p.n:.6g} per prefix)")]
+                      f"{res.iterations} iterations ({res.start_error / q:.6g} -> "
+                      f"{res.error / q:.6g} per query)")]
 
 
 def nested_plan(n: int, top: int = NESTED_MAX_FANOUT) -> tuple[int, ...] | None:
