@@ -89,7 +89,10 @@ the same objective on the hats' support widened twice, O(p^3 + p nnz + n p) per 
 4096: 143.63 after 2500 it. (206 s; the dense engine agrees to 1e-11); 8192 (684 rows, 126,992 entries):
 176.20 after 2500 it. (1040 s; the dense engine agrees, 16 s).
 Front door (default minute, family p_identity_hats): 2048 115.50 (1074 it.), 4096 145.54
-(229 it.); nested in the same searches 128.45 / 159.68, at 8192 197.15 (48 s).
+(229 it.); nested in the same searches 128.45 / 159.68, at 8192 197.15 (48 s). All ranges
+(mean per range; the same support, G applied in O(n) per column): 256 64.87 (p-Identity
+64.90), 1024 121.20 (3000 it., 16 s; p-Identity 122.44, best tree 153.85); front door 2048
+156.87 and 4096 202.79 (25 s) against the best tree with optimal budgets 201.79 / 259.53.
 Item 1 (<= 88 at 2^10), all failures: hat scales (16, 64, 256) 90.60, (24, 96, 384) 90.80,
 (12, 48, 192) 91.02, (32, 128, 512) 91.55, (8, 32, 128, 512) with 174 rows 91.37 (more rows,
 worse optima); basin hopping from the 90.60 optimum (the 20 dead rows and 20 live ones
