@@ -100,7 +100,8 @@ def test_time_limit_stops_the_search_with_a_valid_strategy():
     assert np.abs(res.strategy.matrix.toarray()).sum(axis=0) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("kw", [{"hats": 1}, {"hats": "yes"}, {"time_limit": 0},
+@pytest.mark.parametrize("kw", [{"hats": 1}, {"hats": "yes"}, {"time_limit": 0}, {"starts": 0},
+                                {"starts": -1},
                                 {"time_limit": -1.0}, {"time_limit": float("nan")},
                                 {"time_limit": True}])
 def test_bad_options_are_refused(kw):

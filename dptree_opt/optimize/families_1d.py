@@ -304,7 +304,8 @@ def hats_applies(p: Problem) -> str | None:
         return "p-Identity from multi-scale hats: Laplace noise, one participation"
     if not HATS_MIN_BINS <= p.n <= MAX_HATS_BINS:
         return (f"p-Identity from multi-scale hats runs on {HATS_MIN_BINS}..{MAX_HATS_BINS} "
-                f"bins (got {p.n}; dense Theta, O(n^3 / 144) per iteration)")
+                f"bins (got {p.n}; the candidate is scored by the dense GLS; "
+                "strategies.p_identity_sparse.laplace_p_identity_hats itself runs to 2^15)")
     return None
 
 

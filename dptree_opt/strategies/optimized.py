@@ -427,7 +427,8 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     ``starts`` starts: a dyadic tree-like start and ``starts - 1`` uniform [0, 1) random
     ones (HDMM's). ``p`` defaults to max(1, n // 16) (HDMM's choice for 1-D range
     workloads). ``hats=True`` adds the multi-scale hat start (:func:`hat_start`, its own
-    number of rows, about n / 12; the best start from 256 bins on, module docstring).
+    number of rows, about n / 12; the best start from 256 bins on, module docstring), run
+    first; ``starts=0, hats=True`` runs it alone.
     ``time_limit``: seconds for all the starts together (None: no limit; checked after
     every iteration; a start begun after the limit is skipped). ``error`` = 2 f(Theta)
     (Laplace, eps = 1, add/remove); ``start_error`` is the error of the best start (the
@@ -440,10 +441,14 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     limit = check_real(time_limit, "time_limit", above=0.0, none=True)
     limit = math.inf if limit is None else limit
     t0 = time.perf_counter()
+    starts = check_int(starts, "starts", 0)
+    if starts == 0 and not hats:
+        raise ValueError("starts = 0 leaves no start: give starts >= 1 or hats=True")
     rng = np.random.default_rng(seed)
-    inits = [_dyadic_start(n, p)] + [rng.random((p, n)) for _ in range(max(0, starts - 1))]
-    if hats and n >= 2:
-        inits.insert(0, hat_start(n))
+    inits = ([hat_start(n)] if hats and n >= 2 else []) + [_dyadic_start(n, p)] * min(starts, 1) \
+        + [rng.random((p, n)) for _ in range(max(0, starts - 1))]
+    if not inits:   # one bin: no hat start
+        inits = [_dyadic_start(n, p)]
     best_f, start_f, iters, evals = math.inf, math.inf, 0, 0
     best_th: _F | None = None
 
