@@ -207,3 +207,14 @@ def dense_1d_workload(kind, n, pairs=None):
     for i, (a, b) in enumerate(pairs):
         out[i, a:b + 1] = 1.0
     return out
+
+
+def laplace_gls_error(a, w) -> float:
+    """Total squared error of the GLS (BLUE) of the workload ``w`` (dense, queries x bins) from
+    the strategy ``a`` (dense) under Laplace noise at eps = 1, add/remove: every row's noise
+    has scale s = the largest column l1 norm (variance 2 s^2), so the error is
+    tr(W (A'A)^-1 W') 2 s^2, computed by a dense inverse."""
+    a = np.asarray(a, dtype=float)
+    sens = np.abs(a).sum(axis=0).max()
+    cov = 2.0 * sens**2 * np.linalg.inv(a.T @ a)
+    return float(np.sum((np.asarray(w, dtype=float) @ cov) * w))

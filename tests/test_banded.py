@@ -21,6 +21,7 @@ from dptree_opt import Mechanism, engines
 from dptree_opt import strategies as S
 from dptree_opt import workloads as W
 from dptree_opt.engines import banded as banded_engine
+from oracles import dense_1d_workload
 
 KINDS = ("prefix", "identity", "total", "all_range")
 RTOL = 1e-9
@@ -35,20 +36,6 @@ def random_banded(rng, n: int, bands: int) -> np.ndarray:
         m[np.arange(k, n), np.arange(n - k)] = rng.uniform(-1.0, 1.0, n - k) / bands
     m[np.diag_indices(n)] = rng.uniform(1.0, 2.0, n) * rng.choice([-1.0, 1.0], n)
     return m
-
-
-def workload_matrix(kind: str, n: int) -> np.ndarray:
-    """W from the definitions: prefix sums, the bins, the total, every [a, b] (lexicographic
-    (a, b) order)."""
-    if kind == "prefix":
-        return np.tril(np.ones((n, n)))
-    if kind == "identity":
-        return np.eye(n)
-    if kind == "total":
-        return np.ones((1, n))
-    cols = np.arange(n)
-    return np.array([(cols >= a) & (cols <= b) for a in range(n) for b in range(a, n)],
-                    dtype=float)
 
 
 def mechanism(strategy, rng, per_row: bool = False) -> Mechanism:
@@ -209,7 +196,7 @@ def test_exact_errors_are_the_gls_trace(n, data):
     mech = mechanism(S.banded(m, bands), rng, per_row=data.draw(st.booleans()))
     for kind in KINDS:
         wl = getattr(W, kind)(n)
-        _, var, _ = constrained_gls(m, mech.variances, workload_matrix(kind, n))
+        _, var, _ = constrained_gls(m, mech.variances, dense_1d_workload(kind, n))
         for task in ("error", "per_query"):
             assert engines.select(task, mech, wl).name == "banded"
         np.testing.assert_allclose(d.expected_error(wl, mech, per_query=True), var,
@@ -225,7 +212,7 @@ def test_exact_errors_across_block_sizes(n, bands):
     m = random_banded(rng, n, bands)
     mech = mechanism(S.banded(m, bands), rng)
     for kind in KINDS:
-        _, var, _ = constrained_gls(m, mech.variances, workload_matrix(kind, n))
+        _, var, _ = constrained_gls(m, mech.variances, dense_1d_workload(kind, n))
         np.testing.assert_allclose(d.expected_error(getattr(W, kind)(n), mech, per_query=True),
                                    var, rtol=RTOL, atol=0)
 
@@ -293,7 +280,7 @@ def test_a_total_row_hands_the_mechanism_to_the_generic_engine():
         assert not isinstance(mech.released, S.BandedStrategy)
         assert engines.select("error", mech, W.prefix(n)).name == "dense"
         _, var, _ = constrained_gls(mech.released.matrix.toarray(), mech.variances,
-                                    workload_matrix("prefix", n))
+                                    dense_1d_workload("prefix", n))
         assert d.expected_error(W.prefix(n), mech) == pytest.approx(var.sum(), rel=RTOL)
 
 
@@ -310,7 +297,7 @@ def test_causal_blue_of_a_banded_strategy_is_the_offline_one(kind):
     assert engines.select("per_query", mech, wl, "causal").name == "triangular"
     causal = d.expected_error(wl, mech, estimator="causal", per_query=True)
     dense = d.expected_error(wl, mech, estimator="causal", per_query=True, method="dense")
-    _, offline, _ = constrained_gls(m, mech.variances, workload_matrix(kind, n))
+    _, offline, _ = constrained_gls(m, mech.variances, dense_1d_workload(kind, n))
     np.testing.assert_allclose(causal, dense, rtol=RTOL)
     np.testing.assert_allclose(causal, offline, rtol=RTOL)
 
@@ -330,5 +317,5 @@ def test_requests_above_the_limits_are_refused_so_the_registry_moves_on(monkeypa
     monkeypatch.setattr(banded_engine, "MAX_BANDED_WORK", 100)
     assert "exact error costs about" in engine.refusal("error", mech, W.prefix(n), "blue")
     assert engines.select("error", mech, W.prefix(n)).name == "dense"
-    _, var, _ = constrained_gls(m, mech.variances, workload_matrix("prefix", n))
+    _, var, _ = constrained_gls(m, mech.variances, dense_1d_workload("prefix", n))
     assert d.expected_error(W.prefix(n), mech) == pytest.approx(var.sum(), rel=RTOL)

@@ -1,6 +1,6 @@
 """optimize.l1_local (local optimisation of the full pure-DP strategy problem) and the grid
 family kron_l1_local of optimize.best_mechanism: gradients against finite differences,
-errors against a dense GLS computed here, the start never beaten by a worse result."""
+errors against the dense GLS of tests/oracles.py, the start never beaten by a worse result."""
 
 import time
 
@@ -14,31 +14,10 @@ from dptree_opt.optimize.families_grid import kron_l1_local_applies, kron_l1_loc
 from dptree_opt.optimize.family import Problem
 from dptree_opt.optimize.l1_local import l1_local, l1_objective
 from dptree_opt.strategies.optimized import laplace_p_identity
-from oracles import brute_loss
+from oracles import brute_loss, dense_1d_workload, laplace_gls_error
 
 
 # ------------------------------------------------------------------ independent oracles
-def _dense_workload(kind: str, n: int) -> np.ndarray:
-    """The 1-D workload matrix written out: prefix = lower-triangular ones; all ranges."""
-    if kind == "prefix":
-        return np.tril(np.ones((n, n)))
-    rows = [np.r_[np.zeros(lo), np.ones(hi - lo + 1), np.zeros(n - hi - 1)]
-            for lo in range(n) for hi in range(lo, n)]
-    return np.array(rows)
-
-
-def _gls_error(a: np.ndarray, variances: np.ndarray, w: np.ndarray) -> float:
-    """Total error of the GLS (BLUE): tr(W (A' V^-1 A)^-1 W')."""
-    cov = np.linalg.inv(a.T @ (a / variances[:, None]))
-    return float(np.einsum("ij,jk,ik->", w, cov, w))
-
-
-def _laplace_error(a: np.ndarray, w: np.ndarray) -> float:
-    """eps = 1, add/remove: every row gets Laplace noise of scale max column l1 norm."""
-    sens = np.abs(a).sum(axis=0).max()
-    return _gls_error(a, np.full(a.shape[0], 2.0 * sens**2), w)
-
-
 def _brute_epsilon(mech: Mechanism, model: str) -> float:
     """The privacy loss max ||diag(1 / b) A (h - h')||_1 over neighbouring histograms of <= 2
     records (tests/oracles.py), rows released exactly (b = 0: the public total under swap,
@@ -59,7 +38,7 @@ def test_gradient_matches_finite_differences(kind, n):
     f, gp, gn = l1_objective(w, pos, neg)
     # the value: tr(G (A'A)^-1) with A = (P - N) / column sums of P + N, written out
     a = (pos - neg) / (pos + neg).sum(axis=0)
-    wd = _dense_workload(kind, n)
+    wd = dense_1d_workload(kind, n)
     assert f == pytest.approx(np.trace(wd.T @ wd @ np.linalg.inv(a.T @ a)), rel=1e-10)
     h = 1e-6
     for _ in range(3):
@@ -87,12 +66,12 @@ def test_error_is_the_dense_gls_of_the_calibrated_mechanism(kind, n):
     mech = Mechanism(res.strategy, epsilon=1.0)
     assert mech.level_sensitivities[1] == pytest.approx(1.0, rel=1e-12)
     np.testing.assert_allclose(mech.variances, 2.0, rtol=1e-12)
-    want = _laplace_error(a, _dense_workload(kind, n))
+    want = laplace_gls_error(a, dense_1d_workload(kind, n))
     assert res.error == pytest.approx(want, rel=1e-9)
     assert expected_error(w, mech) == pytest.approx(want, rel=1e-9)
     # the default start is p-Identity, and the result is never worse
     start = laplace_p_identity(w).strategy.matrix.toarray()
-    assert res.start_error == pytest.approx(_laplace_error(start, _dense_workload(kind, n)),
+    assert res.start_error == pytest.approx(laplace_gls_error(start, dense_1d_workload(kind, n)),
                                             rel=1e-9)
     assert res.error <= res.start_error
 
@@ -100,10 +79,10 @@ def test_error_is_the_dense_gls_of_the_calibrated_mechanism(kind, n):
 def test_beats_p_identity_on_prefix_8():
     """At 8 bins p-Identity leaves identity rows of tiny weight (Theta cannot send them to
     zero); the full problem removes them: strictly below p-Identity's dense GLS error."""
-    wd = _dense_workload("prefix", 8)
-    pid = _laplace_error(laplace_p_identity(workloads.prefix(8)).strategy.matrix.toarray(), wd)
+    wd = dense_1d_workload("prefix", 8)
+    pid = laplace_gls_error(laplace_p_identity(workloads.prefix(8)).strategy.matrix.toarray(), wd)
     res = l1_local(workloads.prefix(8), maxiter=100)
-    got = _laplace_error(res.strategy.matrix.toarray(), wd)
+    got = laplace_gls_error(res.strategy.matrix.toarray(), wd)
     assert got == pytest.approx(res.error, rel=1e-9)
     assert got < pid * (1 - 1e-6)
 
@@ -111,12 +90,12 @@ def test_beats_p_identity_on_prefix_8():
 def test_poor_start_improves_and_optimal_start_is_kept():
     rng = np.random.default_rng(3)
     w = workloads.prefix(10)
-    wd = _dense_workload("prefix", 10)
+    wd = dense_1d_workload("prefix", 10)
     start = rng.random((14, 10)) - 0.3            # signed; columns rescaled to unit l1
     res = l1_local(w, start, maxiter=200)
     unit = start / np.abs(start).sum(axis=0)
-    assert res.start_error == pytest.approx(_laplace_error(unit, wd), rel=1e-9)
-    assert res.error == pytest.approx(_laplace_error(res.strategy.matrix.toarray(), wd),
+    assert res.start_error == pytest.approx(laplace_gls_error(unit, wd), rel=1e-9)
+    assert res.error == pytest.approx(laplace_gls_error(res.strategy.matrix.toarray(), wd),
                                       rel=1e-9)
     assert res.error < 0.5 * res.start_error
     assert res.strategy.n_rows == 14
@@ -176,11 +155,11 @@ def test_kron_family_is_exact_and_below_kron_p_identity(shape):
     w = workloads.prefix(shape)
     (cand,) = kron_l1_local_family(_problem(w))
     a = cand.mech.strategy.matrix.toarray()
-    wd = np.kron(_dense_workload("prefix", shape[0]), _dense_workload("prefix", shape[1]))
-    want = _laplace_error(a, wd)
+    wd = np.kron(dense_1d_workload("prefix", shape[0]), dense_1d_workload("prefix", shape[1]))
+    want = laplace_gls_error(a, wd)
     np.testing.assert_allclose(cand.mech.variances, 2.0, rtol=1e-12)
     assert expected_error(w, cand.mech) == pytest.approx(want, rel=1e-9)
-    pid = _laplace_error(strategies.kron_p_identity(w).strategy.matrix.toarray(), wd)
+    pid = laplace_gls_error(strategies.kron_p_identity(w).strategy.matrix.toarray(), wd)
     assert want < pid * (1 - 1e-6)
 
 
@@ -222,6 +201,6 @@ def test_best_mechanism_256_grid_beats_kron_p_identity():
     assert d.error < pid.error and d.mean < 1488.2
     f1 = d.mechanism().strategy.factors[0].matrix.toarray()
     assert np.abs(f1).sum(axis=0).max() == pytest.approx(1.0, rel=1e-12)
-    wd = _dense_workload("prefix", 256)
+    wd = dense_1d_workload("prefix", 256)
     f = np.trace(wd.T @ wd @ np.linalg.inv(f1.T @ f1))
     assert d.error == pytest.approx(2.0 * f * f, rel=1e-9)

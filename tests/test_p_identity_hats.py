@@ -1,7 +1,7 @@
 """HDMM's p-Identity from the multi-scale hat start (issue 28: ``hat_start``,
 ``laplace_p_identity(hats=True, time_limit=...)``) and the ``p_identity_hats`` family of
 ``optimize.best_mechanism``: the start's shape and partition of unity, errors against a dense
-GLS written here, privacy by brute force over neighbouring histograms, the measured gain over
+GLS of tests/oracles.py, privacy by brute force over neighbouring histograms, the measured gain over
 the dyadic start, the time limit and the family's refusals."""
 
 import time
@@ -14,15 +14,7 @@ from dptree_opt.mechanism import Mechanism
 from dptree_opt.optimize.best import FAMILIES
 from dptree_opt.optimize.family import Problem
 from dptree_opt.strategies.optimized import hat_start, laplace_p_identity
-from oracles import brute_loss, dense_1d_workload
-
-
-def _laplace_error(a: np.ndarray, w: np.ndarray) -> float:
-    """eps = 1, add/remove: every row gets Laplace noise of scale max column l1 norm; the total
-    error of the GLS tr(W (A'A / 2 s^2)^-1 W')."""
-    sens = np.abs(a).sum(axis=0).max()
-    cov = 2.0 * sens**2 * np.linalg.inv(a.T @ a)
-    return float(np.sum((w @ cov) * w))
+from oracles import brute_loss, dense_1d_workload, laplace_gls_error
 
 
 # ------------------------------------------------------------------ the start
@@ -59,7 +51,7 @@ def test_error_is_the_dense_gls_error_and_never_worse_than_without_hats(kind, n)
     res = laplace_p_identity(w, max_iter=300, hats=True)
     a = res.strategy.matrix.toarray()
     np.testing.assert_allclose(np.abs(a).sum(axis=0), 1.0, rtol=1e-12)
-    assert res.error == pytest.approx(_laplace_error(a, wd), rel=1e-9)
+    assert res.error == pytest.approx(laplace_gls_error(a, wd), rel=1e-9)
     # the same dyadic and random starts plus the hat start: never worse
     assert res.error <= plain.error * (1 + 1e-12)
     assert res.error <= res.start_error * (1 + 1e-12)
@@ -84,8 +76,8 @@ def test_hats_beat_the_dyadic_start_at_256_bins():
     wd = dense_1d_workload("prefix", 256)
     dyadic = laplace_p_identity(w, starts=1, max_iter=3000)
     hats = laplace_p_identity(w, starts=0, hats=True, max_iter=3000)
-    e_dyadic = _laplace_error(dyadic.strategy.matrix.toarray(), wd)
-    e_hats = _laplace_error(hats.strategy.matrix.toarray(), wd)
+    e_dyadic = laplace_gls_error(dyadic.strategy.matrix.toarray(), wd)
+    e_hats = laplace_gls_error(hats.strategy.matrix.toarray(), wd)
     assert e_hats < 0.99 * e_dyadic
 
 
@@ -138,7 +130,7 @@ def test_best_mechanism_picks_it_and_scores_it_exactly():
     a = d.mechanism().released.matrix.toarray()
     wd = dense_1d_workload("prefix", 256)
     # eps = 2: a quarter of the unit-budget error; the dense GLS written here
-    assert d.error == pytest.approx(_laplace_error(a, wd) / 4.0, rel=1e-9)
+    assert d.error == pytest.approx(laplace_gls_error(a, wd) / 4.0, rel=1e-9)
     assert {a.family for a in d.alternatives} == {"dense_optimum", "node_budgets"}
     assert d.error < min(a.error for a in d.alternatives)
 
@@ -208,7 +200,7 @@ def test_sparse_result_error_is_the_dense_gls_error(n):
     res = laplace_p_identity_hats(w, max_iter=30)
     a = res.strategy.matrix.toarray()
     np.testing.assert_allclose(np.abs(a).sum(axis=0), 1.0, rtol=1e-12)
-    assert res.error == pytest.approx(_laplace_error(a, dense_1d_workload("prefix", n)),
+    assert res.error == pytest.approx(laplace_gls_error(a, dense_1d_workload("prefix", n)),
                                       rel=1e-8)
     assert res.error <= res.start_error and res.iterations <= 30
 
@@ -265,5 +257,5 @@ def test_all_ranges_too_scored_exactly():
     assert d.family == "p_identity_hats"
     a = d.mechanism().released.matrix.toarray()
     wd = dense_1d_workload("all_range", 256)
-    assert d.error == pytest.approx(_laplace_error(a, wd), rel=1e-9)
+    assert d.error == pytest.approx(laplace_gls_error(a, wd), rel=1e-9)
     assert d.error < d.alternatives[0].error

@@ -6,24 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dptree_opt import workloads as W
-
-
-def dense_definition(kind, n, intervals=None):
-    """W from the definition, row by row (independent of the implementation)."""
-    if kind == "prefix":
-        return np.tril(np.ones((n, n)))
-    if kind == "identity":
-        return np.eye(n)
-    if kind == "total":
-        return np.ones((1, n))
-    if kind == "all_range":
-        intervals = [(a, b) for a in range(n) for b in range(a, n)]
-    rows = []
-    for a, b in intervals:
-        r = np.zeros(n)
-        r[a:b + 1] = 1
-        rows.append(r)
-    return np.array(rows)
+from oracles import dense_1d_workload
 
 
 def make(kind, n, intervals):
@@ -39,7 +22,7 @@ def test_workload_products_and_gram(kind, n, seed):
     b = rng.integers(0, n, size=7)
     intervals = list(zip(np.minimum(a, b), np.maximum(a, b)))
     wl = make(kind, n, intervals)
-    dense = dense_definition(kind, n, intervals)
+    dense = dense_1d_workload(kind, n, intervals)
     assert wl.shape == dense.shape
     np.testing.assert_array_equal(wl.dense(), dense)
     x = rng.normal(size=n)
