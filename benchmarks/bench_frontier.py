@@ -77,7 +77,8 @@ bins: it IS a p-Identity (every identity row kept, 15 non-negative rows after a 
 one empty), made of hats 22-48 bins wide plus two rows over half the domain, so its 53.65
 against p-Identity's 54.54 is a better basin of the same family, not the extra freedom.
 Mean per prefix, eps = 1, 3000 iterations (one core): 256: dyadic 54.96 -> hats 53.66 (1.7 s);
-512: 71.04 -> 70.37; 1024: 90.61 (dyadic converged, 8511 it., 78 s) vs 90.60 (hats, 20000 it.
+512: 71.04 -> 70.92 (hat_start's scales 16, 64; adding 256 gives 70.37, but at
+2048 adding 1024 is worse, 115.42 against 114.67, so the rule 2 h < n stays); 1024: 90.61 (dyadic converged, 8511 it., 78 s) vs 90.60 (hats, 20000 it.
 cap, converged at 7310, 90 s); 2048: 114.67 (169 s; 115.73 after 500 it., 33 s) against
 budgets per node 145.63 and the nested family 128.3; 4096 (hat scales 16, 64, 256, 1024; 344 rows): 143.94 after
 2500 it. (652 s on a loaded core) against budgets per node 179.09 (8192: 220.21). The optima

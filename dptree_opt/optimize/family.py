@@ -49,6 +49,7 @@ MAX_HATS_BINS = 4096           # ... to here (the candidate is scored by the den
 # one evaluation of the sparse p-Identity (strategies.p_identity_sparse), one core:
 # a + b p^3 + c p nnz + d n p seconds (measured 7 ms / 80 ms / 0.37 s / 2.1 s at 2^10..2^14)
 HATS_ITERATION_FIT = (4e-3, 5e-10, 1.5e-9, 1e-8)
+HATS_DENSE_FACTOR = 2.0       # the dense optimiser up to 1024 bins: 12 ms against 7 ms
 HATS_MIN_ITERATIONS = 50       # fewer in its share of the time: skipped
 HATS_MAX_ITERATIONS = 3000
 NESTED_MIN_BINS = 1024         # from here up (below: p-Identity and l1_local are dense)

@@ -51,7 +51,7 @@ Theta0 = triangles of half-width h centred at the multiples of h, one row each, 
 h = 16, 64, 256, ... with 2 h < n (each scale a partition of unity; about n / 12 rows). The
 p-Identity landscape has many local optima and the dyadic start ends in a poorer one from
 256 bins on: CDF, mean per prefix at eps = 1, 3000 iterations, dyadic -> hats: 256 bins
-54.96 -> 53.66, 512: 71.04 -> 70.37, 1024: 90.61 (converged) -> 90.60, 2048: 114.67 (budgets
+54.96 -> 53.66, 512: 71.04 -> 70.92 (70.37 with the scale 256 added), 1024: 90.61 (converged) -> 90.60, 2048: 114.67 (budgets
 per node on the binary tree: 145.63). The optima are sparse (at 2048 bins 9,650 non-zeros
 in Theta's 171 x 2048): the identity, hats of width 20 to 50 and a few rows spanning half
 the domain. ``strategies.p_identity_sparse`` optimises on that sparse support (the hats
