@@ -106,6 +106,41 @@ the same basin as 53.65; random dense starts of the full problem at 32 bins: 26.
 against p-Identity's 19.65 (L-BFGS-B stops in ~100 iterations). Every start we found ends at
 the identity plus hats plus a few long rows; at 1024 bins that family sits at 90.6.
 
+Part 7 (issue 28 item 1: is 88 at 2^10 within reach?): random multi-start of the FULL l1
+problem (``optimize.l1_local``, 3000 iterations) at small n, to see whether the hats basin is
+only the best start we thought of or the best basin there is. Starts: the identity (a random
+weight) plus 3..n/4 random hats (half-width log-uniform in [1.5, n/1.5], random centre and
+height); at 64 bins also signed rows (hats with random or step signs, up to n/3 of them), starts
+with no identity (n..2n random hats down to half-width 0.6) and perturbed Haar wavelets. Best
+value against the hats basin (p-Identity from ``hat_start``, then ``l1_local``):
+  64 bins: hats basin 28.3248; 125 random starts: best 28.3248, reached by 62 of them (44 of 60
+    identity+hats, 16 of 30 signed, 2 of 25 without the identity; Haar: 29.30 at best);
+  128: hats basin 39.4753; 21 random starts: best 39.4757 (median 39.87);
+  256: hats basin 53.6202 (converged); 12 random starts (3000 iterations): two end below it,
+    53.5795 and 53.5943 (converged: 53.5792 / 53.5858), the rest 53.69-54.03 (one 63.84). The
+    better basin has fewer rows: the identity at a larger weight (mean 0.471 against 0.442), one
+    row over the whole domain and 11 hats 21-59 bins wide, some with holes (56 non-zeros over
+    94 bins), against 16 hats in the hats basin;
+  512: hats basin 70.7895 (70.9228 -> 70.7895 after 3000 iterations of l1_local);
+  1024 (p-Identity only: the full problem costs ~17 min per start there): 80 random starts of
+    15..120 hats (half-width log-uniform from 4 to 64, 256 or 700; half of them with a row
+    over the whole domain), 1500 iterations: best 90.65, median 91.6; the best of each
+    40 continued to convergence: 90.587 (63 rows) and 90.760, against the hats basin's 90.60;
+    starts shaped like the better 256-bin basin (a row over the whole domain plus hats of
+    half-width 16 / 24 / 20 + 128 / 24 + 256 / 32 + 256 / 16 + 256, 3000 iterations): 91.49,
+    91.30, 91.33, 91.27, 92.27, 90.71.
+The hats basin is the best basin at 64 and 128 bins (at 64, where the search is nearly
+exhaustive, half of all starts end at its value to 4 digits and none below), within 0.08 % of
+the best found at 256 and within 0.02 % of the best of 80 random starts at 1024. Extrapolating the best values (64..512: 28.32, 39.48, 53.58, 70.79;
+successive differences 11.15, 14.10, 17.21, second differences 2.95, 3.11) gives about
+70.79 + 17.21 + 3.1 = 91.1 at 1024; the 90.55 found there is already below that trend, and 88
+would need the second difference to fall from about 3 to about 0 in one doubling. The evidence
+is that no linear Laplace mechanism reaches 88 at 2^10 (not a proof: the problem is
+non-convex). Discrete Laplace noise does not change this: on the identity rows of the 90.55
+mechanism (integer rows, noise scale 1 / w_j with w_j their budget, 0.19..0.96) its exact
+variance 1 / (2 sinh^2(w_j / 2)) instead of 2 / w_j^2 gives 90.22; the hats' rows are real and
+gain nothing measurable from a lattice (variance 2 s^2 - 1/6 at scale s).
+
 Reference values (MATH.md section 7): 8.7348 (2^10), 11.4906 (2^12), 18.1759 (2^16); the
 square-root factorisation 9.6708 / 19.6643 / 28.2753 (2^10 / 2^16 / 2^20); SVD bound 17.911
 (2^16); Henzinger-Kalinin-Upadhyay's asymptotic bracket [26.150, 26.633] at 2^20.
@@ -286,6 +321,35 @@ def hats_table(ns=(256, 512, 1024, 2048, 4096, 8192), iterations: int = 3000,
               f"{nb.mean:.2f} |", flush=True)
 
 
+def _random_hats_start(rng, n: int):
+    """Part 7's random start: the identity at a random weight plus 3..n/4 random hats."""
+    x = np.arange(n) + 0.5
+    rows = []
+    for _ in range(rng.integers(3, max(4, n // 4))):
+        h = np.exp(rng.uniform(np.log(1.5), np.log(n / 1.5)))
+        rows.append(np.clip(1 - np.abs(x - rng.uniform(0, n)) / h, 0, None) * rng.uniform(0.3, 1.5))
+    return np.vstack([np.eye(n) * rng.uniform(0.5, 1.5)] + [r for r in rows if r.sum() > 0])
+
+
+def multistart_table(plan=((64, 60), (128, 20), (256, 8)), iterations: int = 3000, seed: int = 1):
+    """Part 7: the full l1 problem (``optimize.l1_local``) from random identity-plus-hats
+    starts against the hats basin (p-Identity from ``hat_start``, then ``l1_local``); per n:
+    the basin's value, the best and median random result and how many reach the basin."""
+    from dptree_opt.optimize.l1_local import l1_local
+    from dptree_opt.strategies.optimized import laplace_p_identity
+    print("\n| n | hats basin | random starts | best | median | within 1e-4 of the basin |")
+    print("|---|---|---|---|---|---|")
+    rng = np.random.default_rng(seed)
+    for n, count in plan:
+        w = workloads.prefix(n)
+        basin = l1_local(w, laplace_p_identity(w, hats=True, max_iter=iterations),
+                         maxiter=iterations).error / n
+        got = np.array([l1_local(w, _random_hats_start(rng, n), maxiter=iterations).error / n
+                        for _ in range(count)])
+        print(f"| {n} | {basin:.4f} | {count} | {got.min():.4f} | {np.median(got):.4f} | "
+              f"{int(np.sum(got <= basin * (1 + 1e-4)))} |", flush=True)
+
+
 def main(ns):
     best = optimum_table(ns)
     strategy_table(best)
@@ -294,6 +358,7 @@ def main(ns):
     l1_local_table([n for n in [256] + list(ns) if n <= 1024])
     nested_table()
     hats_table()
+    multistart_table()
 
 
 if __name__ == "__main__":
