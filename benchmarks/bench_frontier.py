@@ -121,7 +121,9 @@ value against the hats basin (p-Identity from ``hat_start``, then ``l1_local``):
     better basin has fewer rows: the identity at a larger weight (mean 0.471 against 0.442), one
     row over the whole domain and 11 hats 21-59 bins wide, some with holes (56 non-zeros over
     94 bins), against 16 hats in the hats basin;
-  512: hats basin 70.7895 (70.9228 -> 70.7895 after 3000 iterations of l1_local);
+  512: hats basin 70.7895 (70.9228 -> 70.7895 after 3000 iterations of l1_local); 8 random
+    starts (3000 iterations, ~4 min each): 70.6975 and 70.7020 (0.13 % below it), the rest
+    70.98-71.84 (one 101.50);
   1024 (p-Identity only: the full problem costs ~17 min per start there): 80 random starts of
     15..120 hats (half-width log-uniform from 4 to 64, 256 or 700; half of them with a row
     over the whole domain), 1500 iterations: best 90.65, median 91.6; the best of each
@@ -130,11 +132,12 @@ value against the hats basin (p-Identity from ``hat_start``, then ``l1_local``):
     half-width 16 / 24 / 20 + 128 / 24 + 256 / 32 + 256 / 16 + 256, 3000 iterations): 91.49,
     91.30, 91.33, 91.27, 92.27, 90.71.
 The hats basin is the best basin at 64 and 128 bins (at 64, where the search is nearly
-exhaustive, half of all starts end at its value to 4 digits and none below), within 0.08 % of
-the best found at 256 and within 0.02 % of the best of 80 random starts at 1024. Extrapolating the best values (64..512: 28.32, 39.48, 53.58, 70.79;
-successive differences 11.15, 14.10, 17.21, second differences 2.95, 3.11) gives about
-70.79 + 17.21 + 3.1 = 91.1 at 1024; the 90.55 found there is already below that trend, and 88
-would need the second difference to fall from about 3 to about 0 in one doubling. The evidence
+exhaustive, half of all starts end at its value to 4 digits and none below), within 0.08 % /
+0.13 % of the best found at 256 / 512 and within 0.02 % of the best of 80 random starts at
+1024. Extrapolating the best values (64..512: 28.32, 39.48, 53.58, 70.70; successive
+differences 11.15, 14.10, 17.12, second differences 2.95, 3.01) gives about
+70.70 + 17.12 + 3.0 = 90.8 at 1024; the 90.55 found there is already below that trend, and 88
+would need the second difference to fall from about 3 to 0.2 in one doubling. The evidence
 is that no linear Laplace mechanism reaches 88 at 2^10 (not a proof: the problem is
 non-convex). Discrete Laplace noise does not change this: on the identity rows of the 90.55
 mechanism (integer rows, noise scale 1 / w_j with w_j their budget, 0.19..0.96) its exact
