@@ -346,7 +346,8 @@ def multistart_table(plan=((64, 60, 1), (128, 21, 2), (256, 12, 7), (512, 4, 21)
     the basin's value, the best and median random result and how many end at or below it."""
     from dptree_opt.optimize.l1_local import l1_local
     from dptree_opt.strategies.optimized import laplace_p_identity
-    print("\n| n | seed | hats basin | random starts | best | median | at or below the basin (rel. 1e-4) |")
+    print("\n| n | seed | hats basin | random starts | best | median | "
+          "at or below the basin (rel. 1e-4) |")
     print("|---|---|---|---|---|---|---|")
     basins = {}
     for n, count, seed in plan:
