@@ -8,12 +8,15 @@ import time
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from dptree_opt import optimize, workloads
+from dptree_opt import limits, optimize, workloads
 from dptree_opt.mechanism import Mechanism
 from dptree_opt.optimize.best import FAMILIES
 from dptree_opt.optimize.family import Problem
-from dptree_opt.strategies.optimized import hat_start, laplace_p_identity
+from dptree_opt.strategies import p_identity_sparse
+from dptree_opt.strategies.optimized import (hat_start, laplace_p_identity, p_identity,
+                                             trace_gram_inverse)
 from oracles import brute_loss, dense_1d_workload, laplace_gls_error
 
 
@@ -231,6 +234,45 @@ def test_sparse_bad_options_are_refused(kw):
 def test_sparse_refuses_sizes_before_allocating():
     with pytest.raises(ValueError, match="bins"):
         laplace_p_identity_hats(workloads.prefix(MAX_SPARSE_P_IDENTITY_BINS + 1))
+
+
+def test_sparse_and_dense_errors_refuse_memory_before_allocating(monkeypatch):
+    # the optimiser's (n, p) work arrays and the dense error check, refused under a 1 MB limit
+    monkeypatch.setattr(limits, "memory_limit", lambda: 1 << 20)
+    with pytest.raises(ValueError, match="sparse p-Identity over 4096 bins"):
+        laplace_p_identity_hats(workloads.prefix(4096), max_iter=1)
+    with pytest.raises(ValueError, match="dense error check"):
+        trace_gram_inverse(p_identity(np.ones((2, 512))), workloads.prefix(512))
+
+
+def test_woodbury_error_above_the_recheck_size_is_flagged_and_accurate(monkeypatch):
+    # every u_k counts as large (_U_WOODBURY = 0): at 128 bins the error is a dense solve when
+    # the recheck reaches 128 bins, else the Woodbury value with a note; both against the GLS
+    # written in tests/oracles.py
+    w = workloads.prefix(128)
+    gls = dense_1d_workload("prefix", 128)
+    monkeypatch.setattr(p_identity_sparse, "_U_WOODBURY", 0.0)
+    monkeypatch.setattr(p_identity_sparse, "_DENSE_CHECK_BINS", 64)
+    for recheck, noted in ((128, False), (64, True)):
+        monkeypatch.setattr(p_identity_sparse, "_MAX_RECHECK_BINS", recheck)
+        res = laplace_p_identity_hats(w, max_iter=20)
+        assert ("error by Woodbury" in res.method) is noted
+        assert res.error == pytest.approx(laplace_gls_error(res.strategy.matrix.toarray(), gls),
+                                          rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_p_identity_of_a_sparse_theta_equals_the_dense_one(seed):
+    rng = np.random.default_rng(seed)
+    th = rng.random((5, 40)) * (rng.random((5, 40)) < 0.3)
+    a = p_identity(sp.csr_matrix(th)).matrix.toarray()
+    np.testing.assert_allclose(a, p_identity(th).matrix.toarray(), rtol=0, atol=1e-15)
+    u = 1.0 + th.sum(axis=0)                                  # A = [I; Theta] / u, by hand
+    np.testing.assert_allclose(a, np.vstack([np.eye(40), th]) / u, rtol=1e-14)
+    bad = sp.csr_matrix(th)
+    bad.data[0] = -1.0
+    with pytest.raises(ValueError, match="non-negative"):
+        p_identity(bad)
 
 
 @pytest.mark.parametrize("bad", [

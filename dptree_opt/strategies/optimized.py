@@ -80,6 +80,7 @@ import scipy.optimize as sopt
 import scipy.sparse as sp
 
 from ..bounds import singular_values
+from ..limits import check_memory
 from ..validation import check_int, check_real
 from ..workloads import KroneckerWorkload, Workload
 from .base import Strategy
@@ -324,16 +325,21 @@ def gaussian_optimal_cvxpy(workload: Workload, solver: str | None = None) -> tup
 
 
 # ------------------------------------------------------------------------------ Laplace
-def p_identity(theta: ArrayLike) -> Strategy:
+def p_identity(theta: ArrayLike | sp.spmatrix | sp.sparray) -> Strategy:
     """HDMM's p-Identity strategy A = [I; Theta] D, D = diag(1 / (1 + 1'Theta)).
 
-    ``theta``: non-negative (p, n). Every column has l1 norm 1. Rows 0..n-1 are the scaled
-    identity, rows n.. the scaled Theta rows; all at budget level 1."""
-    th = np.asarray(theta, dtype=float)
-    if th.ndim != 2 or np.any(~np.isfinite(th)) or np.any(th < 0):
+    ``theta``: non-negative (p, n), dense or scipy.sparse (kept sparse: no dense p x n copy).
+    Every column has l1 norm 1. Rows 0..n-1 are the scaled identity, rows n.. the scaled Theta
+    rows; all at budget level 1."""
+    src: Any = theta
+    sparse = sp.issparse(src)
+    th: Any = sp.csr_matrix(src).astype(float) if sparse else np.asarray(src, dtype=float)
+    values = np.asarray(th.data if sparse else th)
+    if th.ndim != 2 or np.any(~np.isfinite(values)) or np.any(values < 0):
         raise ValueError("theta must be a finite non-negative (p, n) array")
-    u = 1.0 + th.sum(axis=0)
-    a = sp.vstack([sp.diags(1.0 / u), sp.csr_matrix(th / u[None, :])], format="csr")
+    u = 1.0 + np.asarray(th.sum(axis=0), dtype=float).ravel()
+    scaled = th @ sp.diags(1.0 / u) if sparse else th / u[None, :]
+    a = sp.vstack([sp.diags(1.0 / u), sp.csr_matrix(scaled)], format="csr")
     return Strategy(a, name="p_identity")
 
 
@@ -378,7 +384,11 @@ def p_identity_objective(workload: Workload, theta: ArrayLike) -> tuple[float, _
 def trace_gram_inverse(strategy: Strategy, w: Workload) -> float:
     """tr(G (A'A)^-1) by a Cholesky solve of the n x n A'A, O(n^3): the Woodbury form of the
     p-Identity objective loses digits when an identity weight 1 / u_k is tiny (u_k ~ 1e5
-    gives ~1e-6 relative error; prefix(4), p = 2: 10.0 against 10.0000390331)."""
+    gives ~1e-6 relative error; prefix(4), p = 2: 10.0 against 10.0000390331). Memory
+    (the dense A, A'A, its inverse and G) checked before allocating."""
+    m, n = strategy.matrix.shape
+    check_memory(8.0 * (m * n + 3 * n * n), f"the dense error check of a {m} x {n} strategy",
+                 "score it with dptree_opt.expected_error (structured) instead")
     a = strategy.matrix.toarray()
     c = sla.cho_solve(sla.cho_factor(a.T @ a, lower=True), np.eye(a.shape[1]))
     return float(np.einsum("ij,ij->", c, w.gram_dense()))
@@ -430,7 +440,8 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
     number of rows, about n / 12; the best start from 256 bins on, module docstring), run
     first; ``starts=0, hats=True`` runs it alone.
     ``time_limit``: seconds for all the starts together (None: no limit; checked after
-    every iteration; a start begun after the limit is skipped). ``error`` = 2 f(Theta)
+    every iteration; the first start always runs, a later one not yet begun when the limit
+    is reached is skipped, and ``method`` counts the starts run). ``error`` = 2 f(Theta)
     (Laplace, eps = 1, add/remove); ``start_error`` is the error of the best start (the
     result is never worse)."""
     w = check_workload(workload)
@@ -449,7 +460,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
         + [rng.random((p, n)) for _ in range(max(0, starts - 1))]
     if not inits:   # one bin: no hat start
         inits = [_dyadic_start(n, p)]
-    best_f, start_f, iters, evals = math.inf, math.inf, 0, 0
+    best_f, start_f, iters, evals, ran = math.inf, math.inf, 0, 0, 0
     best_th: _F | None = None
 
     def stop(intermediate_result: Any) -> None:
@@ -467,6 +478,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
                             options={"maxiter": max_iter, "maxfun": 2 * max_iter})
         iters += int(res.nit)
         evals += obj.evals
+        ran += 1
         f, th = (float(res.fun), res.x) if res.fun <= f0 else (f0, th0.ravel())
         if f < best_f:
             best_f, best_th = f, th.reshape(th0.shape)
@@ -478,7 +490,7 @@ def laplace_p_identity(workload: Workload, p: int | None = None, *, starts: int 
         strategy=strat, error=2.0 * trace_gram_inverse(strat, w),
         start_error=2.0 * start_f, lower_bound=None, iterations=iters, seconds=secs,
         method=(f"p-Identity (p = {best_th.shape[0]}) by L-BFGS-B, "
-                f"{len(inits)} starts{' (multi-scale hats first)' if hats else ''}, "
+                f"{ran} of {len(inits)} starts{' (multi-scale hats first)' if hats else ''}, "
                 f"{evals} evaluations"))
 
 

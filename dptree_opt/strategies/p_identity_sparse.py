@@ -38,6 +38,7 @@ import scipy.linalg as sla
 import scipy.optimize as sopt
 import scipy.sparse as sp
 
+from ..limits import check_memory
 from ..validation import check_int, check_real
 from ..workloads import Workload
 from .optimized import (OptimizedStrategy, check_workload, gram_diagonal, hat_start,
@@ -49,8 +50,12 @@ __all__ = ["hat_support", "laplace_p_identity_hats", "sparse_p_identity_objectiv
 _F: TypeAlias = "npt.NDArray[np.float64]"
 
 MAX_SPARSE_P_IDENTITY_BINS = 1 << 15  # p ~ n / 12: the p x p inverse is O(p^3) per evaluation
-_DENSE_CHECK_BINS = 2048              # the returned error: a dense solve up to here
-_U_WOODBURY = 1e4                     # above this u_k the Woodbury value loses digits
+_DENSE_CHECK_BINS = 2048              # the returned error: a dense solve up to here, ...
+_U_WOODBURY = 1e4                     # ... and when some u_k exceeds this (the Woodbury value
+_MAX_RECHECK_BINS = 8192              # loses ~u 1e-11 relative digits), up to here (16 s)
+_WORK_ARRAYS = 6                      # dense (n, p) arrays of one evaluation (U Theta', G U
+#                                       Theta', H, Y', (Z Y') Theta and a temporary)
+_LBFGS_VECTORS = 25                   # vectors of nnz floats: L-BFGS-B's 10 pairs + iterates
 _GATHER = 1 << 21                     # entries of one gather block (nnz x p products)
 
 
@@ -178,8 +183,9 @@ def laplace_p_identity_hats(workload: Workload, *, widen: float = 2.0, max_iter:
     bins, 0.7 % at 512); ``max_iter`` L-BFGS-B iterations; ``time_limit`` seconds (None: no limit; checked
     after every iteration). Returns an ``OptimizedStrategy``: ``strategy`` the p-Identity
     (every column of l1 norm 1), ``error`` = 2 tr(G (A'A)^-1) (Laplace, eps = 1, add/remove;
-    by a dense solve up to 2048 bins or when an identity weight is below 1e-4, else the
-    Woodbury value), ``start_error``, ``iterations``, ``seconds``. E.g. the CDF on 4096 bins
+    by a dense solve up to 2048 bins, or up to 8192 when an identity weight is below 1e-4,
+    else the Woodbury value; ``method`` says when that value may have lost digits),
+    memory checked before allocating; ``start_error``, ``iterations``, ``seconds``. E.g. the CDF on 4096 bins
     (344 rows, 61,456 support entries): 228.09 -> 143.63 per prefix at eps = 1 after 2500
     iterations (206 s, one core)."""
     t0 = time.perf_counter()
@@ -192,6 +198,9 @@ def laplace_p_identity_hats(workload: Workload, *, widen: float = 2.0, max_iter:
     limit = math.inf if time_limit is None else check_real(time_limit, "time_limit", above=0.0)
     rows, cols, v0 = hat_support(n, widen)
     p = int(rows.max()) + 1
+    check_memory(8.0 * (_WORK_ARRAYS * n * p + 4 * p * p + _LBFGS_VECTORS * rows.size),
+                 f"the sparse p-Identity over {n} bins ({p} rows, {rows.size} support entries)",
+                 "use fewer bins or a smaller widen")
     obj = _SparseObjective(w, p, rows, cols)
     f0 = obj(v0)[0]
 
@@ -202,13 +211,17 @@ def laplace_p_identity_hats(workload: Workload, *, widen: float = 2.0, max_iter:
     res = sopt.minimize(obj, v0, jac=True, method="L-BFGS-B", bounds=sopt.Bounds(0.0, np.inf),
                         callback=stop, options={"maxiter": max_iter, "maxfun": 2 * max_iter})
     v, f = (np.asarray(res.x, dtype=float), float(res.fun)) if res.fun <= f0 else (v0, f0)
-    theta = obj.theta(v).toarray()
-    strat = p_identity(theta)
-    u = 1.0 + theta.sum(axis=0)
-    if n <= _DENSE_CHECK_BINS or u.max() > _U_WOODBURY:
+    strat = p_identity(obj.theta(v))                          # sparse throughout
+    u_max = 1.0 + float(np.bincount(cols, weights=v, minlength=n).max())
+    how = ""
+    if n <= _DENSE_CHECK_BINS or (u_max > _U_WOODBURY and n <= _MAX_RECHECK_BINS):
         f = trace_gram_inverse(strat, w)
+    elif u_max > _U_WOODBURY:
+        how = (f"; error by Woodbury with an identity weight of {1.0 / u_max:.2g} (relative "
+               f"accuracy about {u_max * 1e-11:.1g}, no dense check above "
+               f"{_MAX_RECHECK_BINS} bins)")
     return OptimizedStrategy(
         strategy=strat, error=2.0 * f, start_error=2.0 * f0, lower_bound=None,
         iterations=int(res.nit), seconds=time.perf_counter() - t0,
         method=(f"p-Identity on the multi-scale hat support (p = {p}, {rows.size} entries, "
-                f"widened {float(widen):g} x) by L-BFGS-B, {obj.evals} evaluations"))
+                f"widened {float(widen):g} x) by L-BFGS-B, {obj.evals} evaluations{how}"))
